@@ -1,0 +1,98 @@
+//! Errors of the log: what went wrong at open (recovery) and at run time.
+
+use std::io;
+
+use thiserror::Error;
+
+use crate::chunk::ChunkError;
+use crate::record::RecordError;
+use crate::segment::SegmentHeaderError;
+
+/// Why a shard's log could not be opened. Nothing was served from it.
+#[derive(Debug, Error)]
+pub enum RecoveryError {
+    /// A chunk failed to verify where synced data must be. The log is not
+    /// opened, so nothing after it is silently dropped.
+    #[error(
+        "corruption in segment {segment} at byte {position}: {reason}; \
+         later valid data exists ({evidence}), so this is not a torn tail. \
+         Restore the segment from a replica or backup, or move it aside to accept the loss"
+    )]
+    Corruption {
+        segment: String,
+        position: u64,
+        reason: ChunkError,
+        evidence: String,
+    },
+    #[error("segment {segment} has a bad header: {reason}")]
+    BadSegmentHeader {
+        segment: String,
+        reason: SegmentHeaderError,
+    },
+    #[error("segment {segment} belongs to shard {found}, expected shard {expected}")]
+    ShardMismatch {
+        segment: String,
+        expected: u32,
+        found: u32,
+    },
+    #[error(
+        "segment {segment} starts at offset {found} but the previous segment ends at {expected}: \
+         records {expected}..{found} are missing"
+    )]
+    Gap {
+        segment: String,
+        expected: u64,
+        found: u64,
+    },
+    #[error("I/O error during recovery of {what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Why a log operation failed at run time.
+#[derive(Debug, Error)]
+pub enum LogError {
+    #[error("I/O error while {op}: {source}")]
+    Io {
+        op: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    /// An earlier write or sync failed. The log acknowledges nothing more until
+    /// reopened: after a failed fsync the page state is unknown, and retrying
+    /// the fsync could report success for data that was lost.
+    #[error("the log stopped after an I/O failure ({cause}); reopen it to recover")]
+    Latched { cause: String },
+    #[error("chunk of {len} bytes does not fit a segment of {segment_bytes} bytes with an unsynced bound of {max_unsynced} bytes")]
+    ChunkTooLarge {
+        len: usize,
+        segment_bytes: u64,
+        max_unsynced: u64,
+    },
+    #[error("chunk starts at offset {found} with stamp {found_ts}, but the log expects offset {expected} and a stamp above {last_ts:?}")]
+    OutOfOrder {
+        expected: u64,
+        found: u64,
+        last_ts: Option<i64>,
+        found_ts: i64,
+    },
+    #[error("chunk has no records")]
+    EmptyChunk,
+    #[error("offset {offset} is not in the log (retained {retained_from}..{next})")]
+    NotRetained {
+        offset: u64,
+        retained_from: u64,
+        next: u64,
+    },
+    #[error("chunk at {segment}:{position} failed to verify on read: {reason}")]
+    BadRead {
+        segment: String,
+        position: u64,
+        reason: ChunkError,
+    },
+    #[error(transparent)]
+    Record(#[from] RecordError),
+}

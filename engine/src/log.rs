@@ -1,0 +1,564 @@
+//! A shard's on-disk log: its segments, the chunk index over them, and the
+//! one writer that appends chunks, syncs and rotates.
+//!
+//! Invariants kept here: offsets are dense and stamps strictly increase across
+//! every chunk of every segment; no more than the segment's
+//! `max_unsynced_bytes` are ever written past the last completed sync (so
+//! recovery knows how far residue can reach); a segment is synced in full
+//! before its successor is created; and after any failed write or sync the log
+//! latches and acknowledges nothing more until reopened.
+
+use crate::chunk::{align_up, ChunkBuilder, ChunkHeader, CHUNK_HEADER_LEN, FLAG_SEAL};
+use crate::error::{LogError, RecoveryError};
+use crate::record::Record;
+use crate::segment::index::{ChunkEntry, SegmentIndex};
+use crate::segment::recovery::{scan_segment, TornTail};
+use crate::segment::{
+    parse_segment_name, segment_name, SegmentHeader, SEGMENT_HEADER_BLOCK, TEMP_SUFFIX,
+};
+use crate::storage::{Storage, StorageFile};
+
+/// How a shard's log is laid out on disk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogConfig {
+    pub shard: u32,
+    /// Size each new segment is preallocated to.
+    pub segment_bytes: u64,
+    /// Most bytes written past the last completed sync; the writer syncs
+    /// before exceeding it. Also the largest chunk. Bounds recovery's scan.
+    pub max_unsynced_bytes: u64,
+}
+
+impl LogConfig {
+    pub fn new(shard: u32) -> LogConfig {
+        LogConfig {
+            shard,
+            segment_bytes: 1 << 30,
+            max_unsynced_bytes: 32 << 20,
+        }
+    }
+}
+
+/// A chunk's place in the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkLocation {
+    /// First offset of the segment holding the chunk (its name).
+    pub segment: u64,
+    pub entry: ChunkEntry,
+}
+
+/// What opening the log found and did.
+#[derive(Debug, Default)]
+pub struct RecoveryReport {
+    pub segments: usize,
+    pub chunks: usize,
+    pub records: u64,
+    /// The torn tail cut off the last segment, if any.
+    pub truncated: Option<(String, TornTail)>,
+    /// Leftovers of an interrupted segment creation that were removed.
+    pub removed: Vec<String>,
+    /// The log had been closed cleanly.
+    pub clean_close: bool,
+    pub next_offset: u64,
+}
+
+pub(crate) struct Segment<F> {
+    pub(crate) name: String,
+    pub(crate) header: SegmentHeader,
+    pub(crate) index: SegmentIndex,
+    pub(crate) file: F,
+}
+
+/// One shard's log. The last segment is the one being written.
+pub struct Log<S: Storage> {
+    pub(crate) storage: S,
+    config: LogConfig,
+    pub(crate) segments: Vec<Segment<S::File>>,
+    write_pos: u64,
+    synced_pos: u64,
+    next_offset: u64,
+    synced_offset: u64,
+    last_ts: Option<i64>,
+    latched: Option<String>,
+}
+
+fn recovery_io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RecoveryError {
+    let what = what.into();
+    move |source| RecoveryError::Io { what, source }
+}
+
+impl<S: Storage> Log<S> {
+    /// Opens (recovering) or creates the log in `storage`.
+    pub async fn open(
+        storage: S,
+        config: LogConfig,
+    ) -> Result<(Log<S>, RecoveryReport), RecoveryError> {
+        let mut report = RecoveryReport::default();
+        let mut names = Vec::new();
+        for name in storage
+            .list()
+            .await
+            .map_err(recovery_io("the segment directory"))?
+        {
+            if name.ends_with(TEMP_SUFFIX) {
+                // A segment creation that did not finish: it never held data.
+                storage
+                    .remove(&name)
+                    .await
+                    .map_err(recovery_io(name.clone()))?;
+                report.removed.push(name);
+            } else if let Some(first) = parse_segment_name(&name) {
+                names.push((first, name));
+            }
+        }
+        names.sort();
+
+        let mut log = Log {
+            storage,
+            config,
+            segments: Vec::new(),
+            write_pos: 0,
+            synced_pos: 0,
+            next_offset: 0,
+            synced_offset: 0,
+            last_ts: None,
+            latched: None,
+        };
+        let count = names.len();
+        for (i, (first, name)) in names.into_iter().enumerate() {
+            let is_last = i + 1 == count;
+            let file = log
+                .storage
+                .open(&name)
+                .await
+                .map_err(recovery_io(name.clone()))?;
+            let block = file
+                .read_at(0, SEGMENT_HEADER_BLOCK + CHUNK_HEADER_LEN)
+                .await
+                .map_err(recovery_io(name.clone()))?;
+            let header = match SegmentHeader::decode(&block) {
+                Ok(h) => h,
+                Err(reason) => {
+                    let no_chunks = block
+                        .get(SEGMENT_HEADER_BLOCK..)
+                        .is_none_or(|c| c.iter().all(|&b| b == 0));
+                    if is_last && no_chunks {
+                        log.storage
+                            .remove(&name)
+                            .await
+                            .map_err(recovery_io(name.clone()))?;
+                        report.removed.push(name);
+                        continue;
+                    }
+                    return Err(RecoveryError::BadSegmentHeader {
+                        segment: name,
+                        reason,
+                    });
+                }
+            };
+            if header.shard != log.config.shard {
+                return Err(RecoveryError::ShardMismatch {
+                    segment: name,
+                    expected: log.config.shard,
+                    found: header.shard,
+                });
+            }
+            if header.first_offset != first || (i > 0 && first != log.next_offset) {
+                return Err(RecoveryError::Gap {
+                    segment: name,
+                    expected: if i > 0 { log.next_offset } else { first },
+                    found: header.first_offset,
+                });
+            }
+            let scanned = scan_segment(&file, &name, header, !is_last).await?;
+            report.chunks += scanned.index.chunks().len();
+            report.records += scanned.next_offset - header.first_offset;
+            log.next_offset = scanned.next_offset;
+            log.last_ts = scanned.last_ts.or(log.last_ts);
+            log.write_pos = scanned.write_pos;
+            report.clean_close = scanned.clean_close;
+            if let Some(torn) = scanned.torn {
+                zero_range(&file, torn.position, torn.dirty_end)
+                    .await
+                    .map_err(recovery_io(name.clone()))?;
+                report.truncated = Some((name.clone(), torn));
+            }
+            log.segments.push(Segment {
+                name,
+                header,
+                index: scanned.index,
+                file,
+            });
+        }
+        report.removed.sort();
+        if !report.removed.is_empty() {
+            log.storage
+                .sync_dir()
+                .await
+                .map_err(recovery_io("the segment directory"))?;
+        }
+        match log.segments.last() {
+            Some(active) => {
+                // What was kept may have been written but not synced (process crash):
+                // make it durable before anything is built on it.
+                let len = active.header.segment_bytes;
+                active
+                    .file
+                    .allocate(len)
+                    .await
+                    .map_err(recovery_io(active.name.clone()))?;
+                active
+                    .file
+                    .sync()
+                    .await
+                    .map_err(recovery_io(active.name.clone()))?;
+            }
+            None => log.create_segment().await.map_err(|e| RecoveryError::Io {
+                what: "the first segment".into(),
+                source: std::io::Error::other(e.to_string()),
+            })?,
+        }
+        log.synced_pos = log.write_pos;
+        log.synced_offset = log.next_offset;
+        report.segments = log.segments.len();
+        report.next_offset = log.next_offset;
+        Ok((log, report))
+    }
+
+    /// Starts a chunk for the next records, in a buffer of `capacity` bytes
+    /// (rounded up to the alignment) suitable for a direct write.
+    pub fn chunk_builder(&self, capacity: usize) -> ChunkBuilder<<S::File as StorageFile>::Buf> {
+        let active = self.active();
+        let capacity = align_up(
+            capacity.max(CHUNK_HEADER_LEN),
+            active.header.alignment as usize,
+        );
+        ChunkBuilder::new(
+            active.file.alloc(capacity),
+            self.config.shard,
+            self.next_offset,
+        )
+    }
+
+    /// Writes a chunk. It is durable once a later [`Log::sync`] returns.
+    pub async fn append(
+        &mut self,
+        chunk: ChunkBuilder<<S::File as StorageFile>::Buf>,
+    ) -> Result<ChunkEntry, LogError> {
+        self.check_latched()?;
+        let (Some(first_ts), false) = (chunk.first_ts(), chunk.is_empty()) else {
+            return Err(LogError::EmptyChunk);
+        };
+        if chunk.first_offset() != self.next_offset || self.last_ts.is_some_and(|t| first_ts <= t) {
+            return Err(LogError::OutOfOrder {
+                expected: self.next_offset,
+                found: chunk.first_offset(),
+                last_ts: self.last_ts,
+                found_ts: first_ts,
+            });
+        }
+        let header = self.active().header;
+        let disk_len = align_up(chunk.len(), header.alignment as usize) as u64;
+        let bound = header
+            .max_unsynced_bytes
+            .min(self.config.max_unsynced_bytes);
+        if disk_len > bound || disk_len + SEGMENT_HEADER_BLOCK as u64 > self.config.segment_bytes {
+            return Err(LogError::ChunkTooLarge {
+                len: disk_len as usize,
+                segment_bytes: self.config.segment_bytes,
+                max_unsynced: bound,
+            });
+        }
+        if self.write_pos + disk_len > header.segment_bytes {
+            self.rotate().await?;
+        }
+        if self.write_pos + disk_len - self.synced_pos > bound {
+            self.sync().await?;
+        }
+        let active = self
+            .segments
+            .last_mut()
+            .expect("the log always has a segment");
+        let (buf, header, len) = chunk.finish(self.synced_pos, active.header.alignment as usize);
+        let position = self.write_pos;
+        if let Err(source) = active.file.write_at(buf, len, position).await {
+            return Err(self.latch("writing a chunk", source));
+        }
+        let entry = ChunkEntry::new(&header, position, len);
+        active.index.push(entry);
+        self.write_pos += len as u64;
+        self.next_offset = header.end_offset();
+        self.last_ts = Some(header.last_ts);
+        Ok(entry)
+    }
+
+    /// fdatasync of the active segment. Returns the offset below which every
+    /// record is durable.
+    pub async fn sync(&mut self) -> Result<u64, LogError> {
+        self.check_latched()?;
+        if self.write_pos > self.synced_pos {
+            if let Err(source) = self.active().file.sync().await {
+                return Err(self.latch("syncing", source));
+            }
+            self.synced_pos = self.write_pos;
+            self.synced_offset = self.next_offset;
+        }
+        Ok(self.synced_offset)
+    }
+
+    /// Syncs, then writes and syncs a seal chunk marking a clean close, so a
+    /// later open treats damage to the tail as corruption rather than a torn write.
+    pub async fn close(mut self) -> Result<(), LogError> {
+        self.sync().await?;
+        let active = self.active();
+        let alignment = active.header.alignment as usize;
+        if self.write_pos + alignment as u64 <= active.header.segment_bytes {
+            let seal = ChunkHeader {
+                flags: FLAG_SEAL,
+                shard: self.config.shard,
+                record_count: 0,
+                first_offset: self.next_offset,
+                first_ts: 0,
+                last_ts: 0,
+                body_len: 0,
+                body_crc: crc32c::crc32c(&[]),
+                synced_through: self.write_pos,
+            };
+            let mut buf = active.file.alloc(alignment);
+            let mut header = [0u8; CHUNK_HEADER_LEN];
+            seal.encode(&mut header);
+            buf.as_mut()[..alignment].fill(0);
+            buf.as_mut()[..CHUNK_HEADER_LEN].copy_from_slice(&header);
+            let pos = self.write_pos;
+            if let Err(source) = active.file.write_at(buf, alignment, pos).await {
+                return Err(self.latch("writing the seal", source));
+            }
+            self.write_pos += alignment as u64;
+            if let Err(source) = self.active().file.sync().await {
+                return Err(self.latch("syncing the seal", source));
+            }
+        }
+        Ok(())
+    }
+
+    /// The offset the next record will get.
+    pub fn next_offset(&self) -> u64 {
+        self.next_offset
+    }
+
+    /// Every record below this offset is durable.
+    pub fn synced_offset(&self) -> u64 {
+        self.synced_offset
+    }
+
+    /// The stamp of the last record written.
+    pub fn last_ts(&self) -> Option<i64> {
+        self.last_ts
+    }
+
+    /// The error that latched the log, if one did.
+    pub fn latched(&self) -> Option<&str> {
+        self.latched.as_deref()
+    }
+
+    /// The oldest retained record's offset and stamp; `None` when the log holds no record.
+    pub fn retained(&self) -> Option<(u64, i64)> {
+        self.segments
+            .iter()
+            .find_map(|s| s.index.first())
+            .map(|c| (c.first_offset, c.first_ts))
+    }
+
+    /// Names of the segment files, oldest first; the last is being written.
+    pub fn segment_names(&self) -> Vec<String> {
+        self.segments.iter().map(|s| s.name.clone()).collect()
+    }
+
+    /// Every chunk of the log, in offset order.
+    pub fn chunks(&self) -> impl Iterator<Item = ChunkLocation> + '_ {
+        self.segments.iter().flat_map(|s| {
+            s.index.chunks().iter().map(|&entry| ChunkLocation {
+                segment: s.header.first_offset,
+                entry,
+            })
+        })
+    }
+
+    /// The chunk holding `offset`.
+    pub fn locate_offset(&self, offset: u64) -> Option<ChunkLocation> {
+        let i = self
+            .segments
+            .partition_point(|s| s.header.first_offset <= offset);
+        let segment = self.segments.get(i.checked_sub(1)?)?;
+        segment
+            .index
+            .find_offset(offset)
+            .map(|&entry| ChunkLocation {
+                segment: segment.header.first_offset,
+                entry,
+            })
+    }
+
+    /// The first chunk holding a record stamped at or after `ts`.
+    pub fn locate_ts(&self, ts: i64) -> Option<ChunkLocation> {
+        let i = self
+            .segments
+            .partition_point(|s| s.index.last().is_none_or(|c| c.last_ts < ts));
+        // Empty segments sort as "before": only the active segment can be empty,
+        // and it is last, so the predicate stays monotone.
+        let segment = self.segments.get(i)?;
+        segment.index.find_ts(ts).map(|&entry| ChunkLocation {
+            segment: segment.header.first_offset,
+            entry,
+        })
+    }
+
+    /// Reads and verifies a chunk. The buffer starts at the chunk header.
+    pub async fn read_chunk(
+        &self,
+        location: &ChunkLocation,
+    ) -> Result<<S::File as StorageFile>::ReadBuf, LogError> {
+        let segment = self
+            .segments
+            .iter()
+            .find(|s| s.header.first_offset == location.segment)
+            .ok_or(LogError::NotRetained {
+                offset: location.entry.first_offset,
+                retained_from: self.retained().map_or(self.next_offset, |r| r.0),
+                next: self.next_offset,
+            })?;
+        let entry = &location.entry;
+        let buf = segment
+            .file
+            .read_at(entry.position, entry.disk_len as usize)
+            .await
+            .map_err(|source| LogError::Io {
+                op: "reading a chunk",
+                source,
+            })?;
+        crate::chunk::verify(&buf).map_err(|reason| LogError::BadRead {
+            segment: segment.name.clone(),
+            position: entry.position,
+            reason,
+        })?;
+        Ok(buf)
+    }
+
+    /// The offset and stamp of the first record stamped at or after `ts`.
+    pub async fn find_ts(&self, ts: i64) -> Result<Option<(u64, i64)>, LogError> {
+        let Some(location) = self.locate_ts(ts) else {
+            return Ok(None);
+        };
+        let buf = self.read_chunk(&location).await?;
+        let header = ChunkHeader::decode(&buf).map_err(|reason| LogError::BadRead {
+            segment: segment_name(location.segment),
+            position: location.entry.position,
+            reason,
+        })?;
+        let body = crate::chunk::body_of(&buf, &header).map_err(|reason| LogError::BadRead {
+            segment: segment_name(location.segment),
+            position: location.entry.position,
+            reason,
+        })?;
+        for record in crate::chunk::records(body) {
+            let record: Record<'_> = record?;
+            if record.ts >= ts {
+                return Ok(Some((record.offset, record.ts)));
+            }
+        }
+        Ok(None)
+    }
+
+    fn active(&self) -> &Segment<S::File> {
+        self.segments.last().expect("the log always has a segment")
+    }
+
+    fn check_latched(&self) -> Result<(), LogError> {
+        match &self.latched {
+            Some(cause) => Err(LogError::Latched {
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn latch(&mut self, op: &'static str, source: std::io::Error) -> LogError {
+        self.latched = Some(format!("{op}: {source}"));
+        LogError::Io { op, source }
+    }
+
+    /// Makes the current segment durable in full, then starts the next one.
+    async fn rotate(&mut self) -> Result<(), LogError> {
+        self.sync().await?;
+        self.create_segment().await
+    }
+
+    /// Creates the segment starting at `next_offset`: under a temporary name,
+    /// preallocated, header written and synced, renamed, directory synced.
+    /// A crash at any step leaves either a `.seg.tmp` (removed at open) or a
+    /// complete, empty segment.
+    async fn create_segment(&mut self) -> Result<(), LogError> {
+        self.check_latched()?;
+        let first = self.next_offset;
+        let name = segment_name(first);
+        let temp = format!("{first:020}{TEMP_SUFFIX}");
+        let result: std::io::Result<(S::File, SegmentHeader)> = async {
+            let file = self.storage.create(&temp).await?;
+            file.allocate(self.config.segment_bytes).await?;
+            let alignment = file.alignment();
+            if !alignment.is_power_of_two() || alignment > SEGMENT_HEADER_BLOCK {
+                return Err(std::io::Error::other(format!(
+                    "unsupported O_DIRECT alignment {alignment}"
+                )));
+            }
+            let header = SegmentHeader {
+                shard: self.config.shard,
+                alignment: alignment as u32,
+                first_offset: first,
+                created_ns: now_ns(),
+                segment_bytes: self.config.segment_bytes,
+                max_unsynced_bytes: self.config.max_unsynced_bytes,
+            };
+            let mut buf = file.alloc(SEGMENT_HEADER_BLOCK);
+            header.encode(buf.as_mut());
+            file.write_at(buf, SEGMENT_HEADER_BLOCK, 0).await?;
+            file.sync().await?;
+            self.storage.rename(&temp, &name).await?;
+            self.storage.sync_dir().await?;
+            Ok((file, header))
+        }
+        .await;
+        let (file, header) = result.map_err(|source| self.latch("creating a segment", source))?;
+        self.segments.push(Segment {
+            name,
+            header,
+            index: SegmentIndex::default(),
+            file,
+        });
+        self.write_pos = SEGMENT_HEADER_BLOCK as u64;
+        self.synced_pos = self.write_pos;
+        Ok(())
+    }
+}
+
+/// Writes zeros over `[from, to)` (aligned) and syncs, so residue of a torn
+/// tail can never be mistaken for data later.
+async fn zero_range<F: StorageFile>(file: &F, from: u64, to: u64) -> std::io::Result<()> {
+    const STEP: usize = 1 << 20;
+    let alignment = file.alignment() as u64;
+    let mut pos = from;
+    while pos < to {
+        let len = ((to - pos).div_ceil(alignment) * alignment).min(STEP as u64) as usize;
+        let mut buf = file.alloc(len);
+        buf.as_mut()[..len].fill(0);
+        file.write_at(buf, len, pos).await?;
+        pos += len as u64;
+    }
+    file.sync().await
+}
+
+pub(crate) fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}

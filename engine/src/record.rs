@@ -1,0 +1,429 @@
+//! Records: one event as stored, a framed, checksummed, little-endian byte string.
+//!
+//! The header carries everything a subscription filter reads (stamp, offset,
+//! kind, signatures, the four path strings); the producer's encoded event
+//! follows as an opaque payload that the engine never decodes. Encoding writes
+//! into a caller's buffer without allocating; decoding borrows from the input,
+//! never panics on arbitrary bytes and returns a typed error.
+//!
+//! Layout (`docs/format.md` has the full picture):
+//!
+//! ```text
+//! u32 len | u32 crc32c | i64 ts | u64 offset | u8 kind | u8 signature_count |
+//! u16 dir_len | u16 old_name_len | u16 new_name_len | u16 new_parent_len |
+//! signatures (i32 each) | directory | old_name | new_name | new_parent | payload
+//! ```
+//!
+//! `len` counts the whole record, itself included. `crc32c` covers every byte
+//! after the crc field.
+
+use thiserror::Error;
+
+/// Bytes of the fixed part of a record header.
+pub const RECORD_HEADER_LEN: usize = 34;
+
+/// Largest record the engine accepts, header and payload included.
+pub const MAX_RECORD_LEN: usize = 16 << 20;
+
+/// Longest path string (directory, entry name or new parent) a record holds.
+pub const MAX_PATH_LEN: usize = u16::MAX as usize;
+
+/// Most signatures one record carries.
+pub const MAX_SIGNATURES: usize = u8::MAX as usize;
+
+const CRC_START: usize = 8;
+
+/// What a namespace mutation did. Which entries it carries follows from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    /// A new entry appeared: `new_name` only.
+    Create = 1,
+    /// An entry went away: `old_name` only.
+    Delete = 2,
+    /// An entry changed in place: both names, same path.
+    Update = 3,
+    /// An entry moved or was renamed: both names, different path.
+    Rename = 4,
+}
+
+impl Kind {
+    pub fn from_u8(value: u8) -> Option<Self> {
+        match value {
+            1 => Some(Kind::Create),
+            2 => Some(Kind::Delete),
+            3 => Some(Kind::Update),
+            4 => Some(Kind::Rename),
+            _ => None,
+        }
+    }
+}
+
+/// A record's fields, borrowed. Used both to encode and as the result of a decode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record<'a> {
+    pub ts: i64,
+    pub offset: u64,
+    pub kind: Kind,
+    pub signatures: Signatures<'a>,
+    /// The directory holding the entry (or the old entry, for a rename).
+    pub directory: &'a str,
+    /// The entry's name before the mutation; empty for a create.
+    pub old_name: &'a str,
+    /// The entry's name after the mutation; empty for a delete.
+    pub new_name: &'a str,
+    /// The directory the entry moved to; empty unless it is a rename across directories.
+    pub new_parent: &'a str,
+    /// The producer's encoded event, stored verbatim.
+    pub payload: &'a [u8],
+}
+
+/// Signatures as stored: little-endian `i32`s, read without copying.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Signatures<'a>(SigRepr<'a>);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SigRepr<'a> {
+    Values(&'a [i32]),
+    Raw(&'a [u8]),
+}
+
+impl<'a> Signatures<'a> {
+    pub fn new(values: &'a [i32]) -> Self {
+        Signatures(SigRepr::Values(values))
+    }
+
+    pub fn len(&self) -> usize {
+        match self.0 {
+            SigRepr::Values(v) => v.len(),
+            SigRepr::Raw(b) => b.len() / 4,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = i32> + 'a {
+        let (values, raw): (&'a [i32], &'a [u8]) = match self.0 {
+            SigRepr::Values(v) => (v, &[]),
+            SigRepr::Raw(b) => (&[], b),
+        };
+        values.iter().copied().chain(
+            raw.chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        )
+    }
+
+    pub fn contains(&self, signature: i32) -> bool {
+        self.iter().any(|s| s == signature)
+    }
+}
+
+/// Why a record could not be encoded or decoded.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum RecordError {
+    #[error("record needs {needed} bytes but only {available} are available")]
+    Truncated { needed: usize, available: usize },
+    #[error("record length {len} is outside 34..={max}")]
+    BadLength { len: usize, max: usize },
+    #[error("record checksum mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    ChecksumMismatch { stored: u32, computed: u32 },
+    #[error("unknown record kind {0}")]
+    UnknownKind(u8),
+    #[error("record field lengths add up to {fields} bytes, more than the record's {len}")]
+    FieldsOverrun { fields: usize, len: usize },
+    #[error("{field} is not valid UTF-8")]
+    InvalidUtf8 { field: &'static str },
+    #[error("{field} is {len} bytes, longer than {max}")]
+    FieldTooLong {
+        field: &'static str,
+        len: usize,
+        max: usize,
+    },
+    #[error("a {kind:?} record must have {rule}")]
+    KindMismatch { kind: Kind, rule: &'static str },
+}
+
+impl<'a> Record<'a> {
+    /// Bytes this record occupies when encoded.
+    pub fn encoded_len(&self) -> usize {
+        RECORD_HEADER_LEN
+            + 4 * self.signatures.len()
+            + self.directory.len()
+            + self.old_name.len()
+            + self.new_name.len()
+            + self.new_parent.len()
+            + self.payload.len()
+    }
+
+    /// Checks the limits and the kind's shape, so that every record that
+    /// encodes also decodes.
+    pub fn validate(&self) -> Result<(), RecordError> {
+        for (field, value) in [
+            ("directory", self.directory),
+            ("old_name", self.old_name),
+            ("new_name", self.new_name),
+            ("new_parent", self.new_parent),
+        ] {
+            if value.len() > MAX_PATH_LEN {
+                return Err(RecordError::FieldTooLong {
+                    field,
+                    len: value.len(),
+                    max: MAX_PATH_LEN,
+                });
+            }
+        }
+        if self.signatures.len() > MAX_SIGNATURES {
+            return Err(RecordError::FieldTooLong {
+                field: "signatures",
+                len: self.signatures.len(),
+                max: MAX_SIGNATURES,
+            });
+        }
+        let len = self.encoded_len();
+        if len > MAX_RECORD_LEN {
+            return Err(RecordError::BadLength {
+                len,
+                max: MAX_RECORD_LEN,
+            });
+        }
+        let has_old = !self.old_name.is_empty();
+        let has_new = !self.new_name.is_empty();
+        let moved = !self.new_parent.is_empty() && self.new_parent != self.directory;
+        let rule = match self.kind {
+            Kind::Create if has_new && !has_old && self.new_parent.is_empty() => return Ok(()),
+            Kind::Create => "a new name only",
+            Kind::Delete if has_old && !has_new && self.new_parent.is_empty() => return Ok(()),
+            Kind::Delete => "an old name only",
+            Kind::Update if has_old && self.old_name == self.new_name && !moved => return Ok(()),
+            Kind::Update => "equal old and new names in the same directory",
+            Kind::Rename if has_old && has_new && (moved || self.old_name != self.new_name) => {
+                return Ok(())
+            }
+            Kind::Rename => "both names and a changed path",
+        };
+        Err(RecordError::KindMismatch {
+            kind: self.kind,
+            rule,
+        })
+    }
+
+    /// Encodes into the front of `buf` and returns the bytes written.
+    /// Allocates nothing; `buf` must hold at least [`Record::encoded_len`] bytes.
+    pub fn encode_into(&self, buf: &mut [u8]) -> Result<usize, RecordError> {
+        self.validate()?;
+        let len = self.encoded_len();
+        if buf.len() < len {
+            return Err(RecordError::Truncated {
+                needed: len,
+                available: buf.len(),
+            });
+        }
+        let out = &mut buf[..len];
+        out[0..4].copy_from_slice(&(len as u32).to_le_bytes());
+        out[8..16].copy_from_slice(&self.ts.to_le_bytes());
+        out[16..24].copy_from_slice(&self.offset.to_le_bytes());
+        out[24] = self.kind as u8;
+        out[25] = self.signatures.len() as u8;
+        out[26..28].copy_from_slice(&(self.directory.len() as u16).to_le_bytes());
+        out[28..30].copy_from_slice(&(self.old_name.len() as u16).to_le_bytes());
+        out[30..32].copy_from_slice(&(self.new_name.len() as u16).to_le_bytes());
+        out[32..34].copy_from_slice(&(self.new_parent.len() as u16).to_le_bytes());
+        let mut at = RECORD_HEADER_LEN;
+        for signature in self.signatures.iter() {
+            out[at..at + 4].copy_from_slice(&signature.to_le_bytes());
+            at += 4;
+        }
+        for part in [
+            self.directory.as_bytes(),
+            self.old_name.as_bytes(),
+            self.new_name.as_bytes(),
+            self.new_parent.as_bytes(),
+            self.payload,
+        ] {
+            out[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        let crc = crc32c::crc32c(&out[CRC_START..]);
+        out[4..8].copy_from_slice(&crc.to_le_bytes());
+        Ok(len)
+    }
+
+    /// Decodes the record at the front of `buf`, verifying its checksum.
+    /// Returns the record and the bytes it occupies.
+    pub fn decode(buf: &'a [u8]) -> Result<(Record<'a>, usize), RecordError> {
+        let len = peek_len(buf)?;
+        let bytes = &buf[..len];
+        let stored = read_u32(bytes, 4);
+        let computed = crc32c::crc32c(&bytes[CRC_START..]);
+        if stored != computed {
+            return Err(RecordError::ChecksumMismatch { stored, computed });
+        }
+        Ok((parse_verified(bytes)?, len))
+    }
+}
+
+/// Reads and bounds-checks the length prefix of the record at the front of `buf`.
+pub fn peek_len(buf: &[u8]) -> Result<usize, RecordError> {
+    if buf.len() < RECORD_HEADER_LEN {
+        return Err(RecordError::Truncated {
+            needed: RECORD_HEADER_LEN,
+            available: buf.len(),
+        });
+    }
+    let len = read_u32(buf, 0) as usize;
+    if !(RECORD_HEADER_LEN..=MAX_RECORD_LEN).contains(&len) {
+        return Err(RecordError::BadLength {
+            len,
+            max: MAX_RECORD_LEN,
+        });
+    }
+    if buf.len() < len {
+        return Err(RecordError::Truncated {
+            needed: len,
+            available: buf.len(),
+        });
+    }
+    Ok(len)
+}
+
+/// The offset and stamp of the record at the front of `buf`, without verifying it.
+/// Used to walk a chunk body whose checksum has already been verified.
+pub fn peek_position(buf: &[u8]) -> Result<(usize, u64, i64), RecordError> {
+    let len = peek_len(buf)?;
+    Ok((len, read_u64(buf, 16), read_u64(buf, 8) as i64))
+}
+
+fn parse_verified(bytes: &[u8]) -> Result<Record<'_>, RecordError> {
+    let len = bytes.len();
+    let kind = Kind::from_u8(bytes[24]).ok_or(RecordError::UnknownKind(bytes[24]))?;
+    let sig_count = bytes[25] as usize;
+    let lens = [
+        read_u16(bytes, 26) as usize,
+        read_u16(bytes, 28) as usize,
+        read_u16(bytes, 30) as usize,
+        read_u16(bytes, 32) as usize,
+    ];
+    let fields = RECORD_HEADER_LEN + 4 * sig_count + lens.iter().sum::<usize>();
+    if fields > len {
+        return Err(RecordError::FieldsOverrun { fields, len });
+    }
+    let mut at = RECORD_HEADER_LEN;
+    let signatures = Signatures(SigRepr::Raw(&bytes[at..at + 4 * sig_count]));
+    at += 4 * sig_count;
+    let mut strings = [""; 4];
+    for (i, (field, field_len)) in ["directory", "old_name", "new_name", "new_parent"]
+        .into_iter()
+        .zip(lens)
+        .enumerate()
+    {
+        strings[i] = std::str::from_utf8(&bytes[at..at + field_len])
+            .map_err(|_| RecordError::InvalidUtf8 { field })?;
+        at += field_len;
+    }
+    Ok(Record {
+        ts: read_u64(bytes, 8) as i64,
+        offset: read_u64(bytes, 16),
+        kind,
+        signatures,
+        directory: strings[0],
+        old_name: strings[1],
+        new_name: strings[2],
+        new_parent: strings[3],
+        payload: &bytes[at..],
+    })
+}
+
+// The readers below are only called on ranges already bounds-checked.
+pub(crate) fn read_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+pub(crate) fn read_u32(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+pub(crate) fn read_u64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Record<'static> {
+        Record {
+            ts: 1_700_000_000_000_000_000,
+            offset: 42,
+            kind: Kind::Rename,
+            signatures: Signatures::new(&[7, -3]),
+            directory: "/a/b",
+            old_name: "x",
+            new_name: "y",
+            new_parent: "/c",
+            payload: b"payload",
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let rec = sample();
+        let mut buf = vec![0u8; rec.encoded_len() + 5];
+        let n = rec.encode_into(&mut buf).unwrap();
+        assert_eq!(n, rec.encoded_len());
+        let (back, used) = Record::decode(&buf).unwrap();
+        assert_eq!(used, n);
+        assert_eq!(back.signatures.iter().collect::<Vec<_>>(), vec![7, -3]);
+        assert_eq!(
+            (
+                back.ts,
+                back.offset,
+                back.kind,
+                back.directory,
+                back.old_name
+            ),
+            (rec.ts, rec.offset, rec.kind, rec.directory, rec.old_name)
+        );
+        assert_eq!(
+            (back.new_name, back.new_parent, back.payload),
+            ("y", "/c", &b"payload"[..])
+        );
+    }
+
+    #[test]
+    fn every_flipped_bit_is_caught() {
+        let rec = sample();
+        let mut buf = vec![0u8; rec.encoded_len()];
+        rec.encode_into(&mut buf).unwrap();
+        for byte in 0..buf.len() {
+            for bit in 0..8 {
+                let mut bad = buf.clone();
+                bad[byte] ^= 1 << bit;
+                assert!(
+                    Record::decode(&bad).is_err(),
+                    "flip at {byte}:{bit} went unnoticed"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn kind_shape_is_enforced() {
+        let mut rec = sample();
+        rec.kind = Kind::Create;
+        assert!(matches!(
+            rec.validate(),
+            Err(RecordError::KindMismatch { .. })
+        ));
+        let mut small = [0u8; 10];
+        assert!(matches!(
+            sample().encode_into(&mut small),
+            Err(RecordError::Truncated { .. })
+        ));
+    }
+}

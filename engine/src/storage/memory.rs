@@ -1,0 +1,361 @@
+//! An in-memory backend that models what survives a crash, and injects faults.
+//!
+//! Each file keeps two images: what reads see now, and what is durable (as of
+//! its last `sync`). The directory keeps its current names and its durable
+//! names (as of the last `sync_dir`). [`MemStorage::power_loss`] throws away
+//! everything not durable, as a pessimistic disk and file system may.
+//! Faults are counted in operations of one kind from the moment they are set:
+//! fail the N-th write or sync, tear the N-th write after K bytes (the process
+//! "dies" there: every later operation fails until `power_loss`), or halt after
+//! N operations of any kind. Every future completes at once: drive it with
+//! [`block_on`] or from any executor.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::io;
+use std::path::Path;
+use std::pin::pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use super::{Storage, StorageFile};
+
+/// Runs a future that never waits on anything but [`MemStorage`].
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    let mut future = pin!(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        Poll::Ready(out) => out,
+        Poll::Pending => panic!("block_on: the future waited on something other than MemStorage"),
+    }
+}
+
+/// Faults to inject, counted from when they were set.
+#[derive(Clone, Debug, Default)]
+pub struct Faults {
+    /// The N-th write (0-based) fails and changes nothing.
+    pub fail_write: Option<u64>,
+    /// The N-th sync (0-based) fails and makes nothing durable.
+    pub fail_sync: Option<u64>,
+    /// The N-th write stores only its first K bytes, fails, and halts the storage.
+    pub tear_write: Option<(u64, usize)>,
+    /// After N operations of any kind, every operation fails (the process died).
+    pub halt_after_ops: Option<u64>,
+}
+
+#[derive(Default)]
+struct FileImage {
+    data: Vec<u8>,
+    durable: Vec<u8>,
+}
+
+#[derive(Default)]
+struct State {
+    files: Vec<FileImage>,
+    names: BTreeMap<String, usize>,
+    durable_names: BTreeMap<String, usize>,
+    faults: Faults,
+    writes: u64,
+    syncs: u64,
+    ops: u64,
+    halted: bool,
+}
+
+impl State {
+    /// Counts an operation and fails it if the storage halted or the halt point is reached.
+    fn op(&mut self) -> io::Result<()> {
+        if self.faults.halt_after_ops.is_some_and(|n| self.ops >= n) {
+            self.halted = true;
+        }
+        self.ops += 1;
+        if self.halted {
+            return Err(injected("storage halted"));
+        }
+        Ok(())
+    }
+
+    fn id(&self, name: &str) -> io::Result<usize> {
+        self.names
+            .get(name)
+            .copied()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no file {name}")))
+    }
+}
+
+fn injected(what: &str) -> io::Error {
+    io::Error::other(format!("injected fault: {what}"))
+}
+
+/// In-memory storage with crash modelling and fault injection. Clones share state.
+#[derive(Clone, Default)]
+pub struct MemStorage {
+    state: Arc<Mutex<State>>,
+}
+
+/// A file of a [`MemStorage`].
+pub struct MemFile {
+    state: Arc<Mutex<State>>,
+    id: usize,
+}
+
+impl MemStorage {
+    pub fn new() -> MemStorage {
+        MemStorage::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// Replaces the pending faults and restarts their counters.
+    pub fn set_faults(&self, faults: Faults) {
+        let mut s = self.lock();
+        s.faults = faults;
+        s.writes = 0;
+        s.syncs = 0;
+        s.ops = 0;
+    }
+
+    /// Operations performed since the faults were last set.
+    pub fn ops(&self) -> u64 {
+        self.lock().ops
+    }
+
+    /// Simulates power loss and restart: unsynced data and unsynced directory
+    /// changes are gone, faults are cleared, and the storage works again.
+    /// Handles opened before are stale; reopen files.
+    pub fn power_loss(&self) {
+        let mut s = self.lock();
+        for file in &mut s.files {
+            file.data = file.durable.clone();
+        }
+        s.names = s.durable_names.clone();
+        s.faults = Faults::default();
+        s.halted = false;
+    }
+
+    /// Simulates a process crash (not power loss): everything written stays,
+    /// synced or not, the directory as it is; faults are cleared.
+    pub fn process_crash(&self) {
+        let mut s = self.lock();
+        s.faults = Faults::default();
+        s.halted = false;
+    }
+
+    /// Current contents of a file, or `None` if it does not exist.
+    pub fn file_bytes(&self, name: &str) -> Option<Vec<u8>> {
+        let s = self.lock();
+        s.names.get(name).map(|&id| s.files[id].data.clone())
+    }
+
+    /// Replaces a file's contents, as durable (models damage at rest).
+    pub fn set_file_bytes(&self, name: &str, bytes: Vec<u8>) {
+        let mut s = self.lock();
+        let id = match s.names.get(name) {
+            Some(&id) => id,
+            None => {
+                s.files.push(FileImage::default());
+                let id = s.files.len() - 1;
+                s.names.insert(name.to_string(), id);
+                s.durable_names.insert(name.to_string(), id);
+                id
+            }
+        };
+        s.files[id].durable = bytes.clone();
+        s.files[id].data = bytes;
+    }
+
+    /// Flips one bit of a file, durably (bit rot).
+    pub fn flip_bit(&self, name: &str, pos: usize, bit: u8) {
+        let mut bytes = self.file_bytes(name).expect("flip_bit: no such file");
+        bytes[pos] ^= 1 << bit;
+        self.set_file_bytes(name, bytes);
+    }
+
+    /// File names that exist now, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.lock().names.keys().cloned().collect()
+    }
+
+    /// Loads every regular file of `dir` as durable files.
+    pub fn load_dir(dir: &Path) -> io::Result<MemStorage> {
+        let storage = MemStorage::new();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_file() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                storage.set_file_bytes(&name, std::fs::read(entry.path())?);
+            }
+        }
+        Ok(storage)
+    }
+
+    /// Writes the current files into `dir` (which must exist).
+    pub fn save_dir(&self, dir: &Path) -> io::Result<()> {
+        for name in self.names() {
+            std::fs::write(dir.join(&name), self.file_bytes(&name).unwrap_or_default())?;
+        }
+        Ok(())
+    }
+}
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    // A panic while holding the lock leaves the images consistent: keep going.
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Storage for MemStorage {
+    type File = MemFile;
+
+    async fn list(&self) -> io::Result<Vec<String>> {
+        let mut s = self.lock();
+        s.op()?;
+        Ok(s.names.keys().cloned().collect())
+    }
+
+    async fn create(&self, name: &str) -> io::Result<MemFile> {
+        let mut s = self.lock();
+        s.op()?;
+        if s.names.contains_key(name) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                name.to_string(),
+            ));
+        }
+        s.files.push(FileImage::default());
+        let id = s.files.len() - 1;
+        s.names.insert(name.to_string(), id);
+        Ok(MemFile {
+            state: self.state.clone(),
+            id,
+        })
+    }
+
+    async fn open(&self, name: &str) -> io::Result<MemFile> {
+        let mut s = self.lock();
+        s.op()?;
+        let id = s.id(name)?;
+        Ok(MemFile {
+            state: self.state.clone(),
+            id,
+        })
+    }
+
+    async fn remove(&self, name: &str) -> io::Result<()> {
+        let mut s = self.lock();
+        s.op()?;
+        s.id(name)?;
+        s.names.remove(name);
+        Ok(())
+    }
+
+    async fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let mut s = self.lock();
+        s.op()?;
+        let id = s.id(from)?;
+        s.names.remove(from);
+        s.names.insert(to.to_string(), id);
+        Ok(())
+    }
+
+    async fn sync_dir(&self) -> io::Result<()> {
+        let mut s = self.lock();
+        s.op()?;
+        s.durable_names = s.names.clone();
+        Ok(())
+    }
+}
+
+/// Alignment the in-memory files demand, as a common device would.
+const MEM_ALIGNMENT: usize = 512;
+
+impl StorageFile for MemFile {
+    type Buf = Vec<u8>;
+    type ReadBuf = Vec<u8>;
+
+    fn alignment(&self) -> usize {
+        MEM_ALIGNMENT
+    }
+
+    fn alloc(&self, len: usize) -> Vec<u8> {
+        vec![0; len]
+    }
+
+    async fn write_at(&self, buf: Vec<u8>, len: usize, pos: u64) -> io::Result<()> {
+        let mut s = lock(&self.state);
+        s.op()?;
+        if len % MEM_ALIGNMENT != 0 || pos % MEM_ALIGNMENT as u64 != 0 || len > buf.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("unaligned write: {len} bytes at {pos}"),
+            ));
+        }
+        let index = s.writes;
+        s.writes += 1;
+        if s.faults.fail_write == Some(index) {
+            return Err(injected("write failed"));
+        }
+        let keep = match s.faults.tear_write {
+            Some((n, keep)) if n == index => {
+                s.halted = true;
+                keep.min(len)
+            }
+            _ => len,
+        };
+        let pos = pos as usize;
+        let data = &mut s.files[self.id].data;
+        if data.len() < pos + keep {
+            data.resize(pos + keep, 0);
+        }
+        data[pos..pos + keep].copy_from_slice(&buf[..keep]);
+        if keep < len {
+            return Err(injected("write torn"));
+        }
+        Ok(())
+    }
+
+    async fn read_at(&self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut s = lock(&self.state);
+        s.op()?;
+        let data = &s.files[self.id].data;
+        let start = (pos as usize).min(data.len());
+        let end = (pos as usize).saturating_add(len).min(data.len());
+        Ok(data[start..end].to_vec())
+    }
+
+    async fn sync(&self) -> io::Result<()> {
+        let mut s = lock(&self.state);
+        s.op()?;
+        let index = s.syncs;
+        s.syncs += 1;
+        if s.faults.fail_sync == Some(index) {
+            return Err(injected("sync failed"));
+        }
+        let file = &mut s.files[self.id];
+        file.durable.clone_from(&file.data);
+        Ok(())
+    }
+
+    async fn set_len(&self, len: u64) -> io::Result<()> {
+        let mut s = lock(&self.state);
+        s.op()?;
+        s.files[self.id].data.resize(len as usize, 0);
+        Ok(())
+    }
+
+    async fn allocate(&self, len: u64) -> io::Result<()> {
+        let mut s = lock(&self.state);
+        s.op()?;
+        let data = &mut s.files[self.id].data;
+        if data.len() < len as usize {
+            data.resize(len as usize, 0);
+        }
+        Ok(())
+    }
+
+    async fn len(&self) -> io::Result<u64> {
+        let mut s = lock(&self.state);
+        s.op()?;
+        Ok(s.files[self.id].data.len() as u64)
+    }
+}
