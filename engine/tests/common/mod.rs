@@ -1,0 +1,179 @@
+//! Helpers shared by the engine's behaviour tests.
+#![allow(dead_code)]
+
+use ringfeed_engine::chunk;
+use ringfeed_engine::storage::{block_on, MemStorage, Storage};
+use ringfeed_engine::{Kind, Log, LogConfig, Record, RecoveryError, RecoveryReport, Signatures};
+
+/// One stored event as the tests compare them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    pub offset: u64,
+    pub ts: i64,
+    pub directory: String,
+    pub payload: Vec<u8>,
+}
+
+/// The payload a test writes for `offset`: distinct per offset, varied in length.
+pub fn payload_for(offset: u64) -> Vec<u8> {
+    let n = (offset % 7) as usize * 13;
+    let mut p = format!("event-{offset}:").into_bytes();
+    p.extend(std::iter::repeat_n(b'x', n));
+    p
+}
+
+pub fn stamp_for(offset: u64) -> i64 {
+    1_000_000 + offset as i64 * 10
+}
+
+pub fn small_config() -> LogConfig {
+    LogConfig {
+        shard: 0,
+        segment_bytes: 64 << 10,
+        max_unsynced_bytes: 8 << 10,
+    }
+}
+
+/// Appends `count` records in chunks of `per_chunk`, with the deterministic
+/// payloads and stamps above. Returns the chunk positions written.
+pub async fn append_records<S: Storage>(
+    log: &mut Log<S>,
+    count: u64,
+    per_chunk: u64,
+) -> Result<(), ringfeed_engine::LogError> {
+    let end = log.next_offset() + count;
+    while log.next_offset() < end {
+        let mut builder = log.chunk_builder(4096);
+        let first = log.next_offset();
+        for offset in first..(first + per_chunk).min(end) {
+            let payload = payload_for(offset);
+            let directory = format!("/dir/{}", offset % 5);
+            let rec = Record {
+                ts: stamp_for(offset),
+                offset,
+                kind: Kind::Create,
+                signatures: Signatures::new(&[1, 2]),
+                directory: &directory,
+                old_name: "",
+                new_name: "file",
+                new_parent: "",
+                payload: &payload,
+            };
+            builder
+                .push(&rec)
+                .expect("the test's chunk buffer holds its records");
+        }
+        log.append(builder).await?;
+    }
+    Ok(())
+}
+
+/// Every record of the log, read back through the index and verified.
+pub async fn read_all<S: Storage>(log: &Log<S>) -> Vec<Stored> {
+    let mut out = Vec::new();
+    for location in log.chunks().collect::<Vec<_>>() {
+        let buf = log
+            .read_chunk(&location)
+            .await
+            .expect("indexed chunk reads back");
+        let header = chunk::ChunkHeader::decode(&buf).unwrap();
+        for rec in chunk::records(chunk::body_of(&buf, &header).unwrap()) {
+            let rec = rec.unwrap();
+            out.push(Stored {
+                offset: rec.offset,
+                ts: rec.ts,
+                directory: rec.directory.to_string(),
+                payload: rec.payload.to_vec(),
+            });
+        }
+    }
+    out
+}
+
+/// The records `append_records` writes for `range`.
+pub fn expected(range: std::ops::Range<u64>) -> Vec<Stored> {
+    range
+        .map(|offset| Stored {
+            offset,
+            ts: stamp_for(offset),
+            directory: format!("/dir/{}", offset % 5),
+            payload: payload_for(offset),
+        })
+        .collect()
+}
+
+pub fn open_mem(
+    storage: &MemStorage,
+    config: LogConfig,
+) -> Result<(Log<MemStorage>, RecoveryReport), RecoveryError> {
+    block_on(Log::open(storage.clone(), config))
+}
+
+/// Opens, reads everything, and drops the log (no clean close).
+pub fn reopen_and_read(storage: &MemStorage, config: LogConfig) -> Vec<Stored> {
+    let (log, _) = open_mem(storage, config).expect("log reopens");
+    block_on(read_all(&log))
+}
+
+/// Asserts that offsets are dense from the first and stamps strictly increase.
+pub fn assert_dense(records: &[Stored]) {
+    for pair in records.windows(2) {
+        assert_eq!(
+            pair[1].offset,
+            pair[0].offset + 1,
+            "offset gap after {}",
+            pair[0].offset
+        );
+        assert!(
+            pair[1].ts > pair[0].ts,
+            "stamp did not increase at {}",
+            pair[1].offset
+        );
+    }
+}
+
+/// Compares record lists, printing a short summary instead of every record.
+#[track_caller]
+pub fn assert_records(got: &[Stored], want: &[Stored], what: &str) {
+    if got != want {
+        let first_diff = got.iter().zip(want).position(|(a, b)| a != b);
+        panic!(
+            "{what}: got {} records (offsets {:?}..{:?}), want {} (offsets {:?}..{:?}); first difference at index {:?}",
+            got.len(),
+            got.first().map(|r| r.offset),
+            got.last().map(|r| r.offset),
+            want.len(),
+            want.first().map(|r| r.offset),
+            want.last().map(|r| r.offset),
+            first_diff,
+        );
+    }
+}
+
+/// A small deterministic generator (xorshift64*) so randomized tests replay from a printed seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.max(1))
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Seeds for a randomized test: `RINGFEED_SEED` replays one, else `count` fixed ones.
+pub fn seeds(count: u64) -> Vec<u64> {
+    match std::env::var("RINGFEED_SEED") {
+        Ok(s) => vec![s.parse().expect("RINGFEED_SEED is a number")],
+        Err(_) => (1..=count).map(|i| i * 0x9E37_79B9).collect(),
+    }
+}

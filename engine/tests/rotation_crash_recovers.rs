@@ -1,0 +1,86 @@
+//! A crash at every single storage operation of a workload that rotates
+//! segments — process crash or power loss — always reopens, keeps every
+//! acknowledged record, and the log continues.
+
+mod common;
+
+use common::*;
+use ringfeed_engine::storage::{block_on, Faults, MemStorage};
+use ringfeed_engine::LogConfig;
+
+fn config() -> LogConfig {
+    LogConfig {
+        shard: 0,
+        segment_bytes: 8 << 10,
+        max_unsynced_bytes: 2 << 10,
+    }
+}
+
+/// Appends and syncs chunk by chunk until done or stopped; returns the acked offset.
+fn workload(storage: &MemStorage, halt_after: Option<u64>) -> u64 {
+    let (mut log, _) = open_mem(storage, config()).unwrap();
+    storage.set_faults(Faults {
+        halt_after_ops: halt_after,
+        ..Faults::default()
+    });
+    let mut acked = 0;
+    block_on(async {
+        for _ in 0..40 {
+            if append_records(&mut log, 4, 4).await.is_err() {
+                return;
+            }
+            match log.sync().await {
+                Ok(synced) => acked = synced,
+                Err(_) => return,
+            }
+        }
+    });
+    acked
+}
+
+#[test]
+fn crash_at_every_operation() {
+    let probe = MemStorage::new();
+    workload(&probe, None);
+    let total_ops = probe.ops();
+    let (log, _) = open_mem(&probe, config()).unwrap();
+    assert!(
+        log.segment_names().len() >= 4,
+        "the workload rotates segments"
+    );
+    drop(log);
+
+    for halt in 0..=total_ops {
+        for power_loss in [false, true] {
+            let storage = MemStorage::new();
+            let acked = workload(&storage, Some(halt));
+            if power_loss {
+                storage.power_loss();
+            } else {
+                storage.process_crash();
+            }
+            let what = format!("halt after op {halt} of {total_ops}, power loss: {power_loss}");
+            let (mut log, _) =
+                open_mem(&storage, config()).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let records = block_on(read_all(&log));
+            assert!(records.len() as u64 >= acked, "{what}: lost acked records");
+            assert_records(&records, &expected(0..records.len() as u64), &what);
+            assert!(
+                storage.names().iter().all(|n| n.ends_with(".seg")),
+                "{what}: leftovers {:?}",
+                storage.names()
+            );
+            let kept = records.len() as u64;
+            block_on(async {
+                append_records(&mut log, 30, 3).await.unwrap();
+                log.sync().await.unwrap();
+            });
+            drop(log);
+            assert_records(
+                &reopen_and_read(&storage, config()),
+                &expected(0..kept + 30),
+                &format!("{what}: continued"),
+            );
+        }
+    }
+}
