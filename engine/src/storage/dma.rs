@@ -29,6 +29,37 @@ impl DmaStorage {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+
+    /// Makes glommio's per-thread poll-ring probe run against a file with data.
+    ///
+    /// glommio 0.9 decides once per thread and device whether reads may use the
+    /// io_uring poll ring, by reading 512 bytes at offset 0 of the first DMA file
+    /// it opens there. If that file is empty (a freshly created segment), the read
+    /// succeeds without touching the device, glommio caches "poll ring works", and
+    /// every later read on a device without iopoll (virtio, most SATA) fails with
+    /// EOPNOTSUPP. Opening a small file with real data first caches the truth.
+    async fn prime_iopoll_probe(&self) -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        thread_local! {
+            static PRIMED: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let dev = fs::metadata(&self.dir)?.dev();
+        if PRIMED.with(|p| p.borrow().contains(&dev)) {
+            return Ok(());
+        }
+        let probe = self.dir.join(".iopoll-probe");
+        {
+            use std::io::Write;
+            let mut f = fs::File::create(&probe)?;
+            f.write_all(&[0x5a; 4096])?;
+            f.sync_all()?;
+        }
+        let file = DmaFile::open(&probe).await.map_err(to_io)?;
+        file.close().await.map_err(to_io)?;
+        fs::remove_file(&probe)?;
+        PRIMED.with(|p| p.borrow_mut().push(dev));
+        Ok(())
+    }
 }
 
 /// An open O_DIRECT file.
@@ -55,6 +86,7 @@ impl Storage for DmaStorage {
     }
 
     async fn create(&self, name: &str) -> io::Result<DmaFileHandle> {
+        self.prime_iopoll_probe().await?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
