@@ -33,7 +33,7 @@ impl LogConfig {
     pub fn new(shard: u32) -> LogConfig {
         LogConfig {
             shard,
-            segment_bytes: 1 << 30,
+            segment_bytes: 256 << 20,
             max_unsynced_bytes: 32 << 20,
         }
     }
