@@ -17,7 +17,10 @@ use ringfeed_engine::storage::DmaStorage;
 use ringfeed_engine::{Kind, Log, LogConfig, Record, Signatures};
 
 #[derive(Parser)]
-#[command(name = "ringfeed-bench", about = "ringfeed benchmark programs (print figures)")]
+#[command(
+    name = "ringfeed-bench",
+    about = "ringfeed benchmark programs (print figures)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -60,15 +63,28 @@ enum Command {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
-        Command::LogAppend { dir, sizes_kib, mib, reps, event_bytes } => {
+        Command::LogAppend {
+            dir,
+            sizes_kib,
+            mib,
+            reps,
+            event_bytes,
+        } => {
             if sizes_kib.iter().any(|&k| k == 0 || k % 4 != 0) || reps == 0 {
                 bail!("sizes must be positive multiples of 4 KiB and reps at least 1");
             }
-            on_glommio(move || async move { log_append(&dir, &sizes_kib, mib << 20, reps, event_bytes).await })
+            on_glommio(move || async move {
+                log_append(&dir, &sizes_kib, mib << 20, reps, event_bytes).await
+            })
         }
-        Command::LogRecovery { dir, mib, segment_mib, reps } => {
-            on_glommio(move || async move { log_recovery(&dir, mib << 20, segment_mib << 20, reps).await })
-        }
+        Command::LogRecovery {
+            dir,
+            mib,
+            segment_mib,
+            reps,
+        } => on_glommio(move || async move {
+            log_recovery(&dir, mib << 20, segment_mib << 20, reps).await
+        }),
     }
 }
 
@@ -107,8 +123,12 @@ impl Run {
 async fn raw_run(dir: &Path, size: usize, total: u64) -> Result<Run> {
     let path = dir.join("raw.dat");
     let _ = std::fs::remove_file(&path);
-    let file = DmaFile::create(&path).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    file.pre_allocate(total + size as u64, false).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let file = DmaFile::create(&path)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    file.pre_allocate(total + size as u64, false)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut latency = Histogram::new(3)?;
     let mut timed = Duration::ZERO;
     let mut pos = 0;
@@ -118,7 +138,9 @@ async fn raw_run(dir: &Path, size: usize, total: u64) -> Result<Run> {
         let mut buf = file.alloc_dma_buffer(size);
         buf.as_bytes_mut().fill(0x5a);
         let t = Instant::now();
-        file.write_at(buf, pos).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        file.write_at(buf, pos)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         file.fdatasync().await.map_err(|e| anyhow::anyhow!("{e}"))?;
         let dt = t.elapsed();
         timed += dt;
@@ -128,7 +150,11 @@ async fn raw_run(dir: &Path, size: usize, total: u64) -> Result<Run> {
     let elapsed = timed;
     file.close().await.map_err(|e| anyhow::anyhow!("{e}"))?;
     std::fs::remove_file(&path)?;
-    Ok(Run { bytes: pos, elapsed, latency })
+    Ok(Run {
+        bytes: pos,
+        elapsed,
+        latency,
+    })
 }
 
 /// Framed: the engine's log, chunks of `size` bytes filled with records,
@@ -180,7 +206,14 @@ async fn framed_run(dir: &Path, size: usize, total: u64, event_bytes: usize) -> 
     }
     drop(log);
     std::fs::remove_dir_all(&log_dir)?;
-    Ok((Run { bytes: written, elapsed: timed, latency }, records))
+    Ok((
+        Run {
+            bytes: written,
+            elapsed: timed,
+            latency,
+        },
+        records,
+    ))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -188,13 +221,27 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-async fn log_append(dir: &Path, sizes_kib: &[usize], total: u64, reps: usize, event_bytes: usize) -> Result<()> {
+async fn log_append(
+    dir: &Path,
+    sizes_kib: &[usize],
+    total: u64,
+    reps: usize,
+    event_bytes: usize,
+) -> Result<()> {
     fresh_dir(dir)?;
     println!("# log-append: {} MiB per size and rep, {reps} reps interleaved, write + fdatasync per chunk (only those timed), {event_bytes}-byte payloads", total >> 20);
     println!("# dir: {} ({})", dir.canonicalize()?.display(), machine());
     println!(
         "{:>8} | {:>10} {:>9} {:>9} | {:>10} {:>9} {:>9} {:>10} | {:>6}",
-        "chunk", "raw MB/s", "p50 us", "p99 us", "log MB/s", "p50 us", "p99 us", "events/s", "ratio"
+        "chunk",
+        "raw MB/s",
+        "p50 us",
+        "p99 us",
+        "log MB/s",
+        "p50 us",
+        "p99 us",
+        "events/s",
+        "ratio"
     );
     for &kib in sizes_kib {
         let size = kib << 10;
@@ -235,7 +282,11 @@ async fn log_append(dir: &Path, sizes_kib: &[usize], total: u64, reps: usize, ev
 
 async fn log_recovery(dir: &Path, total: u64, segment_bytes: u64, reps: usize) -> Result<()> {
     fresh_dir(dir)?;
-    let config = LogConfig { shard: 0, segment_bytes, max_unsynced_bytes: 32 << 20 };
+    let config = LogConfig {
+        shard: 0,
+        segment_bytes,
+        max_unsynced_bytes: 32 << 20,
+    };
     let (mut log, _) = Log::open(DmaStorage::open(dir)?, config.clone()).await?;
     let payload = vec![0x42u8; 200];
     let mut ts = 1i64;
@@ -267,7 +318,11 @@ async fn log_recovery(dir: &Path, total: u64, segment_bytes: u64, reps: usize) -
     let records = log.next_offset();
     // No clean close: measure recovery as after a crash (residue scan included).
     drop(log);
-    eprintln!("# wrote {} MiB ({records} records) in {:.1} s", total >> 20, started.elapsed().as_secs_f64());
+    eprintln!(
+        "# wrote {} MiB ({records} records) in {:.1} s",
+        total >> 20,
+        started.elapsed().as_secs_f64()
+    );
     println!("# log-recovery (after a crash, no clean close): {} MiB of 1 MiB chunks, {} MiB segments, {records} records ({})", total >> 20, segment_bytes >> 20, machine());
     let mut times = Vec::new();
     for rep in 0..reps {
@@ -287,7 +342,11 @@ async fn log_recovery(dir: &Path, total: u64, segment_bytes: u64, reps: usize) -
         times.push(dt);
         drop(log);
     }
-    println!("median open: {:.3} s for {} MiB", median(times), total >> 20);
+    println!(
+        "median open: {:.3} s for {} MiB",
+        median(times),
+        total >> 20
+    );
     std::fs::remove_dir_all(dir)?;
     Ok(())
 }

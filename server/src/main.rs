@@ -16,7 +16,11 @@ use ringfeed_engine::storage::DmaStorage;
 use ringfeed_engine::{Log, LogConfig};
 
 #[derive(Parser)]
-#[command(name = "ringfeed", version, about = "A thread-per-core change-feed storage engine")]
+#[command(
+    name = "ringfeed",
+    version,
+    about = "A thread-per-core change-feed storage engine"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -47,8 +51,14 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let result = match Cli::parse().command {
-        Command::Serve { data_dir, listen, shards } => {
-            let shards = shards.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
+        Command::Serve {
+            data_dir,
+            listen,
+            shards,
+        } => {
+            let shards = shards.unwrap_or_else(|| {
+                std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+            });
             serve(&data_dir, &listen, shards)
         }
         Command::Inspect { data_dir } => inspect(&data_dir),
@@ -63,11 +73,14 @@ fn main() -> std::process::ExitCode {
 }
 
 fn shard_dirs(data_dir: &Path, shards: u32) -> Vec<(u32, PathBuf)> {
-    (0..shards).map(|s| (s, data_dir.join(format!("shard-{s:03}")))).collect()
+    (0..shards)
+        .map(|s| (s, data_dir.join(format!("shard-{s:03}"))))
+        .collect()
 }
 
 fn serve(data_dir: &Path, listen: &str, shards: u32) -> Result<()> {
-    std::fs::create_dir_all(data_dir).with_context(|| format!("creating data dir {}", data_dir.display()))?;
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("creating data dir {}", data_dir.display()))?;
     let (stop_tx, stop_rx) = flume::bounded::<()>(1);
     let (ready_tx, ready_rx) = flume::bounded::<Result<(), String>>(1);
     let dirs = shard_dirs(data_dir, shards);
@@ -77,8 +90,11 @@ fn serve(data_dir: &Path, listen: &str, shards: u32) -> Result<()> {
             let mut logs = Vec::new();
             for (shard, dir) in dirs {
                 let opened = async {
-                    let storage = DmaStorage::open(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-                    Log::open(storage, LogConfig::new(shard)).await.map_err(|e| format!("shard {shard}: {e}"))
+                    let storage =
+                        DmaStorage::open(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                    Log::open(storage, LogConfig::new(shard))
+                        .await
+                        .map_err(|e| format!("shard {shard}: {e}"))
                 }
                 .await;
                 match opened {
@@ -88,9 +104,14 @@ fn serve(data_dir: &Path, listen: &str, shards: u32) -> Result<()> {
                             report.segments,
                             report.records,
                             report.next_offset,
-                            if report.clean_close { ", closed cleanly" } else { "" },
+                            if report.clean_close {
+                                ", closed cleanly"
+                            } else {
+                                ""
+                            },
                             match &report.truncated {
-                                Some((seg, t)) => format!(", torn tail cut at {seg}:{}", t.position),
+                                Some((seg, t)) =>
+                                    format!(", torn tail cut at {seg}:{}", t.position),
                                 None => String::new(),
                             }
                         );
@@ -123,11 +144,16 @@ fn serve(data_dir: &Path, listen: &str, shards: u32) -> Result<()> {
         "ringfeed: data dir {} open with {shards} shard(s); the gRPC service for {listen} is not implemented yet. Ctrl-C to stop.",
         data_dir.display()
     );
-    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
-        .context("installing signal handlers")?;
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])
+    .context("installing signal handlers")?;
     signals.forever().next();
     let _ = stop_tx.send(());
-    executor.join().map_err(|e| anyhow::anyhow!("shard executor: {e:?}"))?;
+    executor
+        .join()
+        .map_err(|e| anyhow::anyhow!("shard executor: {e:?}"))?;
     println!("ringfeed: closed cleanly");
     Ok(())
 }
@@ -140,7 +166,10 @@ fn inspect(data_dir: &Path) -> Result<()> {
     for entry in std::fs::read_dir(data_dir)? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if let Some(n) = name.strip_prefix("shard-").and_then(|n| n.parse::<u32>().ok()) {
+        if let Some(n) = name
+            .strip_prefix("shard-")
+            .and_then(|n| n.parse::<u32>().ok())
+        {
             shard_dirs.push((n, entry.path()));
         }
     }
@@ -152,10 +181,17 @@ fn inspect(data_dir: &Path) -> Result<()> {
         .spawn(move || async move {
             for (shard, dir) in shard_dirs {
                 let storage = DmaStorage::open(&dir).map_err(|e| e.to_string())?;
-                let (log, report) = Log::open(storage, LogConfig::new(shard)).await.map_err(|e| format!("shard {shard}: {e}"))?;
-                println!("shard {shard}: next offset {}, retained {:?}", report.next_offset, log.retained());
+                let (log, report) = Log::open(storage, LogConfig::new(shard))
+                    .await
+                    .map_err(|e| format!("shard {shard}: {e}"))?;
+                println!(
+                    "shard {shard}: next offset {}, retained {:?}",
+                    report.next_offset,
+                    log.retained()
+                );
                 for name in log.segment_names() {
-                    let first: u64 = ringfeed_engine::segment::parse_segment_name(&name).unwrap_or(0);
+                    let first: u64 =
+                        ringfeed_engine::segment::parse_segment_name(&name).unwrap_or(0);
                     let chunks: Vec<_> = log.chunks().filter(|c| c.segment == first).collect();
                     let records: u64 = chunks.iter().map(|c| u64::from(c.entry.record_count)).sum();
                     println!("  {name}: {} chunk(s), {records} record(s)", chunks.len());
