@@ -294,25 +294,58 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>> ChunkBuilder<B> {
     /// `alignment`. Returns the buffer and the chunk's length on disk.
     /// The buffer must have room for the padding: allocate it aligned.
     pub fn finish(mut self, synced_through: u64, alignment: usize) -> (B, ChunkHeader, usize) {
-        let body_len = self.len - CHUNK_HEADER_LEN;
-        let buf = self.buf.as_mut();
+        let describe = ChunkDescription {
+            shard: self.shard,
+            first_offset: self.first_offset,
+            record_count: self.count,
+            first_ts: self.first_ts,
+            last_ts: self.last_ts,
+            body_len: self.len - CHUNK_HEADER_LEN,
+        };
+        let (header, disk_len) = describe.frame(self.buf.as_mut(), synced_through, alignment);
+        (self.buf, header, disk_len)
+    }
+}
+
+/// What a chunk holds, before it is framed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkDescription {
+    pub shard: u32,
+    pub first_offset: u64,
+    pub record_count: u32,
+    pub first_ts: i64,
+    pub last_ts: i64,
+    pub body_len: usize,
+}
+
+impl ChunkDescription {
+    /// Frames a chunk in place: `out` holds the body at `CHUNK_HEADER_LEN..`;
+    /// writes the header (checksums included) and zero padding up to
+    /// `alignment`. Returns the header and the chunk's length on disk.
+    pub fn frame(
+        &self,
+        out: &mut [u8],
+        synced_through: u64,
+        alignment: usize,
+    ) -> (ChunkHeader, usize) {
+        let end = CHUNK_HEADER_LEN + self.body_len;
         let header = ChunkHeader {
             flags: 0,
             shard: self.shard,
-            record_count: self.count,
+            record_count: self.record_count,
             first_offset: self.first_offset,
             first_ts: self.first_ts,
             last_ts: self.last_ts,
-            body_len: body_len as u32,
-            body_crc: crc32c::crc32c(&buf[CHUNK_HEADER_LEN..self.len]),
+            body_len: self.body_len as u32,
+            body_crc: crc32c::crc32c(&out[CHUNK_HEADER_LEN..end]),
             synced_through,
         };
         let mut h = [0u8; CHUNK_HEADER_LEN];
         header.encode(&mut h);
-        buf[..CHUNK_HEADER_LEN].copy_from_slice(&h);
-        let disk_len = align_up(self.len, alignment);
-        buf[self.len..disk_len].fill(0);
-        (self.buf, header, disk_len)
+        out[..CHUNK_HEADER_LEN].copy_from_slice(&h);
+        let disk_len = align_up(end, alignment);
+        out[end..disk_len].fill(0);
+        (header, disk_len)
     }
 }
 

@@ -12,9 +12,11 @@ pub mod log;
 pub mod record;
 pub mod retention;
 pub mod segment;
+mod shared_buf;
 pub mod storage;
+pub mod window;
 
 pub use error::{LogError, RecoveryError};
-pub use log::{ChunkLocation, Log, LogConfig, RecoveryReport};
+pub use log::{ChunkImage, ChunkLocation, Log, LogConfig, RecoveryReport};
 pub use record::{Kind, Record, Signatures};
 pub use retention::{RetentionOutcome, RetentionPolicy};

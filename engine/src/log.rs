@@ -8,7 +8,9 @@
 //! before its successor is created; and after any failed write or sync the log
 //! latches and acknowledges nothing more until reopened.
 
-use crate::chunk::{align_up, ChunkBuilder, ChunkHeader, CHUNK_HEADER_LEN, FLAG_SEAL};
+use crate::chunk::{
+    align_up, ChunkBuilder, ChunkDescription, ChunkHeader, CHUNK_HEADER_LEN, FLAG_SEAL,
+};
 use crate::error::{LogError, RecoveryError};
 use crate::record::Record;
 use crate::segment::index::{ChunkEntry, SegmentIndex};
@@ -37,6 +39,15 @@ impl LogConfig {
             max_unsynced_bytes: 32 << 20,
         }
     }
+}
+
+/// A chunk to write whose records are framed elsewhere. The shard field of
+/// the description is ignored: the log writes its own.
+#[derive(Clone, Copy, Debug)]
+pub struct ChunkImage<'a> {
+    pub description: ChunkDescription,
+    /// The records, back to back.
+    pub body: &'a [u8],
 }
 
 /// A chunk's place in the log.
@@ -257,24 +268,7 @@ impl<S: Storage> Log<S> {
                 found_ts: first_ts,
             });
         }
-        let header = self.active().header;
-        let disk_len = align_up(chunk.len(), header.alignment as usize) as u64;
-        let bound = header
-            .max_unsynced_bytes
-            .min(self.config.max_unsynced_bytes);
-        if disk_len > bound || disk_len + SEGMENT_HEADER_BLOCK as u64 > self.config.segment_bytes {
-            return Err(LogError::ChunkTooLarge {
-                len: disk_len as usize,
-                segment_bytes: self.config.segment_bytes,
-                max_unsynced: bound,
-            });
-        }
-        if self.write_pos + disk_len > header.segment_bytes {
-            self.rotate().await?;
-        }
-        if self.write_pos + disk_len - self.synced_pos > bound {
-            self.sync().await?;
-        }
+        self.make_room(chunk.len()).await?;
         let active = self
             .segments
             .last_mut()
@@ -290,6 +284,116 @@ impl<S: Storage> Log<S> {
         self.next_offset = header.end_offset();
         self.last_ts = Some(header.last_ts);
         Ok(entry)
+    }
+
+    /// Writes chunks whose records were framed elsewhere (a shard's windows),
+    /// as few aligned writes as the segment and the unsynced bound allow:
+    /// group commit. Durable once a later [`Log::sync`] returns.
+    pub async fn append_chunks(&mut self, chunks: &[ChunkImage<'_>]) -> Result<(), LogError> {
+        self.check_latched()?;
+        let mut expected = self.next_offset;
+        let mut last_ts = self.last_ts;
+        for c in chunks {
+            let d = &c.description;
+            if d.record_count == 0 {
+                return Err(LogError::EmptyChunk);
+            }
+            assert_eq!(
+                d.body_len,
+                c.body.len(),
+                "a chunk image's description matches its body"
+            );
+            if d.first_offset != expected || last_ts.is_some_and(|t| d.first_ts <= t) {
+                return Err(LogError::OutOfOrder {
+                    expected,
+                    found: d.first_offset,
+                    last_ts,
+                    found_ts: d.first_ts,
+                });
+            }
+            expected = d.first_offset + u64::from(d.record_count);
+            last_ts = Some(d.last_ts);
+        }
+        let mut i = 0;
+        while i < chunks.len() {
+            let mut total = self
+                .make_room(CHUNK_HEADER_LEN + chunks[i].body.len())
+                .await?;
+            let header = self.active().header;
+            let bound = header
+                .max_unsynced_bytes
+                .min(self.config.max_unsynced_bytes);
+            let alignment = header.alignment as usize;
+            let mut end = i + 1;
+            while let Some(next) = chunks.get(end) {
+                let len = align_up(CHUNK_HEADER_LEN + next.body.len(), alignment) as u64;
+                let stop = self.write_pos + total + len;
+                if stop > header.segment_bytes || stop - self.synced_pos > bound {
+                    break;
+                }
+                total += len;
+                end += 1;
+            }
+            let (position, synced_through, shard) =
+                (self.write_pos, self.synced_pos, self.config.shard);
+            let active = self
+                .segments
+                .last_mut()
+                .expect("the log always has a segment");
+            let mut buf = active.file.alloc(total as usize);
+            let mut at = 0;
+            let mut entries = Vec::with_capacity(end - i);
+            for c in &chunks[i..end] {
+                let out = &mut buf.as_mut()[at..];
+                out[CHUNK_HEADER_LEN..CHUNK_HEADER_LEN + c.body.len()].copy_from_slice(c.body);
+                let description = ChunkDescription {
+                    shard,
+                    ..c.description
+                };
+                let (h, len) = description.frame(out, synced_through, alignment);
+                entries.push(ChunkEntry::new(&h, position + at as u64, len));
+                at += len;
+            }
+            if let Err(source) = active.file.write_at(buf, total as usize, position).await {
+                return Err(self.latch("writing chunks", source));
+            }
+            let active = self
+                .segments
+                .last_mut()
+                .expect("the log always has a segment");
+            for entry in entries {
+                active.index.push(entry);
+                self.next_offset = entry.end_offset();
+                self.last_ts = Some(entry.last_ts);
+            }
+            self.write_pos += total;
+            i = end;
+        }
+        Ok(())
+    }
+
+    /// Rotates and syncs as needed so a chunk of `framed_len` bytes (header and
+    /// body) can be written next; returns its length on disk.
+    async fn make_room(&mut self, framed_len: usize) -> Result<u64, LogError> {
+        let header = self.active().header;
+        let disk_len = align_up(framed_len, header.alignment as usize) as u64;
+        let bound = header
+            .max_unsynced_bytes
+            .min(self.config.max_unsynced_bytes);
+        if disk_len > bound || disk_len + SEGMENT_HEADER_BLOCK as u64 > self.config.segment_bytes {
+            return Err(LogError::ChunkTooLarge {
+                len: disk_len as usize,
+                segment_bytes: self.config.segment_bytes,
+                max_unsynced: bound,
+            });
+        }
+        if self.write_pos + disk_len > self.active().header.segment_bytes {
+            self.rotate().await?;
+        }
+        if self.write_pos + disk_len - self.synced_pos > bound {
+            self.sync().await?;
+        }
+        Ok(disk_len)
     }
 
     /// fdatasync of the active segment. Returns the offset below which every
