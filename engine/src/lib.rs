@@ -1,4 +1,4 @@
-//! ringfeed's storage engine: records, chunks, segments, recovery, look-ups
+//! ringfeed's storage engine: shards (rings of windows, stamping, flushing) and, under them, records, chunks, segments, recovery, look-ups
 //! and retention for one shard's log, behind an I/O seam that has a glommio
 //! O_DIRECT implementation and a fault-injecting in-memory one. No gRPC here.
 //!
@@ -7,16 +7,27 @@
 #![deny(unsafe_code)]
 
 pub mod chunk;
+pub mod clock;
+mod engine;
 pub mod error;
+pub mod event;
 pub mod log;
 pub mod record;
 pub mod retention;
+mod ring;
 pub mod segment;
+mod shard;
 mod shared_buf;
 pub mod storage;
+pub mod watermark;
 pub mod window;
 
+pub use engine::{Engine, EngineConfig, EngineError};
 pub use error::{LogError, RecoveryError};
+pub use event::{AppendError, Durability, Limits, NewEvent, Position};
 pub use log::{ChunkImage, ChunkLocation, Log, LogConfig, RecoveryReport};
 pub use record::{Kind, Record, Signatures};
 pub use retention::{RetentionOutcome, RetentionPolicy};
+pub use ring::RingView;
+pub use shard::ShardShared;
+pub use watermark::{WatermarkSnapshot, Watermarks};

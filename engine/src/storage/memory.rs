@@ -7,8 +7,9 @@
 //! Faults are counted in operations of one kind from the moment they are set:
 //! fail the N-th write or sync, tear the N-th write after K bytes (the process
 //! "dies" there: every later operation fails until `power_loss`), or halt after
-//! N operations of any kind. Every future completes at once: drive it with
-//! [`block_on`] or from any executor.
+//! N operations of any kind. Every future completes at once, except syncs
+//! while [`MemStorage::stall_syncs`] holds them: drive them with [`block_on`]
+//! or from any executor.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -59,6 +60,8 @@ struct State {
     syncs: u64,
     ops: u64,
     halted: bool,
+    syncs_stalled: bool,
+    stalled: Vec<Waker>,
 }
 
 impl State {
@@ -114,6 +117,18 @@ impl MemStorage {
         s.writes = 0;
         s.syncs = 0;
         s.ops = 0;
+    }
+
+    /// While stalled, every sync waits (the disk hangs); un-stalling releases them.
+    pub fn stall_syncs(&self, stalled: bool) {
+        let wakers = {
+            let mut s = self.lock();
+            s.syncs_stalled = stalled;
+            std::mem::take(&mut s.stalled)
+        };
+        for waker in wakers {
+            waker.wake();
+        }
     }
 
     /// Operations performed since the faults were last set.
@@ -266,6 +281,25 @@ impl Storage for MemStorage {
     }
 }
 
+/// Pends while syncs are stalled.
+struct SyncGate<'a> {
+    state: &'a Mutex<State>,
+}
+
+impl Future for SyncGate<'_> {
+    type Output = ();
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut s = lock(self.state);
+        if s.syncs_stalled {
+            s.stalled.push(cx.waker().clone());
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    }
+}
+
 /// Alignment the in-memory files demand, as a common device would.
 const MEM_ALIGNMENT: usize = 512;
 
@@ -324,6 +358,7 @@ impl StorageFile for MemFile {
     }
 
     async fn sync(&self) -> io::Result<()> {
+        SyncGate { state: &self.state }.await;
         let mut s = lock(&self.state);
         s.op()?;
         let index = s.syncs;

@@ -177,3 +177,82 @@ pub fn seeds(count: u64) -> Vec<u64> {
         Err(_) => (1..=count).map(|i| i * 0x9E37_79B9).collect(),
     }
 }
+
+// ---- helpers for engine-level tests ----
+
+use std::sync::Arc;
+
+use ringfeed_engine::clock::{Clock, SystemClock};
+use ringfeed_engine::{Engine, EngineConfig, Limits, NewEvent};
+
+/// An event in `dir` whose payload names `id`.
+pub fn event(dir: &str, id: u64) -> NewEvent {
+    NewEvent {
+        directory: dir.to_string(),
+        new_name: format!("f{id}"),
+        payload: format!("payload-{id}").into_bytes(),
+        ..Default::default()
+    }
+}
+
+/// Small windows and bounds, so tests exercise sealing, flushing and eviction.
+pub fn small_engine_config(shards: u32) -> EngineConfig {
+    EngineConfig {
+        data_dir: "unused".into(),
+        shards,
+        window_bytes: 64 << 10,
+        ring_bytes: 1 << 20,
+        max_unflushed_bytes: 256 << 10,
+        flush_interval: std::time::Duration::from_millis(5),
+        append_timeout: std::time::Duration::from_secs(2),
+        segment_bytes: 1 << 20,
+        limits: Limits {
+            max_event_bytes: 16 << 10,
+            ..Limits::default()
+        },
+        ..EngineConfig::default()
+    }
+}
+
+pub fn mem_engine(config: EngineConfig, storages: &[MemStorage]) -> Engine {
+    mem_engine_with_clock(config, storages, Arc::new(SystemClock))
+}
+
+pub fn mem_engine_with_clock(
+    config: EngineConfig,
+    storages: &[MemStorage],
+    clock: Arc<dyn Clock>,
+) -> Engine {
+    let storages = storages.to_vec();
+    Engine::open_with(config, clock, move |shard| storages[shard as usize].clone())
+        .expect("engine opens")
+}
+
+/// Every record of one shard's log as stored (open the log directly).
+pub fn stored_records(storage: &MemStorage, shard: u32) -> Vec<(u64, i64, Vec<u8>)> {
+    let config = LogConfig {
+        shard,
+        segment_bytes: 1 << 20,
+        max_unsynced_bytes: 4 << 20,
+    };
+    let (log, _) = block_on(Log::open(storage.clone(), config)).expect("shard log reopens");
+    let mut out = Vec::new();
+    for location in log.chunks().collect::<Vec<_>>() {
+        let buf = block_on(log.read_chunk(&location)).unwrap();
+        let header = chunk::ChunkHeader::decode(&buf).unwrap();
+        for rec in chunk::records(chunk::body_of(&buf, &header).unwrap()) {
+            let rec = rec.unwrap();
+            out.push((rec.offset, rec.ts, rec.payload.to_vec()));
+        }
+    }
+    out
+}
+
+/// Waits for `cond` up to `limit`, polling; panics with `what` if it never holds.
+pub fn wait_until(limit: std::time::Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}

@@ -1,0 +1,457 @@
+//! The engine: shards on their own glommio executors, reached from any thread.
+//!
+//! `Engine::open` checks `DATA/ringfeed.meta` (format version and shard
+//! count), starts one executor per shard, and waits until every shard has
+//! recovered its log. Appends are validated as a whole, routed to shards by a
+//! hash of their directory (so one directory's events keep their order), sent
+//! over flume channels, and answered on one-shot replies, so callers can be
+//! plain threads or tokio tasks.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use glommio::{ExecutorJoinHandle, LocalExecutorBuilder, Placement};
+use thiserror::Error;
+
+use crate::clock::{Clock, SystemClock};
+use crate::event::{validate_batch, AppendError, Durability, Limits, NewEvent, Position};
+use crate::log::{LogConfig, RecoveryReport};
+use crate::retention::RetentionPolicy;
+use crate::segment::FORMAT_VERSION;
+use crate::shard::{self, Command, ShardConfig, ShardShared};
+use crate::storage::{DmaStorage, Storage};
+use crate::RecoveryError;
+
+/// Everything the engine needs to open. `Default` gives the production defaults.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub data_dir: PathBuf,
+    pub shards: u32,
+    /// Pin shard `i` to `cpus[i % cpus.len()]`; `None` leaves shards unbound.
+    pub cpus: Option<Vec<usize>>,
+    /// Capacity of one in-memory window (and the largest chunk a window becomes).
+    pub window_bytes: usize,
+    /// Window memory per shard; flushed windows beyond it are evicted.
+    pub ring_bytes: usize,
+    /// Record bytes per shard not yet durable; appends wait past it.
+    pub max_unflushed_bytes: usize,
+    /// Longest a memory-acknowledged event stays unflushed while the shard is idle.
+    pub flush_interval: Duration,
+    /// How long an append waits on a full flush queue before failing with `ResourceExhausted`.
+    pub append_timeout: Duration,
+    pub segment_bytes: u64,
+    pub retention: RetentionPolicy,
+    pub retention_interval: Duration,
+    pub limits: Limits,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            data_dir: PathBuf::from("./ringfeed-data"),
+            shards: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            cpus: None,
+            window_bytes: 1 << 20,
+            ring_bytes: 64 << 20,
+            max_unflushed_bytes: 16 << 20,
+            flush_interval: Duration::from_millis(10),
+            append_timeout: Duration::from_secs(5),
+            segment_bytes: 256 << 20,
+            retention: RetentionPolicy::default(),
+            retention_interval: Duration::from_secs(60),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// Why the engine could not open.
+#[derive(Debug, Error)]
+pub enum EngineError {
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error(
+        "{path} was created with {found} shard(s) but {configured} are configured; \
+         events are routed by shard, so a data dir keeps its shard count (use --shards {found}, or a new data dir)"
+    )]
+    ShardCountMismatch {
+        path: PathBuf,
+        found: u32,
+        configured: u32,
+    },
+    #[error("{path} is not a ringfeed meta file of a known format: {reason}")]
+    BadMeta { path: PathBuf, reason: String },
+    #[error("shard {shard}: {source}")]
+    Recovery {
+        shard: u32,
+        #[source]
+        source: RecoveryError,
+    },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("shard {shard} executor: {reason}")]
+    Executor { shard: u32, reason: String },
+}
+
+struct ShardHandle {
+    commands: Option<flume::Sender<Command>>,
+    shared: Arc<ShardShared>,
+    thread: Option<ExecutorJoinHandle<()>>,
+}
+
+/// A running engine. Dropping it shuts the shards down cleanly (flush, sync, close).
+pub struct Engine {
+    shards: Vec<ShardHandle>,
+    limits: Limits,
+    reports: Vec<RecoveryReport>,
+}
+
+const META_FILE: &str = "ringfeed.meta";
+
+impl Engine {
+    /// Opens the data dir with O_DIRECT storage, one `shard-NNN` directory per shard.
+    pub fn open(config: EngineConfig) -> Result<Engine, EngineError> {
+        validate(&config)?;
+        std::fs::create_dir_all(&config.data_dir).map_err(|source| EngineError::Io {
+            what: format!("creating {}", config.data_dir.display()),
+            source,
+        })?;
+        check_meta(&config.data_dir, config.shards)?;
+        let dir = config.data_dir.clone();
+        Engine::open_with(config, Arc::new(SystemClock), move |shard| {
+            DmaStorage::open(dir.join(format!("shard-{shard:03}")))
+                .expect("the data dir was just created")
+        })
+    }
+
+    /// Opens with a storage per shard made by `storage` (on the shard's thread)
+    /// and a given clock. No meta file is involved.
+    pub fn open_with<S, F>(
+        config: EngineConfig,
+        clock: Arc<dyn Clock>,
+        storage: F,
+    ) -> Result<Engine, EngineError>
+    where
+        S: Storage + 'static,
+        F: Fn(u32) -> S + Send + Clone + 'static,
+    {
+        validate(&config)?;
+        let mut shards = Vec::new();
+        let mut readies = Vec::new();
+        for id in 0..config.shards {
+            let shared = Arc::new(ShardShared::new(id));
+            let (tx, rx) = flume::unbounded();
+            let (ready_tx, ready_rx) = flume::bounded(1);
+            let shard_config = shard_config(&config, id);
+            let placement = match &config.cpus {
+                Some(cpus) if !cpus.is_empty() => Placement::Fixed(cpus[id as usize % cpus.len()]),
+                _ => Placement::Unbound,
+            };
+            let (make, shared2, clock2) = (storage.clone(), shared.clone(), clock.clone());
+            let thread = LocalExecutorBuilder::new(placement)
+                .name(&format!("ringfeed-shard-{id}"))
+                .spawn(move || async move {
+                    shard::run(make(id), shard_config, shared2, clock2, rx, ready_tx).await;
+                })
+                .map_err(|e| EngineError::Executor {
+                    shard: id,
+                    reason: e.to_string(),
+                })?;
+            shards.push(ShardHandle {
+                commands: Some(tx),
+                shared,
+                thread: Some(thread),
+            });
+            readies.push(ready_rx);
+        }
+        let mut engine = Engine {
+            shards,
+            limits: config.limits,
+            reports: Vec::new(),
+        };
+        for (id, ready) in readies.into_iter().enumerate() {
+            match ready.recv() {
+                Ok(Ok(report)) => engine.reports.push(report),
+                Ok(Err(source)) => {
+                    return Err(EngineError::Recovery {
+                        shard: id as u32,
+                        source,
+                    })
+                }
+                Err(_) => {
+                    return Err(EngineError::Executor {
+                        shard: id as u32,
+                        reason: "stopped while opening".into(),
+                    })
+                }
+            }
+        }
+        Ok(engine)
+    }
+
+    pub fn shard_count(&self) -> u32 {
+        self.shards.len() as u32
+    }
+
+    /// What recovery found in each shard's log at open.
+    pub fn recovery_reports(&self) -> &[RecoveryReport] {
+        &self.reports
+    }
+
+    /// A shard's watermarks, ring view and wake-up events.
+    pub fn shard(&self, id: u32) -> &Arc<ShardShared> {
+        &self.shards[id as usize].shared
+    }
+
+    /// The shard a directory's events go to. Stable across restarts.
+    pub fn shard_for(&self, directory: &str) -> u32 {
+        crc32c::crc32c(directory.as_bytes()) % self.shard_count()
+    }
+
+    /// Appends a batch. All of it is validated first; an invalid batch appends
+    /// nothing. Returns each event's position, in the batch's order.
+    ///
+    /// A batch spanning several shards is appended per shard: if one shard
+    /// fails (back-pressure, I/O failure), events routed to others may still
+    /// have been appended.
+    pub async fn append(
+        &self,
+        events: Vec<NewEvent>,
+        durability: Durability,
+    ) -> Result<Vec<Position>, AppendError> {
+        validate_batch(&events, &self.limits)?;
+        let count = events.len();
+        let mut per_shard: Vec<(Vec<usize>, Vec<NewEvent>, usize)> = (0..self.shards.len())
+            .map(|_| (Vec::new(), Vec::new(), 0))
+            .collect();
+        for (index, event) in events.into_iter().enumerate() {
+            let part = &mut per_shard[self.shard_for(&event.directory) as usize];
+            part.2 += event.record_len();
+            part.0.push(index);
+            part.1.push(event);
+        }
+        let mut pending = Vec::new();
+        for (shard, (indexes, events, bytes)) in per_shard.into_iter().enumerate() {
+            if events.is_empty() {
+                continue;
+            }
+            let (reply, answer) = flume::bounded(1);
+            self.send(
+                shard,
+                Command::Append {
+                    events,
+                    bytes,
+                    durability,
+                    reply,
+                },
+            )?;
+            pending.push((indexes, answer));
+        }
+        let mut positions = vec![None; count];
+        for (indexes, answer) in pending {
+            let got = answer
+                .recv_async()
+                .await
+                .map_err(|_| AppendError::ShutDown)??;
+            for (index, position) in indexes.into_iter().zip(got) {
+                positions[index] = Some(position);
+            }
+        }
+        Ok(positions
+            .into_iter()
+            .map(|p| p.expect("every event was answered"))
+            .collect())
+    }
+
+    /// [`Engine::append`] for callers that are not async.
+    pub fn append_blocking(
+        &self,
+        events: Vec<NewEvent>,
+        durability: Durability,
+    ) -> Result<Vec<Position>, AppendError> {
+        futures_lite::future::block_on(self.append(events, durability))
+    }
+
+    /// Makes everything committed so far durable, on every shard.
+    pub async fn flush(&self) -> Result<(), AppendError> {
+        let mut answers = Vec::new();
+        for shard in 0..self.shards.len() {
+            let (reply, answer) = flume::bounded(1);
+            self.send(shard, Command::Flush { reply })?;
+            answers.push(answer);
+        }
+        for answer in answers {
+            answer
+                .recv_async()
+                .await
+                .map_err(|_| AppendError::ShutDown)??;
+        }
+        Ok(())
+    }
+
+    fn send(&self, shard: usize, command: Command) -> Result<(), AppendError> {
+        let tx = self.shards[shard]
+            .commands
+            .as_ref()
+            .ok_or(AppendError::ShutDown)?;
+        tx.send(command).map_err(|_| AppendError::ShutDown)
+    }
+
+    /// Stops every shard after it has flushed, synced and closed its log.
+    pub fn shutdown(mut self) -> Result<(), EngineError> {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> Result<(), EngineError> {
+        for shard in &mut self.shards {
+            shard.commands.take();
+        }
+        let mut result = Ok(());
+        for (id, shard) in self.shards.iter_mut().enumerate() {
+            if let Some(thread) = shard.thread.take() {
+                if let Err(e) = thread.join() {
+                    result = Err(EngineError::Executor {
+                        shard: id as u32,
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        }
+        result
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+fn shard_config(config: &EngineConfig, shard: u32) -> ShardConfig {
+    ShardConfig {
+        log: LogConfig {
+            shard,
+            segment_bytes: config.segment_bytes,
+            // A flush round writes at most this much before syncing.
+            max_unsynced_bytes: (config.max_unflushed_bytes as u64)
+                .max(config.window_bytes as u64 * 4)
+                .max(4 << 20),
+        },
+        window_bytes: config.window_bytes,
+        ring_bytes: config.ring_bytes,
+        max_unflushed_bytes: config.max_unflushed_bytes,
+        flush_interval: config.flush_interval,
+        append_timeout: config.append_timeout,
+        retention: config.retention,
+        retention_interval: config.retention_interval,
+    }
+}
+
+fn validate(config: &EngineConfig) -> Result<(), EngineError> {
+    let bad = |m: String| Err(EngineError::Config(m));
+    if config.shards == 0 || config.shards > 1024 {
+        return bad(format!("shards must be 1..=1024, not {}", config.shards));
+    }
+    if config.window_bytes < 4096 || config.window_bytes > 64 << 20 {
+        return bad(format!(
+            "window_bytes must be 4 KiB..=64 MiB, not {}",
+            config.window_bytes
+        ));
+    }
+    if config.limits.max_event_bytes > config.window_bytes / 4 {
+        return bad(format!(
+            "max_event_bytes ({}) must be at most a quarter of window_bytes ({}), so sealed windows stay at least 3/4 full",
+            config.limits.max_event_bytes, config.window_bytes
+        ));
+    }
+    // Unflushed windows are at least 3/4 full, so they occupy at most 4/3 of the
+    // unflushed bytes, plus the active window and one being opened.
+    let needed = config.max_unflushed_bytes / 3 * 4 + 2 * config.window_bytes;
+    if config.ring_bytes < needed {
+        return bad(format!(
+            "ring_bytes ({}) must be at least 4/3 of max_unflushed_bytes plus two windows ({needed}), \
+             or unflushed windows could not all stay in the ring",
+            config.ring_bytes
+        ));
+    }
+    if config.max_unflushed_bytes < config.limits.max_event_bytes {
+        return bad("max_unflushed_bytes must hold at least one largest event".into());
+    }
+    if config.segment_bytes < (config.window_bytes as u64) * 4 + 8192 {
+        return bad(format!(
+            "segment_bytes ({}) must hold at least four windows",
+            config.segment_bytes
+        ));
+    }
+    if config.flush_interval.is_zero() {
+        return bad("flush_interval must be positive".into());
+    }
+    Ok(())
+}
+
+/// Creates `DATA/ringfeed.meta` on first open; afterwards refuses a different
+/// shard count or format version.
+fn check_meta(data_dir: &Path, shards: u32) -> Result<(), EngineError> {
+    let path = data_dir.join(META_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let bad = |reason: &str| EngineError::BadMeta {
+                path: path.clone(),
+                reason: reason.into(),
+            };
+            let mut version = None;
+            let mut found = None;
+            for line in text.lines() {
+                match line.split_once('=') {
+                    Some(("format", v)) => version = v.trim().parse::<u16>().ok(),
+                    Some(("shards", v)) => found = v.trim().parse::<u32>().ok(),
+                    _ => {}
+                }
+            }
+            let version = version.ok_or_else(|| bad("no format= line"))?;
+            if version != FORMAT_VERSION {
+                return Err(bad(&format!(
+                    "format {version}, this build reads format {FORMAT_VERSION}"
+                )));
+            }
+            let found = found.ok_or_else(|| bad("no shards= line"))?;
+            if found != shards {
+                return Err(EngineError::ShardCountMismatch {
+                    path,
+                    found,
+                    configured: shards,
+                });
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let io = |what: &str| {
+                let what = format!("{what} {}", path.display());
+                move |source| EngineError::Io { what, source }
+            };
+            let temp = data_dir.join(format!("{META_FILE}.tmp"));
+            let text = format!(
+                "# ringfeed data dir; do not edit\nformat={FORMAT_VERSION}\nshards={shards}\n"
+            );
+            {
+                use std::io::Write;
+                let mut f = std::fs::File::create(&temp).map_err(io("writing"))?;
+                f.write_all(text.as_bytes()).map_err(io("writing"))?;
+                f.sync_all().map_err(io("syncing"))?;
+            }
+            std::fs::rename(&temp, &path).map_err(io("renaming"))?;
+            std::fs::File::open(data_dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io("syncing the directory of"))?;
+            Ok(())
+        }
+        Err(source) => Err(EngineError::Io {
+            what: format!("reading {}", path.display()),
+            source,
+        }),
+    }
+}

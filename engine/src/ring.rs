@@ -1,0 +1,312 @@
+//! The ring: a shard's in-memory windows, oldest first, the last one active.
+//!
+//! The shard frames records into the active window; the flusher writes each
+//! window's unflushed suffix as a chunk; a window leaves the ring only when it
+//! is sealed, entirely flushed, and the ring is over its byte budget (flush
+//! before evict: `evicted <= flushed`, always). Readers on other threads see
+//! the windows through [`RingView`], a snapshot of `Arc<Window>`s.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use crate::chunk::ChunkDescription;
+use crate::record::{self, Record, RecordError};
+use crate::window::{Window, WindowWriter};
+
+/// What readers see of a ring: its windows, oldest first.
+#[derive(Default)]
+pub struct RingView {
+    windows: Mutex<VecDeque<Arc<Window>>>,
+}
+
+impl RingView {
+    /// The windows now in the ring, oldest first.
+    pub fn windows(&self) -> Vec<Arc<Window>> {
+        self.lock().iter().cloned().collect()
+    }
+
+    /// The first offset the ring holds, if it holds a window.
+    pub fn first_offset(&self) -> Option<u64> {
+        self.lock().front().map(|w| w.first_offset())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<Window>>> {
+        // The guarded deque is always consistent; a panic elsewhere cannot tear it.
+        self.windows.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Writer-side state of one window.
+struct Slot {
+    window: Arc<Window>,
+    /// Present while the window is active.
+    writer: Option<WindowWriter>,
+    len: usize,
+    next_offset: u64,
+    last_ts: i64,
+    flushed_len: usize,
+    flushed_next: u64,
+    /// Stamp of the first record at `flushed_len` (meaningful while `len > flushed_len`).
+    unflushed_first_ts: i64,
+}
+
+impl Slot {
+    fn unflushed(&self) -> usize {
+        self.len - self.flushed_len
+    }
+}
+
+/// A window suffix to be written as one chunk.
+pub(crate) struct FlushRange {
+    pub window: Arc<Window>,
+    pub from: usize,
+    pub to: usize,
+    pub description: ChunkDescription,
+}
+
+impl FlushRange {
+    pub fn body(&self) -> &[u8] {
+        &self.window.committed()[self.from..self.to]
+    }
+}
+
+/// The shard's ring. Lives on the shard's core only.
+pub(crate) struct Ring {
+    slots: VecDeque<Slot>,
+    view: Arc<RingView>,
+    window_bytes: usize,
+    budget: usize,
+    capacity: usize,
+    unflushed: usize,
+    /// Offset the next record gets.
+    next_offset: u64,
+}
+
+impl Ring {
+    pub fn new(window_bytes: usize, budget: usize, next_offset: u64, view: Arc<RingView>) -> Ring {
+        Ring {
+            slots: VecDeque::new(),
+            view,
+            window_bytes,
+            budget,
+            capacity: 0,
+            unflushed: 0,
+            next_offset,
+        }
+    }
+
+    /// The offset the next record gets.
+    pub fn next_offset(&self) -> u64 {
+        self.next_offset
+    }
+
+    /// Bytes of records not yet flushed.
+    pub fn unflushed_bytes(&self) -> usize {
+        self.unflushed
+    }
+
+    /// Bytes of window memory the ring holds.
+    pub fn capacity_bytes(&self) -> usize {
+        self.capacity
+    }
+
+    /// Frames one record (its offset must be the ring's next) into the active
+    /// window, opening a new window when it does not fit. Not visible to
+    /// readers until [`Ring::publish`].
+    pub fn stage(&mut self, record: &Record<'_>) -> Result<(), RecordError> {
+        debug_assert_eq!(record.offset, self.next_offset);
+        let len = record.encoded_len();
+        let fits = self
+            .slots
+            .back_mut()
+            .and_then(|s| s.writer.as_mut())
+            .is_some_and(|w| w.remaining() >= len);
+        if !fits {
+            self.open_window(len);
+        }
+        let slot = self.slots.back_mut().expect("a window was just opened");
+        let writer = slot.writer.as_mut().expect("the last window is active");
+        let n = writer.stage(record)?;
+        if slot.len == slot.flushed_len {
+            slot.unflushed_first_ts = record.ts;
+        }
+        slot.len += n;
+        slot.next_offset = record.offset + 1;
+        slot.last_ts = record.ts;
+        self.unflushed += n;
+        self.next_offset = record.offset + 1;
+        Ok(())
+    }
+
+    /// Makes every staged record visible to readers.
+    pub fn publish(&mut self) {
+        if let Some(writer) = self.slots.back_mut().and_then(|s| s.writer.as_mut()) {
+            writer.publish();
+        }
+    }
+
+    /// Seals the active window (publishing what is staged) and opens a new one.
+    fn open_window(&mut self, record_len: usize) {
+        if let Some(slot) = self.slots.back_mut() {
+            if let Some(writer) = slot.writer.take() {
+                writer.seal();
+            }
+        }
+        let writer = WindowWriter::new(self.window_bytes.max(record_len), self.next_offset);
+        let window = writer.window().clone();
+        self.capacity += window.capacity();
+        self.slots.push_back(Slot {
+            window: window.clone(),
+            writer: Some(writer),
+            len: 0,
+            next_offset: self.next_offset,
+            last_ts: 0,
+            flushed_len: 0,
+            flushed_next: self.next_offset,
+            unflushed_first_ts: 0,
+        });
+        self.view.lock().push_back(window);
+    }
+
+    /// The unflushed suffixes of the windows, oldest first, up to about `max_bytes`.
+    pub fn flush_plan(&self, shard: u32, max_bytes: usize) -> Vec<FlushRange> {
+        let mut plan = Vec::new();
+        let mut total = 0;
+        for slot in self.slots.iter().filter(|s| s.unflushed() > 0) {
+            if total > 0 && total + slot.unflushed() > max_bytes {
+                break;
+            }
+            total += slot.unflushed();
+            plan.push(FlushRange {
+                window: slot.window.clone(),
+                from: slot.flushed_len,
+                to: slot.len,
+                description: ChunkDescription {
+                    shard,
+                    first_offset: slot.flushed_next,
+                    record_count: (slot.next_offset - slot.flushed_next) as u32,
+                    first_ts: slot.unflushed_first_ts,
+                    last_ts: slot.last_ts,
+                    body_len: slot.unflushed(),
+                },
+            });
+        }
+        plan
+    }
+
+    /// Records that `plan` is durable, then evicts what the budget requires.
+    /// Returns the offset below which the ring no longer holds records.
+    pub fn mark_flushed(&mut self, plan: &[FlushRange]) -> u64 {
+        for range in plan {
+            let slot = self
+                .slots
+                .iter_mut()
+                .find(|s| Arc::ptr_eq(&s.window, &range.window))
+                .expect("a window with unflushed data is never evicted");
+            debug_assert_eq!(slot.flushed_len, range.from);
+            slot.flushed_len = range.to;
+            slot.flushed_next =
+                range.description.first_offset + u64::from(range.description.record_count);
+            self.unflushed -= range.to - range.from;
+            if slot.len > slot.flushed_len {
+                // Records were appended while this range was being written: the
+                // next range starts at the first of them.
+                let (_, _, ts) =
+                    record::peek_position(&slot.window.committed()[slot.flushed_len..])
+                        .expect("committed window bytes are records the shard framed");
+                slot.unflushed_first_ts = ts;
+            }
+        }
+        self.evict()
+    }
+
+    fn evict(&mut self) -> u64 {
+        while self.capacity > self.budget {
+            let Some(oldest) = self.slots.front() else {
+                break;
+            };
+            if oldest.writer.is_some() || oldest.unflushed() > 0 {
+                break; // flush before evict: an unflushed or active window stays
+            }
+            let slot = self.slots.pop_front().expect("checked above");
+            self.capacity -= slot.window.capacity();
+            self.view.lock().pop_front();
+        }
+        self.evicted_below()
+    }
+
+    pub fn evicted_below(&self) -> u64 {
+        self.slots
+            .front()
+            .map_or(self.next_offset, |s| s.window.first_offset())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Kind, Signatures};
+
+    fn rec(offset: u64, ts: i64) -> Record<'static> {
+        Record {
+            ts,
+            offset,
+            kind: Kind::Create,
+            signatures: Signatures::new(&[]),
+            directory: "/d",
+            old_name: "",
+            new_name: "f",
+            new_parent: "",
+            payload: b"payload",
+        }
+    }
+
+    /// Regression: records appended while a flush was in flight kept the stamp
+    /// of the flushed range's first record as "first unflushed stamp", so the
+    /// next chunk claimed a first stamp below the previous chunk's last and the
+    /// log refused it (latching the shard).
+    #[test]
+    fn appends_during_a_flush_start_the_next_chunk_with_their_own_stamp() {
+        let mut ring = Ring::new(4096, 1 << 20, 0, Arc::new(RingView::default()));
+        for i in 0..3 {
+            ring.stage(&rec(i, 100 + i as i64)).unwrap();
+        }
+        ring.publish();
+        let first = ring.flush_plan(0, 1 << 20);
+        for i in 3..5 {
+            ring.stage(&rec(i, 100 + i as i64)).unwrap();
+        }
+        ring.publish();
+        ring.mark_flushed(&first);
+        let second = ring.flush_plan(0, 1 << 20);
+        assert_eq!(second.len(), 1);
+        let d = second[0].description;
+        assert_eq!(
+            (d.first_offset, d.record_count, d.first_ts, d.last_ts),
+            (3, 2, 103, 104)
+        );
+    }
+
+    #[test]
+    fn only_flushed_sealed_windows_are_evicted() {
+        let view = Arc::new(RingView::default());
+        // Budget of two windows; records big enough to fill a window in a few.
+        let mut ring = Ring::new(4096, 8192, 0, view.clone());
+        let payload = vec![7u8; 1000];
+        let mut stage = |ring: &mut Ring, i: u64| {
+            let mut r = rec(i, i as i64 + 1);
+            r.payload = &payload;
+            ring.stage(&r).unwrap();
+            ring.publish();
+        };
+        for i in 0..12 {
+            stage(&mut ring, i);
+        }
+        assert!(view.windows().len() >= 3, "several windows opened");
+        assert_eq!(ring.evicted_below(), 0, "nothing flushed, nothing evicted");
+        let plan = ring.flush_plan(0, 1 << 20);
+        let evicted = ring.mark_flushed(&plan);
+        assert!(evicted > 0 && ring.capacity_bytes() <= 8192 + 4096);
+        assert_eq!(view.first_offset(), Some(evicted));
+    }
+}

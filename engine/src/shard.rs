@@ -1,0 +1,486 @@
+//! A shard: one core's ring, flush queue and log, run on its own glommio executor.
+//!
+//! Three tasks share the shard's state on its core. The command loop stamps
+//! and frames each append batch into the ring and publishes the committed
+//! watermark in one non-yielding step, then wakes readers once. The flusher
+//! writes unflushed window suffixes as chunks (group commit), syncs, stores the
+//! flushed watermark, and only then wakes durable-ack and flush waiters. The
+//! ticker asks for a flush every flush interval, makes claims for idle merges
+//! and runs retention. After a failed write or sync the shard latches: it
+//! acknowledges nothing more until the engine is reopened.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use event_listener::Event;
+
+use crate::clock::Clock;
+use crate::event::{AppendError, Durability, NewEvent, Position};
+use crate::log::{ChunkImage, Log, LogConfig, RecoveryReport};
+use crate::retention::RetentionPolicy;
+use crate::ring::{Ring, RingView};
+use crate::storage::Storage;
+use crate::watermark::Watermarks;
+use crate::RecoveryError;
+
+pub(crate) type Reply<T> = flume::Sender<T>;
+
+pub(crate) enum Command {
+    Append {
+        events: Vec<NewEvent>,
+        bytes: usize,
+        durability: Durability,
+        reply: Reply<Result<Vec<Position>, AppendError>>,
+    },
+    /// Flush everything committed so far; reply when it is durable.
+    Flush {
+        reply: Reply<Result<(), AppendError>>,
+    },
+}
+
+/// Settings of one shard.
+#[derive(Clone, Debug)]
+pub(crate) struct ShardConfig {
+    pub log: LogConfig,
+    pub window_bytes: usize,
+    pub ring_bytes: usize,
+    pub max_unflushed_bytes: usize,
+    pub flush_interval: Duration,
+    pub append_timeout: Duration,
+    pub retention: RetentionPolicy,
+    pub retention_interval: Duration,
+}
+
+/// What other threads see of a shard.
+pub struct ShardShared {
+    pub id: u32,
+    pub watermarks: Watermarks,
+    pub ring: Arc<RingView>,
+    /// Notified once per append batch, after the committed watermark is stored.
+    pub appended: Event,
+    /// Notified once per completed flush, after the flushed watermark is stored.
+    pub flushed: Event,
+    latched: Mutex<Option<String>>,
+    ring_bytes: AtomicUsize,
+    unflushed_bytes: AtomicUsize,
+}
+
+impl ShardShared {
+    /// Window memory the ring holds now.
+    pub fn ring_bytes(&self) -> usize {
+        self.ring_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Record bytes committed but not yet durable.
+    pub fn unflushed_bytes(&self) -> usize {
+        self.unflushed_bytes.load(Ordering::Relaxed)
+    }
+
+    fn publish_memory(&self, ring: &Ring) {
+        self.ring_bytes
+            .store(ring.capacity_bytes(), Ordering::Relaxed);
+        self.unflushed_bytes
+            .store(ring.unflushed_bytes(), Ordering::Relaxed);
+    }
+
+    pub(crate) fn new(id: u32) -> ShardShared {
+        ShardShared {
+            id,
+            watermarks: Watermarks::default(),
+            ring: Arc::new(RingView::default()),
+            appended: Event::new(),
+            flushed: Event::new(),
+            latched: Mutex::new(None),
+            ring_bytes: AtomicUsize::new(0),
+            unflushed_bytes: AtomicUsize::new(0),
+        }
+    }
+
+    /// The I/O failure that stopped the shard, if one did.
+    pub fn latched(&self) -> Option<String> {
+        self.latched
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+struct DurableWaiter {
+    /// Acknowledge once `flushed_next >= needed`.
+    needed: u64,
+    reply: DurableReply,
+}
+
+enum DurableReply {
+    Append(Reply<Result<Vec<Position>, AppendError>>, Vec<Position>),
+    Flush(Reply<Result<(), AppendError>>),
+}
+
+impl DurableReply {
+    fn send_ok(self) {
+        // A caller that gave up waiting is not an error for the shard.
+        match self {
+            DurableReply::Append(reply, positions) => drop(reply.send(Ok(positions))),
+            DurableReply::Flush(reply) => drop(reply.send(Ok(()))),
+        }
+    }
+
+    fn send_err(self, error: AppendError) {
+        match self {
+            DurableReply::Append(reply, _) => drop(reply.send(Err(error))),
+            DurableReply::Flush(reply) => drop(reply.send(Err(error))),
+        }
+    }
+}
+
+/// Shard state, shared by its tasks on its one core. Never borrowed across an `.await`.
+struct State {
+    ring: Ring,
+    last_ts: i64,
+    waiters: VecDeque<DurableWaiter>,
+    latched: Option<String>,
+    flush_wanted: bool,
+    retention_due: bool,
+    closing: bool,
+}
+
+impl State {
+    fn latched_error(&self, shard: u32) -> Option<AppendError> {
+        self.latched.as_ref().map(|cause| AppendError::Latched {
+            shard,
+            cause: cause.clone(),
+        })
+    }
+}
+
+/// Opens the shard's log and runs the shard until its command channel closes;
+/// then flushes, syncs and closes the log. `ready` gets the recovery outcome.
+pub(crate) async fn run<S: Storage + 'static>(
+    storage: S,
+    config: ShardConfig,
+    shared: Arc<ShardShared>,
+    clock: Arc<dyn Clock>,
+    commands: flume::Receiver<Command>,
+    ready: flume::Sender<Result<RecoveryReport, RecoveryError>>,
+) {
+    let (log, report) = match Log::open(storage, config.log.clone()).await {
+        Ok(opened) => opened,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let next = log.next_offset();
+    let last_ts = log.last_ts().unwrap_or(0);
+    let w = &shared.watermarks;
+    w.publish_committed(next, last_ts);
+    w.claim(last_ts);
+    w.publish_flushed(next, last_ts);
+    w.publish_evicted(next);
+    w.publish_retained(log.retained().map_or(next, |r| r.0));
+    let state = Rc::new(RefCell::new(State {
+        ring: Ring::new(
+            config.window_bytes,
+            config.ring_bytes,
+            next,
+            shared.ring.clone(),
+        ),
+        last_ts,
+        waiters: VecDeque::new(),
+        latched: None,
+        flush_wanted: false,
+        retention_due: false,
+        closing: false,
+    }));
+    let _ = ready.send(Ok(report));
+
+    let wake_flusher = Rc::new(Event::new());
+    let flusher = glommio::spawn_local(flusher(
+        log,
+        config.clone(),
+        shared.clone(),
+        state.clone(),
+        wake_flusher.clone(),
+    ));
+    let ticker = glommio::spawn_local(ticker(
+        config.clone(),
+        shared.clone(),
+        state.clone(),
+        clock.clone(),
+        wake_flusher.clone(),
+    ));
+
+    while let Ok(command) = commands.recv_async().await {
+        match command {
+            Command::Append {
+                events,
+                bytes,
+                durability,
+                reply,
+            } => {
+                append(
+                    &config,
+                    &shared,
+                    &state,
+                    &*clock,
+                    &wake_flusher,
+                    events,
+                    bytes,
+                    durability,
+                    reply,
+                )
+                .await
+            }
+            Command::Flush { reply } => {
+                let mut st = state.borrow_mut();
+                if let Some(e) = st.latched_error(shared.id) {
+                    let _ = reply.send(Err(e));
+                    continue;
+                }
+                let needed = shared.watermarks.committed_next();
+                if needed <= shared.watermarks.flushed_next() {
+                    let _ = reply.send(Ok(()));
+                    continue;
+                }
+                st.waiters.push_back(DurableWaiter {
+                    needed,
+                    reply: DurableReply::Flush(reply),
+                });
+                st.flush_wanted = true;
+                drop(st);
+                wake_flusher.notify(usize::MAX);
+            }
+        }
+    }
+    state.borrow_mut().closing = true;
+    wake_flusher.notify(usize::MAX);
+    let _ = ticker.cancel().await;
+    flusher.await;
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn append(
+    config: &ShardConfig,
+    shared: &ShardShared,
+    state: &RefCell<State>,
+    clock: &dyn Clock,
+    wake_flusher: &Event,
+    events: Vec<NewEvent>,
+    bytes: usize,
+    durability: Durability,
+    reply: Reply<Result<Vec<Position>, AppendError>>,
+) {
+    // Back-pressure: wait while the batch would push unflushed bytes past the bound.
+    let started = Instant::now();
+    loop {
+        let listener = shared.flushed.listen();
+        {
+            let mut st = state.borrow_mut();
+            if let Some(e) = st.latched_error(shared.id) {
+                let _ = reply.send(Err(e));
+                return;
+            }
+            let unflushed = st.ring.unflushed_bytes();
+            if unflushed == 0 || unflushed + bytes <= config.max_unflushed_bytes {
+                break;
+            }
+            let waited = started.elapsed();
+            if waited >= config.append_timeout {
+                let _ = reply.send(Err(AppendError::ResourceExhausted {
+                    shard: shared.id,
+                    unflushed,
+                    limit: config.max_unflushed_bytes,
+                    waited,
+                }));
+                return;
+            }
+            st.flush_wanted = true;
+        }
+        wake_flusher.notify(usize::MAX);
+        let remaining = config.append_timeout.saturating_sub(started.elapsed());
+        futures_lite::future::or(async { listener.await }, glommio::timer::sleep(remaining)).await;
+    }
+
+    // Stamp, frame and publish in one step that never yields: no event is ever
+    // stamped but invisible, and stamps strictly increase with offsets.
+    let mut st = state.borrow_mut();
+    let mut positions = Vec::with_capacity(events.len());
+    let fence = shared.watermarks.fence();
+    for event in &events {
+        let ts = clock.now_ns().max(st.last_ts + 1).max(fence + 1);
+        let offset = st.ring.next_offset();
+        if let Err(e) = st.ring.stage(&event.record(offset, ts)) {
+            // Validation made this impossible; refusing is still better than panicking.
+            let _ = reply.send(Err(AppendError::Invalid {
+                index: positions.len(),
+                field: "event",
+                reason: e.to_string(),
+            }));
+            return;
+        }
+        st.last_ts = ts;
+        positions.push(Position {
+            shard: shared.id,
+            offset,
+            ts,
+        });
+    }
+    st.ring.publish();
+    let next = st.ring.next_offset();
+    shared.watermarks.publish_committed(next, st.last_ts);
+    shared.publish_memory(&st.ring);
+    let window_full = st.ring.unflushed_bytes() >= config.window_bytes;
+    match durability {
+        Durability::Memory => drop(reply.send(Ok(positions))),
+        Durability::Durable => {
+            st.waiters.push_back(DurableWaiter {
+                needed: next,
+                reply: DurableReply::Append(reply, positions),
+            });
+            st.flush_wanted = true;
+        }
+    }
+    let wake = st.flush_wanted || window_full;
+    drop(st);
+    shared.appended.notify(usize::MAX);
+    if wake {
+        wake_flusher.notify(usize::MAX);
+    }
+}
+
+async fn flusher<S: Storage>(
+    mut log: Log<S>,
+    config: ShardConfig,
+    shared: Arc<ShardShared>,
+    state: Rc<RefCell<State>>,
+    wake: Rc<Event>,
+) {
+    // Most bytes one round writes before syncing (the log splits further if needed).
+    let round_bytes = config.log.max_unsynced_bytes as usize;
+    loop {
+        let listener = wake.listen();
+        let (plan, retention) = {
+            let mut st = state.borrow_mut();
+            let pending = st.ring.unflushed_bytes();
+            let want =
+                pending > 0 && (st.flush_wanted || st.closing || pending >= config.window_bytes);
+            if st.latched.is_some() || (!want && !st.retention_due) {
+                if st.closing {
+                    break;
+                }
+                drop(st);
+                listener.await;
+                continue;
+            }
+            st.flush_wanted = false;
+            let retention = std::mem::take(&mut st.retention_due);
+            (
+                if want {
+                    st.ring.flush_plan(shared.id, round_bytes)
+                } else {
+                    Vec::new()
+                },
+                retention,
+            )
+        };
+        if !plan.is_empty() {
+            let images: Vec<ChunkImage<'_>> = plan
+                .iter()
+                .map(|r| ChunkImage {
+                    description: r.description,
+                    body: r.body(),
+                })
+                .collect();
+            let result = match log.append_chunks(&images).await {
+                Ok(()) => log.sync().await,
+                Err(e) => Err(e),
+            };
+            drop(images);
+            let mut st = state.borrow_mut();
+            match result {
+                Ok(flushed_next) => {
+                    let evicted = st.ring.mark_flushed(&plan);
+                    shared.publish_memory(&st.ring);
+                    let w = &shared.watermarks;
+                    w.publish_flushed(flushed_next, log.last_ts().unwrap_or(0));
+                    w.publish_evicted(evicted);
+                    while st.waiters.front().is_some_and(|f| f.needed <= flushed_next) {
+                        st.waiters.pop_front().expect("checked").reply.send_ok();
+                    }
+                }
+                Err(e) => {
+                    let cause = e.to_string();
+                    *shared.latched.lock().unwrap_or_else(|p| p.into_inner()) = Some(cause.clone());
+                    st.latched = Some(cause.clone());
+                    for waiter in st.waiters.drain(..) {
+                        waiter.reply.send_err(AppendError::Latched {
+                            shard: shared.id,
+                            cause: cause.clone(),
+                        });
+                    }
+                }
+            }
+            drop(st);
+            shared.flushed.notify(usize::MAX);
+        }
+        if retention {
+            let now = crate::log::now_ns();
+            if let Ok(outcome) = log.apply_retention(config.retention, now).await {
+                let next = shared.watermarks.committed_next();
+                shared
+                    .watermarks
+                    .publish_retained(outcome.retained.map_or(next, |r| r.0));
+            }
+        }
+    }
+    let latched = state.borrow().latched.is_some();
+    if !latched {
+        let _ = log.close().await;
+    }
+    // Anyone still waiting is told the shard is gone.
+    let waiters: Vec<_> = state.borrow_mut().waiters.drain(..).collect();
+    for waiter in waiters {
+        waiter.reply.send_err(AppendError::ShutDown);
+    }
+}
+
+async fn ticker(
+    config: ShardConfig,
+    shared: Arc<ShardShared>,
+    state: Rc<RefCell<State>>,
+    clock: Arc<dyn Clock>,
+    wake_flusher: Rc<Event>,
+) {
+    let mut last_retention = Instant::now();
+    loop {
+        glommio::timer::sleep(config.flush_interval).await;
+        let mut st = state.borrow_mut();
+        let mut wake = false;
+        if st.ring.unflushed_bytes() > 0 {
+            st.flush_wanted = true;
+            wake = true;
+        }
+        // Runs between commands on this core, so no stamp is in progress: every
+        // stamp at or below `now` is already visible, and later ones are fenced above it.
+        if shared.watermarks.take_claim_request() {
+            let now = clock.now_ns().max(st.last_ts);
+            shared.watermarks.claim(now);
+        }
+        if (config.retention.max_age.is_some() || config.retention.max_bytes.is_some())
+            && last_retention.elapsed() >= config.retention_interval
+        {
+            last_retention = Instant::now();
+            st.retention_due = true;
+            wake = true;
+        }
+        drop(st);
+        if wake {
+            wake_flusher.notify(usize::MAX);
+        }
+    }
+}
