@@ -1,0 +1,121 @@
+//! The data dir remembers its shard count: reopening with another count is
+//! refused with a clear message. A clean shutdown flushes everything, and a
+//! reopened engine continues offsets and stamps on every shard.
+
+mod common;
+
+use common::*;
+use ringfeed_engine::{Durability, Engine, EngineConfig, EngineError, Limits};
+
+fn config(dir: &std::path::Path, shards: u32) -> EngineConfig {
+    EngineConfig {
+        data_dir: dir.to_path_buf(),
+        shards,
+        window_bytes: 64 << 10,
+        ring_bytes: 1 << 20,
+        max_unflushed_bytes: 256 << 10,
+        segment_bytes: 1 << 20,
+        limits: Limits {
+            max_event_bytes: 16 << 10,
+            ..Limits::default()
+        },
+        ..EngineConfig::default()
+    }
+}
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("engine-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap()
+}
+
+#[test]
+fn another_shard_count_is_refused() {
+    let dir = scratch();
+    Engine::open(config(dir.path(), 2))
+        .unwrap()
+        .shutdown()
+        .unwrap();
+    match Engine::open(config(dir.path(), 3)) {
+        Err(
+            e @ EngineError::ShardCountMismatch {
+                found: 2,
+                configured: 3,
+                ..
+            },
+        ) => {
+            let message = e.to_string();
+            assert!(
+                message.contains("2 shard(s)") && message.contains("--shards 2"),
+                "message: {message}"
+            );
+        }
+        other => panic!(
+            "expected a shard count mismatch, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+    Engine::open(config(dir.path(), 2)).expect("the original count still opens");
+}
+
+#[test]
+fn shutdown_flushes_and_reopen_continues() {
+    let dir = scratch();
+    let engine = Engine::open(config(dir.path(), 2)).unwrap();
+    let mut last = [(0u64, 0i64); 2];
+    for i in 0..500 {
+        let p = engine
+            .append_blocking(vec![event(&format!("/r/{}", i % 9), i)], Durability::Memory)
+            .unwrap()[0];
+        last[p.shard as usize] = (p.offset, p.ts);
+    }
+    engine.shutdown().unwrap();
+
+    let engine = Engine::open(config(dir.path(), 2)).unwrap();
+    for (shard, report) in engine.recovery_reports().iter().enumerate() {
+        assert!(report.clean_close, "shard {shard} was closed cleanly");
+        assert_eq!(
+            report.next_offset,
+            last[shard].0 + 1,
+            "shard {shard} kept every memory-acked event"
+        );
+        let w = engine.shard(shard as u32).watermarks.snapshot();
+        assert_eq!(
+            (w.committed_next, w.flushed_next),
+            (last[shard].0 + 1, last[shard].0 + 1)
+        );
+    }
+    for i in 0..50 {
+        let p = engine
+            .append_blocking(
+                vec![event(&format!("/r/{}", i % 9), 1000 + i)],
+                Durability::Durable,
+            )
+            .unwrap()[0];
+        let (offset, ts) = last[p.shard as usize];
+        assert_eq!(p.offset, offset + 1, "offsets continue");
+        assert!(p.ts > ts, "stamps continue");
+        last[p.shard as usize] = (p.offset, p.ts);
+    }
+}
+
+#[test]
+fn invalid_batches_append_nothing() {
+    let dir = scratch();
+    let engine = Engine::open(config(dir.path(), 1)).unwrap();
+    let mut batch = vec![event("/ok", 1), event("/ok", 2)];
+    batch.push(event("relative/path", 3));
+    let err = engine
+        .append_blocking(batch, Durability::Memory)
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "event 2: directory \"relative/path\" is not absolute"
+    );
+    assert_eq!(
+        engine.shard(0).watermarks.committed_next(),
+        0,
+        "nothing of the batch was appended"
+    );
+}
