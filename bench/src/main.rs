@@ -4,6 +4,9 @@
 //!   fdatasync) against raw O_DIRECT writes + fdatasync of the same sizes on
 //!   the same disk, interleaved in one run; medians and their ratio.
 //! * `log-recovery`: time to open (recover) a log of a given size.
+//! * `shard-append`: in-process appends through the engine's shards (no gRPC),
+//!   memory and durable acks, per batch size and shard count, with the raw
+//!   O_DIRECT + fdatasync figures of the same disk measured in the same run.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -46,6 +49,26 @@ enum Command {
         #[arg(long, default_value_t = 200)]
         event_bytes: usize,
     },
+    /// In-process appends through the shards: events/s and ack latency, memory and durable.
+    ShardAppend {
+        #[arg(long, default_value = "./bench-scratch")]
+        dir: PathBuf,
+        /// Batch sizes (events per append).
+        #[arg(long, value_delimiter = ',', default_value = "1,64,1024")]
+        batches: Vec<usize>,
+        /// Shard counts to run.
+        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        shards: Vec<u32>,
+        /// Producer threads, each appending in a closed loop.
+        #[arg(long, default_value_t = 4)]
+        producers: usize,
+        /// Seconds per configuration.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// Payload bytes per event.
+        #[arg(long, default_value_t = 200)]
+        event_bytes: usize,
+    },
     /// Time to open (recover) a log holding the given amount of data.
     LogRecovery {
         #[arg(long, default_value = "./bench-scratch")]
@@ -76,6 +99,26 @@ fn main() -> Result<()> {
             on_glommio(move || async move {
                 log_append(&dir, &sizes_kib, mib << 20, reps, event_bytes).await
             })
+        }
+        Command::ShardAppend {
+            dir,
+            batches,
+            shards,
+            producers,
+            seconds,
+            event_bytes,
+        } => {
+            if batches.contains(&0) || shards.contains(&0) || producers == 0 || seconds <= 0.0 {
+                bail!("batches, shards, producers and seconds must be positive");
+            }
+            shard_append(
+                &dir,
+                &batches,
+                &shards,
+                producers,
+                Duration::from_secs_f64(seconds),
+                event_bytes,
+            )
         }
         Command::LogRecovery {
             dir,
@@ -355,4 +398,194 @@ fn machine() -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     format!("{cores} cores, kernel {}", kernel.trim())
+}
+
+struct AppendRun {
+    events: u64,
+    bytes: u64,
+    elapsed: Duration,
+    latency: Histogram<u64>,
+}
+
+/// Producers append closed-loop for `duration`; returns totals and ack latency (µs).
+fn run_appends(
+    engine: &ringfeed_engine::Engine,
+    batch: usize,
+    producers: usize,
+    duration: Duration,
+    event_bytes: usize,
+    durability: ringfeed_engine::Durability,
+) -> Result<AppendRun> {
+    let payload = vec![0x61u8; event_bytes];
+    let start = Instant::now();
+    let results: Vec<Result<(u64, u64, Histogram<u64>)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..producers)
+            .map(|p| {
+                let payload = &payload;
+                scope.spawn(move || -> Result<(u64, u64, Histogram<u64>)> {
+                    let mut latency = Histogram::<u64>::new(3)?;
+                    let (mut events, mut bytes, mut n) = (0u64, 0u64, 0u64);
+                    while start.elapsed() < duration {
+                        let events_in: Vec<_> = (0..batch)
+                            .map(|_| {
+                                n += 1;
+                                ringfeed_engine::NewEvent {
+                                    // Spread directories so every shard gets work.
+                                    directory: format!("/bench/p{p}/d{}", n % 64),
+                                    new_name: "file".into(),
+                                    payload: payload.clone(),
+                                    ..Default::default()
+                                }
+                            })
+                            .collect();
+                        let b: usize = events_in.iter().map(|e| e.record_len()).sum();
+                        let t = Instant::now();
+                        engine
+                            .append_blocking(events_in, durability)
+                            .map_err(|e| anyhow::anyhow!("append: {e}"))?;
+                        latency.record(t.elapsed().as_micros() as u64)?;
+                        events += batch as u64;
+                        bytes += b as u64;
+                    }
+                    Ok((events, bytes, latency))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("producer thread"))
+            .collect()
+    });
+    let elapsed = start.elapsed();
+    let mut run = AppendRun {
+        events: 0,
+        bytes: 0,
+        elapsed,
+        latency: Histogram::new(3)?,
+    };
+    for r in results {
+        let (e, b, l) = r?;
+        run.events += e;
+        run.bytes += b;
+        run.latency.add(&l)?;
+    }
+    Ok(run)
+}
+
+fn shard_append(
+    dir: &Path,
+    batches: &[usize],
+    shards: &[u32],
+    producers: usize,
+    duration: Duration,
+    event_bytes: usize,
+) -> Result<()> {
+    use ringfeed_engine::{Durability, Engine, EngineConfig};
+    println!(
+        "# shard-append: {producers} producer threads (closed loop), {event_bytes}-byte payloads, {:.1} s per row ({})",
+        duration.as_secs_f64(),
+        machine()
+    );
+    // The disk's own limits, in the same run.
+    let raw_dir = dir.join("raw");
+    let raw = {
+        let raw_dir = raw_dir.clone();
+        let mut out = None;
+        on_glommio_value(
+            move || async move {
+                fresh_dir(&raw_dir)?;
+                let big = raw_run(&raw_dir, 1 << 20, 256 << 20).await?;
+                let small = raw_run(&raw_dir, 4096, 8 << 20).await?;
+                std::fs::remove_dir_all(&raw_dir)?;
+                Ok((
+                    big.mb_s(),
+                    small.latency.value_at_quantile(0.5),
+                    small.latency.value_at_quantile(0.99),
+                ))
+            },
+            &mut out,
+        )?;
+        out.expect("raw run result")
+    };
+    println!(
+        "# raw O_DIRECT: 1 MiB write + fdatasync {:.0} MB/s; 4 KiB write + fdatasync p50 {} us, p99 {} us",
+        raw.0, raw.1, raw.2
+    );
+    println!(
+        "{:>7} {:>6} {:>6} | {:>12} {:>12} {:>9} | {:>8} {:>8} {:>8} {:>8}",
+        "ack",
+        "shards",
+        "batch",
+        "events/s",
+        "ev/s/shard",
+        "MB/s",
+        "p50 us",
+        "p99 us",
+        "p99.9 us",
+        "max us"
+    );
+    for durability in [Durability::Memory, Durability::Durable] {
+        for &shard_count in shards {
+            for &batch in batches {
+                let data = dir.join("engine");
+                let _ = std::fs::remove_dir_all(&data);
+                let engine = Engine::open(EngineConfig {
+                    data_dir: data.clone(),
+                    shards: shard_count,
+                    ..EngineConfig::default()
+                })?;
+                let run =
+                    run_appends(&engine, batch, producers, duration, event_bytes, durability)?;
+                let (mut rounds, mut flushed, mut busy) = (0, 0, 0);
+                for s in 0..engine.shard_count() {
+                    let st = engine.shard(s).flush_stats();
+                    rounds += st.rounds.load(std::sync::atomic::Ordering::Relaxed);
+                    flushed += st.bytes.load(std::sync::atomic::Ordering::Relaxed);
+                    busy += st.busy_ns.load(std::sync::atomic::Ordering::Relaxed);
+                }
+                engine.shutdown()?;
+                if std::env::var_os("RINGFEED_BENCH_VERBOSE").is_some() {
+                    eprintln!(
+                        "  flush: {rounds} rounds, {:.1} KiB/round, {:.2} ms/round, {:.0} MB/s while busy",
+                        flushed as f64 / rounds.max(1) as f64 / 1024.0,
+                        busy as f64 / rounds.max(1) as f64 / 1e6,
+                        flushed as f64 / (busy.max(1) as f64 / 1e9) / 1e6
+                    );
+                }
+                std::fs::remove_dir_all(&data)?;
+                let eps = run.events as f64 / run.elapsed.as_secs_f64();
+                println!(
+                    "{:>7} {:>6} {:>6} | {:>12.0} {:>12.0} {:>9.1} | {:>8} {:>8} {:>8} {:>8}",
+                    format!("{durability:?}").to_lowercase(),
+                    shard_count,
+                    batch,
+                    eps,
+                    eps / f64::from(shard_count),
+                    run.bytes as f64 / run.elapsed.as_secs_f64() / 1e6,
+                    run.latency.value_at_quantile(0.5),
+                    run.latency.value_at_quantile(0.99),
+                    run.latency.value_at_quantile(0.999),
+                    run.latency.max()
+                );
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(())
+}
+
+fn on_glommio_value<T, F, Fut>(f: F, out: &mut Option<T>) -> Result<()>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T>> + 'static,
+{
+    let value = LocalExecutorBuilder::new(Placement::Unbound)
+        .name("bench")
+        .spawn(f)
+        .map_err(|e| anyhow::anyhow!("starting glommio: {e}"))?
+        .join()
+        .map_err(|e| anyhow::anyhow!("glommio executor: {e:?}"))??;
+    *out = Some(value);
+    Ok(())
 }

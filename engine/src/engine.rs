@@ -225,26 +225,34 @@ impl Engine {
     ) -> Result<Vec<Position>, AppendError> {
         validate_batch(&events, &self.limits)?;
         let count = events.len();
-        let mut per_shard: Vec<(Vec<usize>, Vec<NewEvent>, usize)> = (0..self.shards.len())
-            .map(|_| (Vec::new(), Vec::new(), 0))
+        // Route, then frame each shard's records here, on the caller's thread,
+        // so the shard's core only copies and stamps them.
+        let routes: Vec<usize> = events
+            .iter()
+            .map(|e| self.shard_for(&e.directory) as usize)
             .collect();
-        for (index, event) in events.into_iter().enumerate() {
-            let part = &mut per_shard[self.shard_for(&event.directory) as usize];
-            part.2 += event.record_len();
-            part.0.push(index);
-            part.1.push(event);
+        let mut parts: Vec<(Vec<usize>, Vec<u8>)> = (0..self.shards.len())
+            .map(|_| (Vec::new(), Vec::new()))
+            .collect();
+        for (index, (event, &shard)) in events.iter().zip(&routes).enumerate() {
+            let (indexes, records) = &mut parts[shard];
+            let at = records.len();
+            records.resize(at + event.record_len(), 0);
+            event.record(0, 0).encode_into(&mut records[at..])?;
+            indexes.push(index);
         }
+        drop(events);
         let mut pending = Vec::new();
-        for (shard, (indexes, events, bytes)) in per_shard.into_iter().enumerate() {
-            if events.is_empty() {
+        for (shard, (indexes, records)) in parts.into_iter().enumerate() {
+            if indexes.is_empty() {
                 continue;
             }
             let (reply, answer) = flume::bounded(1);
             self.send(
                 shard,
                 Command::Append {
-                    events,
-                    bytes,
+                    records,
+                    count: indexes.len(),
                     durability,
                     reply,
                 },
@@ -453,5 +461,26 @@ fn check_meta(data_dir: &Path, shards: u32) -> Result<(), EngineError> {
             what: format!("reading {}", path.display()),
             source,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_are_a_valid_configuration() {
+        validate(&EngineConfig::default()).unwrap();
+    }
+
+    #[test]
+    fn a_ring_too_small_for_the_unflushed_bound_is_refused() {
+        let config = EngineConfig {
+            ring_bytes: 8 << 20,
+            ..EngineConfig::default()
+        };
+        assert!(
+            matches!(validate(&config), Err(EngineError::Config(m)) if m.contains("ring_bytes"))
+        );
     }
 }

@@ -102,7 +102,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_path_bytes: 4096,
-            max_event_bytes: 1 << 20,
+            max_event_bytes: 256 << 10,
             max_batch_events: 100_000,
             max_batch_bytes: 64 << 20,
         }
@@ -112,6 +112,8 @@ impl Default for Limits {
 /// Why an append was refused or failed. Nothing of a refused batch is appended.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum AppendError {
+    #[error("event could not be framed: {0}")]
+    Frame(#[from] crate::record::RecordError),
     #[error("event {index}: {field} {reason}")]
     Invalid {
         index: usize,

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use crate::chunk::ChunkDescription;
-use crate::record::{self, Record, RecordError};
+use crate::record;
 use crate::window::{Window, WindowWriter};
 
 /// What readers see of a ring: its windows, oldest first.
@@ -110,12 +110,12 @@ impl Ring {
         self.capacity
     }
 
-    /// Frames one record (its offset must be the ring's next) into the active
-    /// window, opening a new window when it does not fit. Not visible to
-    /// readers until [`Ring::publish`].
-    pub fn stage(&mut self, record: &Record<'_>) -> Result<(), RecordError> {
-        debug_assert_eq!(record.offset, self.next_offset);
-        let len = record.encoded_len();
+    /// Stamps one encoded record with the ring's next offset and `ts` and
+    /// frames it into the active window, opening a new window when it does not
+    /// fit. Not visible to readers until [`Ring::publish`]. Returns the offset.
+    pub fn stage(&mut self, encoded: &[u8], ts: i64) -> u64 {
+        let offset = self.next_offset;
+        let len = encoded.len();
         let fits = self
             .slots
             .back_mut()
@@ -126,16 +126,16 @@ impl Ring {
         }
         let slot = self.slots.back_mut().expect("a window was just opened");
         let writer = slot.writer.as_mut().expect("the last window is active");
-        let n = writer.stage(record)?;
+        writer.stage_encoded(encoded, offset, ts);
         if slot.len == slot.flushed_len {
-            slot.unflushed_first_ts = record.ts;
+            slot.unflushed_first_ts = ts;
         }
-        slot.len += n;
-        slot.next_offset = record.offset + 1;
-        slot.last_ts = record.ts;
-        self.unflushed += n;
-        self.next_offset = record.offset + 1;
-        Ok(())
+        slot.len += len;
+        slot.next_offset = offset + 1;
+        slot.last_ts = ts;
+        self.unflushed += len;
+        self.next_offset = offset + 1;
+        offset
     }
 
     /// Makes every staged record visible to readers.
@@ -245,7 +245,14 @@ impl Ring {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Kind, Signatures};
+    use crate::record::{Kind, Record, Signatures};
+
+    /// Stages a record the way the shard does: encoded elsewhere, stamped here.
+    fn stage(ring: &mut Ring, rec: &Record<'_>) {
+        let mut buf = vec![0u8; rec.encoded_len()];
+        rec.encode_into(&mut buf).unwrap();
+        assert_eq!(ring.stage(&buf, rec.ts), rec.offset);
+    }
 
     fn rec(offset: u64, ts: i64) -> Record<'static> {
         Record {
@@ -269,12 +276,12 @@ mod tests {
     fn appends_during_a_flush_start_the_next_chunk_with_their_own_stamp() {
         let mut ring = Ring::new(4096, 1 << 20, 0, Arc::new(RingView::default()));
         for i in 0..3 {
-            ring.stage(&rec(i, 100 + i as i64)).unwrap();
+            stage(&mut ring, &rec(i, 100 + i as i64));
         }
         ring.publish();
         let first = ring.flush_plan(0, 1 << 20);
         for i in 3..5 {
-            ring.stage(&rec(i, 100 + i as i64)).unwrap();
+            stage(&mut ring, &rec(i, 100 + i as i64));
         }
         ring.publish();
         ring.mark_flushed(&first);
@@ -293,14 +300,11 @@ mod tests {
         // Budget of two windows; records big enough to fill a window in a few.
         let mut ring = Ring::new(4096, 8192, 0, view.clone());
         let payload = vec![7u8; 1000];
-        let mut stage = |ring: &mut Ring, i: u64| {
+        for i in 0..12 {
             let mut r = rec(i, i as i64 + 1);
             r.payload = &payload;
-            ring.stage(&r).unwrap();
+            stage(&mut ring, &r);
             ring.publish();
-        };
-        for i in 0..12 {
-            stage(&mut ring, i);
         }
         assert!(view.windows().len() >= 3, "several windows opened");
         assert_eq!(ring.evicted_below(), 0, "nothing flushed, nothing evicted");

@@ -20,8 +20,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use event_listener::Event;
 
 use crate::clock::Clock;
-use crate::event::{AppendError, Durability, NewEvent, Position};
+use crate::event::{AppendError, Durability, Position};
 use crate::log::{ChunkImage, Log, LogConfig, RecoveryReport};
+use crate::record;
 use crate::retention::RetentionPolicy;
 use crate::ring::{Ring, RingView};
 use crate::storage::Storage;
@@ -32,8 +33,9 @@ pub(crate) type Reply<T> = flume::Sender<T>;
 
 pub(crate) enum Command {
     Append {
-        events: Vec<NewEvent>,
-        bytes: usize,
+        /// Records framed by the caller, back to back, not yet stamped.
+        records: Vec<u8>,
+        count: usize,
         durability: Durability,
         reply: Reply<Result<Vec<Position>, AppendError>>,
     },
@@ -68,9 +70,25 @@ pub struct ShardShared {
     latched: Mutex<Option<String>>,
     ring_bytes: AtomicUsize,
     unflushed_bytes: AtomicUsize,
+    flush_stats: FlushStats,
+}
+
+/// Counters of the flusher's work, for status and benchmarks.
+#[derive(Debug, Default)]
+pub struct FlushStats {
+    /// Completed flush rounds (write + fdatasync).
+    pub rounds: std::sync::atomic::AtomicU64,
+    /// Record bytes made durable.
+    pub bytes: std::sync::atomic::AtomicU64,
+    /// Time spent writing and syncing, in nanoseconds.
+    pub busy_ns: std::sync::atomic::AtomicU64,
 }
 
 impl ShardShared {
+    pub fn flush_stats(&self) -> &FlushStats {
+        &self.flush_stats
+    }
+
     /// Window memory the ring holds now.
     pub fn ring_bytes(&self) -> usize {
         self.ring_bytes.load(Ordering::Relaxed)
@@ -98,6 +116,7 @@ impl ShardShared {
             latched: Mutex::new(None),
             ring_bytes: AtomicUsize::new(0),
             unflushed_bytes: AtomicUsize::new(0),
+            flush_stats: FlushStats::default(),
         }
     }
 
@@ -218,8 +237,8 @@ pub(crate) async fn run<S: Storage + 'static>(
     while let Ok(command) = commands.recv_async().await {
         match command {
             Command::Append {
-                events,
-                bytes,
+                records,
+                count,
                 durability,
                 reply,
             } => {
@@ -229,12 +248,15 @@ pub(crate) async fn run<S: Storage + 'static>(
                     &state,
                     &*clock,
                     &wake_flusher,
-                    events,
-                    bytes,
+                    &records,
+                    count,
                     durability,
                     reply,
                 )
-                .await
+                .await;
+                // Let the flusher and ticker run between batches: a busy command
+                // queue must not starve the flush that back-pressure waits for.
+                futures_lite::future::yield_now().await;
             }
             Command::Flush { reply } => {
                 let mut st = state.borrow_mut();
@@ -270,8 +292,8 @@ async fn append(
     state: &RefCell<State>,
     clock: &dyn Clock,
     wake_flusher: &Event,
-    events: Vec<NewEvent>,
-    bytes: usize,
+    records: &[u8],
+    count: usize,
     durability: Durability,
     reply: Reply<Result<Vec<Position>, AppendError>>,
 ) {
@@ -286,7 +308,7 @@ async fn append(
                 return;
             }
             let unflushed = st.ring.unflushed_bytes();
-            if unflushed == 0 || unflushed + bytes <= config.max_unflushed_bytes {
+            if unflushed == 0 || unflushed + records.len() <= config.max_unflushed_bytes {
                 break;
             }
             let waited = started.elapsed();
@@ -309,26 +331,29 @@ async fn append(
     // Stamp, frame and publish in one step that never yields: no event is ever
     // stamped but invisible, and stamps strictly increase with offsets.
     let mut st = state.borrow_mut();
-    let mut positions = Vec::with_capacity(events.len());
-    let fence = shared.watermarks.fence();
-    for event in &events {
-        let ts = clock.now_ns().max(st.last_ts + 1).max(fence + 1);
-        let offset = st.ring.next_offset();
-        if let Err(e) = st.ring.stage(&event.record(offset, ts)) {
-            // Validation made this impossible; refusing is still better than panicking.
+    let mut positions = Vec::with_capacity(count);
+    // One clock read per batch: stamps within it are consecutive nanoseconds.
+    let now = clock.now_ns().max(shared.watermarks.fence() + 1);
+    let mut at = 0;
+    while at < records.len() {
+        let Ok(len) = record::peek_len(&records[at..]) else {
+            // The engine framed these records itself; refuse rather than panic.
             let _ = reply.send(Err(AppendError::Invalid {
                 index: positions.len(),
                 field: "event",
-                reason: e.to_string(),
+                reason: "malformed framing".into(),
             }));
             return;
-        }
+        };
+        let ts = now.max(st.last_ts + 1);
+        let offset = st.ring.stage(&records[at..at + len], ts);
         st.last_ts = ts;
         positions.push(Position {
             shard: shared.id,
             offset,
             ts,
         });
+        at += len;
     }
     st.ring.publish();
     let next = st.ring.next_offset();
@@ -396,10 +421,20 @@ async fn flusher<S: Storage>(
                     body: r.body(),
                 })
                 .collect();
+            let started = Instant::now();
             let result = match log.append_chunks(&images).await {
                 Ok(()) => log.sync().await,
                 Err(e) => Err(e),
             };
+            let stats = &shared.flush_stats;
+            stats.rounds.fetch_add(1, Ordering::Relaxed);
+            stats.bytes.fetch_add(
+                plan.iter().map(|r| (r.to - r.from) as u64).sum(),
+                Ordering::Relaxed,
+            );
+            stats
+                .busy_ns
+                .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
             drop(images);
             let mut st = state.borrow_mut();
             match result {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::chunk;
-use crate::record::{Record, RecordError};
+use crate::record::{self, Record, RecordError};
 use crate::shared_buf::{SharedBuf, SharedBufWriter};
 
 /// A window as readers see it.
@@ -78,13 +78,15 @@ impl WindowWriter {
         self.writer.spare_len() - self.staged
     }
 
-    /// Frames a record after the staged ones. Readers see it only after
-    /// [`WindowWriter::publish`]. Fails, changing nothing, if it does not fit.
-    pub fn stage(&mut self, record: &Record<'_>) -> Result<usize, RecordError> {
+    /// Copies an encoded record after the staged ones and gives it its offset
+    /// and stamp. Readers see it only after [`WindowWriter::publish`]. The
+    /// caller checks [`WindowWriter::remaining`] first.
+    pub fn stage_encoded(&mut self, encoded: &[u8], offset: u64, ts: i64) {
         let at = self.staged;
-        let n = record.encode_into(&mut self.writer.spare()[at..])?;
-        self.staged += n;
-        Ok(n)
+        let slot = &mut self.writer.spare()[at..at + encoded.len()];
+        slot.copy_from_slice(encoded);
+        record::restamp(slot, offset, ts);
+        self.staged += encoded.len();
     }
 
     /// Makes every staged record visible to readers at once.
