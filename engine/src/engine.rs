@@ -112,6 +112,9 @@ pub struct Engine {
 
 const META_FILE: &str = "ringfeed.meta";
 
+/// Longest a shard's busy command loop runs before glommio reaps I/O completions.
+const SHARD_PREEMPT_TIMER: Duration = Duration::from_micros(500);
+
 impl Engine {
     /// Opens the data dir with O_DIRECT storage, one `shard-NNN` directory per shard.
     pub fn open(config: EngineConfig) -> Result<Engine, EngineError> {
@@ -154,6 +157,11 @@ impl Engine {
             let (make, shared2, clock2) = (storage.clone(), shared.clone(), clock.clone());
             let thread = LocalExecutorBuilder::new(placement)
                 .name(&format!("ringfeed-shard-{id}"))
+                // glommio polls for I/O completions between task-queue runs; a queue
+                // kept busy by appends runs until this timer fires (100 ms by
+                // default), which delayed every flush, and every durable ack, by up
+                // to that long. Half a millisecond bounds the delay.
+                .preempt_timer(SHARD_PREEMPT_TIMER)
                 .spawn(move || async move {
                     shard::run(make(id), shard_config, shared2, clock2, rx, ready_tx).await;
                 })

@@ -254,9 +254,10 @@ pub(crate) async fn run<S: Storage + 'static>(
                     reply,
                 )
                 .await;
-                // Let the flusher and ticker run between batches: a busy command
-                // queue must not starve the flush that back-pressure waits for.
-                futures_lite::future::yield_now().await;
+                // glommio reaps I/O completions only when a task queue runs dry or
+                // its preempt timer fires; a busy command queue would otherwise
+                // hold the flusher's finished writes back for the whole timer.
+                glommio::yield_if_needed().await;
             }
             Command::Flush { reply } => {
                 let mut st = state.borrow_mut();
