@@ -536,14 +536,19 @@ fn shard_append(
                 })?;
                 let run =
                     run_appends(&engine, batch, producers, duration, event_bytes, durability)?;
-                let (mut rounds, mut flushed, mut busy) = (0, 0, 0);
+                let (mut rounds, mut flushed, mut busy, mut stamped, mut stamp_ns) =
+                    (0, 0, 0, 0, 0);
                 for s in 0..engine.shard_count() {
-                    let st = engine.shard(s).flush_stats();
-                    rounds += st.rounds.load(std::sync::atomic::Ordering::Relaxed);
-                    flushed += st.bytes.load(std::sync::atomic::Ordering::Relaxed);
-                    busy += st.busy_ns.load(std::sync::atomic::Ordering::Relaxed);
+                    use std::sync::atomic::Ordering::Relaxed;
+                    let st = engine.shard(s).stats();
+                    rounds += st.rounds.load(Relaxed);
+                    flushed += st.bytes.load(Relaxed);
+                    busy += st.busy_ns.load(Relaxed);
+                    stamped += st.appended.load(Relaxed);
+                    stamp_ns += st.append_ns.load(Relaxed);
                 }
                 engine.shutdown()?;
+                std::fs::remove_dir_all(&data)?;
                 if std::env::var_os("RINGFEED_BENCH_VERBOSE").is_some() {
                     eprintln!(
                         "  flush: {rounds} rounds, {:.1} KiB/round, {:.2} ms/round, {:.0} MB/s while busy",
@@ -552,10 +557,11 @@ fn shard_append(
                         flushed as f64 / (busy.max(1) as f64 / 1e9) / 1e6
                     );
                 }
-                std::fs::remove_dir_all(&data)?;
+                // The shard's own cost: the non-yielding stamp-copy-publish step.
+                let shard_ns = stamp_ns as f64 / stamped.max(1) as f64;
                 let eps = run.events as f64 / run.elapsed.as_secs_f64();
                 println!(
-                    "{:>7} {:>6} {:>6} | {:>12.0} {:>12.0} {:>9.1} | {:>8} {:>8} {:>8} {:>8}",
+                    "{:>7} {:>6} {:>6} | {:>12.0} {:>12.0} {:>9.1} | {:>8} {:>8} {:>8} {:>8} | {:>8.0} {:>10.1}",
                     format!("{durability:?}").to_lowercase(),
                     shard_count,
                     batch,
@@ -565,7 +571,9 @@ fn shard_append(
                     run.latency.value_at_quantile(0.5),
                     run.latency.value_at_quantile(0.99),
                     run.latency.value_at_quantile(0.999),
-                    run.latency.max()
+                    run.latency.max(),
+                    shard_ns,
+                    1e3 / shard_ns.max(1e-9)
                 );
             }
         }

@@ -29,5 +29,5 @@ pub use log::{ChunkImage, ChunkLocation, Log, LogConfig, RecoveryReport};
 pub use record::{Kind, Record, Signatures};
 pub use retention::{RetentionOutcome, RetentionPolicy};
 pub use ring::RingView;
-pub use shard::ShardShared;
+pub use shard::{ShardShared, ShardStats};
 pub use watermark::{WatermarkSnapshot, Watermarks};

@@ -70,12 +70,16 @@ pub struct ShardShared {
     latched: Mutex<Option<String>>,
     ring_bytes: AtomicUsize,
     unflushed_bytes: AtomicUsize,
-    flush_stats: FlushStats,
+    stats: ShardStats,
 }
 
-/// Counters of the flusher's work, for status and benchmarks.
+/// Counters of a shard's work, for status and benchmarks.
 #[derive(Debug, Default)]
-pub struct FlushStats {
+pub struct ShardStats {
+    /// Events stamped and made visible.
+    pub appended: std::sync::atomic::AtomicU64,
+    /// Time the command loop spent in the non-yielding stamp-and-publish step, in nanoseconds.
+    pub append_ns: std::sync::atomic::AtomicU64,
     /// Completed flush rounds (write + fdatasync).
     pub rounds: std::sync::atomic::AtomicU64,
     /// Record bytes made durable.
@@ -85,8 +89,8 @@ pub struct FlushStats {
 }
 
 impl ShardShared {
-    pub fn flush_stats(&self) -> &FlushStats {
-        &self.flush_stats
+    pub fn stats(&self) -> &ShardStats {
+        &self.stats
     }
 
     /// Window memory the ring holds now.
@@ -116,7 +120,7 @@ impl ShardShared {
             latched: Mutex::new(None),
             ring_bytes: AtomicUsize::new(0),
             unflushed_bytes: AtomicUsize::new(0),
-            flush_stats: FlushStats::default(),
+            stats: ShardStats::default(),
         }
     }
 
@@ -331,6 +335,7 @@ async fn append(
 
     // Stamp, frame and publish in one step that never yields: no event is ever
     // stamped but invisible, and stamps strictly increase with offsets.
+    let step = Instant::now();
     let mut st = state.borrow_mut();
     let mut positions = Vec::with_capacity(count);
     // One clock read per batch: stamps within it are consecutive nanoseconds.
@@ -360,6 +365,14 @@ async fn append(
     let next = st.ring.next_offset();
     shared.watermarks.publish_committed(next, st.last_ts);
     shared.publish_memory(&st.ring);
+    shared
+        .stats
+        .appended
+        .fetch_add(positions.len() as u64, Ordering::Relaxed);
+    shared
+        .stats
+        .append_ns
+        .fetch_add(step.elapsed().as_nanos() as u64, Ordering::Relaxed);
     let window_full = st.ring.unflushed_bytes() >= config.window_bytes;
     match durability {
         Durability::Memory => drop(reply.send(Ok(positions))),
@@ -427,7 +440,7 @@ async fn flusher<S: Storage>(
                 Ok(()) => log.sync().await,
                 Err(e) => Err(e),
             };
-            let stats = &shared.flush_stats;
+            let stats = &shared.stats;
             stats.rounds.fetch_add(1, Ordering::Relaxed);
             stats.bytes.fetch_add(
                 plan.iter().map(|r| (r.to - r.from) as u64).sum(),

@@ -12,14 +12,12 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use glommio::{LocalExecutorBuilder, Placement};
-use ringfeed_engine::storage::DmaStorage;
-use ringfeed_engine::{Durability, Engine, EngineConfig, Limits, Log, LogConfig};
+use ringfeed_engine::{Durability, Engine, EngineConfig, Limits};
 
 const SHARDS: u32 = 2;
 
@@ -71,40 +69,6 @@ fn crash_child() {
         }
         out.flush().unwrap();
     }
-}
-
-fn read_logs(dir: PathBuf) -> Vec<Vec<(u64, i64, Vec<u8>)>> {
-    LocalExecutorBuilder::new(Placement::Unbound)
-        .spawn(move || async move {
-            let mut shards = Vec::new();
-            for shard in 0..SHARDS {
-                let storage = DmaStorage::open(dir.join(format!("shard-{shard:03}"))).unwrap();
-                let config = LogConfig {
-                    shard,
-                    segment_bytes: 128 << 10,
-                    max_unsynced_bytes: 4 << 20,
-                };
-                let (log, _) = Log::open(storage, config)
-                    .await
-                    .expect("the killed child's log reopens");
-                let mut records = Vec::new();
-                for location in log.chunks().collect::<Vec<_>>() {
-                    let buf = log.read_chunk(&location).await.unwrap();
-                    let header = ringfeed_engine::chunk::ChunkHeader::decode(&buf).unwrap();
-                    for r in ringfeed_engine::chunk::records(
-                        ringfeed_engine::chunk::body_of(&buf, &header).unwrap(),
-                    ) {
-                        let r = r.unwrap();
-                        records.push((r.offset, r.ts, r.payload.to_vec()));
-                    }
-                }
-                shards.push(records);
-            }
-            shards
-        })
-        .unwrap()
-        .join()
-        .unwrap()
 }
 
 #[test]
@@ -169,7 +133,7 @@ fn sigkill_loses_no_acked_event() {
                 this_round += 1;
             }
         }
-        let logs = read_logs(dir.path().to_path_buf());
+        let logs = read_dma_logs(dir.path(), SHARDS);
         for (shard, records) in logs.iter().enumerate() {
             for (i, r) in records.iter().enumerate() {
                 assert_eq!(

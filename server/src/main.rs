@@ -1,9 +1,9 @@
 //! The `ringfeed` command line.
 //!
-//! Until the gRPC server lands, `serve` opens (and so recovers) every shard's
-//! log in the data dir, reports what recovery found, and holds the logs open
-//! until SIGINT/SIGTERM, then closes them cleanly. `inspect` prints the
-//! segments and chunks of a data dir.
+//! Until the gRPC server lands, `serve` starts the engine (one shard per core
+//! by default), reports what recovery found, and runs until SIGINT/SIGTERM,
+//! then flushes, syncs and closes. `inspect` prints the segments and chunks of
+//! a data dir.
 
 #![deny(unsafe_code)]
 
@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use glommio::{LocalExecutorBuilder, Placement};
 use ringfeed_engine::storage::DmaStorage;
-use ringfeed_engine::{Log, LogConfig};
+use ringfeed_engine::{Engine, EngineConfig, Log, LogConfig};
 
 #[derive(Parser)]
 #[command(
@@ -72,73 +72,30 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn shard_dirs(data_dir: &Path, shards: u32) -> Vec<(u32, PathBuf)> {
-    (0..shards)
-        .map(|s| (s, data_dir.join(format!("shard-{s:03}"))))
-        .collect()
-}
-
 fn serve(data_dir: &Path, listen: &str, shards: u32) -> Result<()> {
-    std::fs::create_dir_all(data_dir)
-        .with_context(|| format!("creating data dir {}", data_dir.display()))?;
-    let (stop_tx, stop_rx) = flume::bounded::<()>(1);
-    let (ready_tx, ready_rx) = flume::bounded::<Result<(), String>>(1);
-    let dirs = shard_dirs(data_dir, shards);
-    let executor = LocalExecutorBuilder::new(Placement::Unbound)
-        .name("ringfeed-shards")
-        .spawn(move || async move {
-            let mut logs = Vec::new();
-            for (shard, dir) in dirs {
-                let opened = async {
-                    let storage =
-                        DmaStorage::open(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-                    Log::open(storage, LogConfig::new(shard))
-                        .await
-                        .map_err(|e| format!("shard {shard}: {e}"))
-                }
-                .await;
-                match opened {
-                    Ok((log, report)) => {
-                        println!(
-                            "shard {shard}: {} segment(s), {} record(s), next offset {}{}{}",
-                            report.segments,
-                            report.records,
-                            report.next_offset,
-                            if report.clean_close {
-                                ", closed cleanly"
-                            } else {
-                                ""
-                            },
-                            match &report.truncated {
-                                Some((seg, t)) =>
-                                    format!(", torn tail cut at {seg}:{}", t.position),
-                                None => String::new(),
-                            }
-                        );
-                        logs.push(log);
-                    }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                        return;
-                    }
-                }
+    let config = EngineConfig {
+        data_dir: data_dir.to_path_buf(),
+        shards,
+        ..EngineConfig::default()
+    };
+    let engine =
+        Engine::open(config).with_context(|| format!("opening data dir {}", data_dir.display()))?;
+    for (shard, report) in engine.recovery_reports().iter().enumerate() {
+        println!(
+            "shard {shard}: {} segment(s), {} record(s), next offset {}{}{}",
+            report.segments,
+            report.records,
+            report.next_offset,
+            if report.clean_close {
+                ", closed cleanly"
+            } else {
+                ""
+            },
+            match &report.truncated {
+                Some((segment, torn)) => format!(", torn tail cut at {segment}:{}", torn.position),
+                None => String::new(),
             }
-            let _ = ready_tx.send(Ok(()));
-            let _ = stop_rx.recv_async().await;
-            for log in logs {
-                if let Err(e) = log.close().await {
-                    eprintln!("ringfeed: closing a shard: {e}");
-                }
-            }
-        })
-        .map_err(|e| anyhow::anyhow!("starting the shard executor: {e}"))?;
-    match ready_rx.recv() {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            let _ = executor.join();
-            bail!("opening the data dir failed: {e}");
-        }
-        Err(_) => bail!("the shard executor stopped while opening the data dir"),
+        );
     }
     println!(
         "ringfeed: data dir {} open with {shards} shard(s); the gRPC service for {listen} is not implemented yet. Ctrl-C to stop.",
@@ -150,11 +107,8 @@ fn serve(data_dir: &Path, listen: &str, shards: u32) -> Result<()> {
     ])
     .context("installing signal handlers")?;
     signals.forever().next();
-    let _ = stop_tx.send(());
-    executor
-        .join()
-        .map_err(|e| anyhow::anyhow!("shard executor: {e:?}"))?;
-    println!("ringfeed: closed cleanly");
+    engine.shutdown().context("shutting down")?;
+    println!("ringfeed: flushed, synced and closed cleanly");
     Ok(())
 }
 

@@ -256,3 +256,39 @@ pub fn wait_until(limit: std::time::Duration, what: &str, mut cond: impl FnMut()
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
+
+/// Every record (offset, ts, payload) of each shard of an O_DIRECT data dir, read
+/// on a fresh glommio executor through the log's own recovery and index.
+pub fn read_dma_logs(data_dir: &std::path::Path, shards: u32) -> Vec<Vec<(u64, i64, Vec<u8>)>> {
+    use ringfeed_engine::storage::DmaStorage;
+    let dir = data_dir.to_path_buf();
+    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .spawn(move || async move {
+            let mut all = Vec::new();
+            for shard in 0..shards {
+                let storage = DmaStorage::open(dir.join(format!("shard-{shard:03}"))).unwrap();
+                let config = LogConfig {
+                    shard,
+                    segment_bytes: 1 << 20,
+                    max_unsynced_bytes: 4 << 20,
+                };
+                let (log, _) = Log::open(storage, config)
+                    .await
+                    .expect("the shard's log reopens");
+                let mut records = Vec::new();
+                for location in log.chunks().collect::<Vec<_>>() {
+                    let buf = log.read_chunk(&location).await.unwrap();
+                    let header = chunk::ChunkHeader::decode(&buf).unwrap();
+                    for r in chunk::records(chunk::body_of(&buf, &header).unwrap()) {
+                        let r = r.unwrap();
+                        records.push((r.offset, r.ts, r.payload.to_vec()));
+                    }
+                }
+                all.push(records);
+            }
+            all
+        })
+        .expect("glommio executor starts")
+        .join()
+        .expect("reading the logs")
+}
