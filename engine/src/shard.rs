@@ -80,6 +80,8 @@ pub struct ShardStats {
     pub appended: std::sync::atomic::AtomicU64,
     /// Time the command loop spent in the non-yielding stamp-and-publish step, in nanoseconds.
     pub append_ns: std::sync::atomic::AtomicU64,
+    /// Commands found waiting by the idle timer instead of delivered by their wake-up.
+    pub missed_wakeups: std::sync::atomic::AtomicU64,
     /// Completed flush rounds (write + fdatasync).
     pub rounds: std::sync::atomic::AtomicU64,
     /// Record bytes made durable.
@@ -238,7 +240,30 @@ pub(crate) async fn run<S: Storage + 'static>(
         wake_flusher.clone(),
     ));
 
-    while let Ok(command) = commands.recv_async().await {
+    loop {
+        // A command normally wakes this task through flume's waker. We still
+        // look at the queue every flush interval: a stress run once left both
+        // shards asleep with commands queued (a wake-up lost between a
+        // producer thread and the glommio executor, not yet explained). The
+        // timer turns such a loss into a delay of one interval, and
+        // `missed_wakeups` counts it.
+        let next = futures_lite::future::or(async { Some(commands.recv_async().await) }, async {
+            glommio::timer::sleep(config.flush_interval).await;
+            None
+        })
+        .await;
+        let command = match next {
+            Some(Ok(command)) => command,
+            Some(Err(_)) => break,
+            None => match commands.try_recv() {
+                Ok(command) => {
+                    shared.stats.missed_wakeups.fetch_add(1, Ordering::Relaxed);
+                    command
+                }
+                Err(flume::TryRecvError::Empty) => continue,
+                Err(flume::TryRecvError::Disconnected) => break,
+            },
+        };
         match command {
             Command::Append {
                 records,
