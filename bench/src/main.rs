@@ -221,23 +221,7 @@ async fn framed_run(dir: &Path, size: usize, total: u64, event_bytes: usize) -> 
     let mut ts = 1i64;
     while written < total {
         let mut chunk = log.chunk_builder(size);
-        loop {
-            let rec = Record {
-                ts,
-                offset: chunk.next_offset(),
-                kind: Kind::Update,
-                signatures: Signatures::new(&[]),
-                directory: "/bench/dir",
-                old_name: "file",
-                new_name: "file",
-                new_parent: "",
-                payload: &payload,
-            };
-            if chunk.push(&rec).is_err() {
-                break;
-            }
-            ts += 1;
-        }
+        fill_chunk(&mut chunk, &mut ts, &payload);
         records += u64::from(chunk.record_count());
         let t = Instant::now();
         let entry = log.append(chunk).await?;
@@ -257,6 +241,31 @@ async fn framed_run(dir: &Path, size: usize, total: u64, event_bytes: usize) -> 
         },
         records,
     ))
+}
+
+/// Fills a chunk with update records carrying `payload`, stamped from `ts` on.
+fn fill_chunk<B: AsRef<[u8]> + AsMut<[u8]>>(
+    chunk: &mut ringfeed_engine::chunk::ChunkBuilder<B>,
+    ts: &mut i64,
+    payload: &[u8],
+) {
+    loop {
+        let rec = Record {
+            ts: *ts,
+            offset: chunk.next_offset(),
+            kind: Kind::Update,
+            signatures: Signatures::new(&[]),
+            directory: "/bench/dir",
+            old_name: "file",
+            new_name: "file",
+            new_parent: "",
+            payload,
+        };
+        if chunk.push(&rec).is_err() {
+            return;
+        }
+        *ts += 1;
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -338,23 +347,7 @@ async fn log_recovery(dir: &Path, total: u64, segment_bytes: u64, reps: usize) -
     let mut data = 0u64;
     while data < total {
         let mut chunk = log.chunk_builder(chunk_bytes);
-        loop {
-            let rec = Record {
-                ts,
-                offset: chunk.next_offset(),
-                kind: Kind::Create,
-                signatures: Signatures::new(&[]),
-                directory: "/bench/dir",
-                old_name: "",
-                new_name: "file",
-                new_parent: "",
-                payload: &payload,
-            };
-            if chunk.push(&rec).is_err() {
-                break;
-            }
-            ts += 1;
-        }
+        fill_chunk(&mut chunk, &mut ts, &payload);
         data += u64::from(log.append(chunk).await?.disk_len);
     }
     log.sync().await?;

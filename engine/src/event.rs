@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::record::{Kind, Record, Signatures, RECORD_HEADER_LEN};
+use crate::record::{Kind, Record, Signatures};
 
 /// One namespace mutation, as a producer hands it in.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -56,13 +56,7 @@ impl NewEvent {
 
     /// Bytes the event takes as a record.
     pub fn record_len(&self) -> usize {
-        RECORD_HEADER_LEN
-            + 4 * self.signatures.len()
-            + self.directory.len()
-            + self.old_name.len()
-            + self.new_name.len()
-            + self.new_parent.len()
-            + self.payload.len()
+        self.record(0, 0).encoded_len()
     }
 }
 

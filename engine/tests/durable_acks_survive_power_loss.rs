@@ -48,16 +48,7 @@ fn acked_durable_events_survive() {
         }
         for (shard, storage) in storages.iter().enumerate() {
             let records = stored_records(storage, shard as u32);
-            for (i, r) in records.iter().enumerate() {
-                assert_eq!(
-                    r.0, i as u64,
-                    "{what}: shard {shard} offsets are dense from 0"
-                );
-            }
-            assert!(
-                records.windows(2).all(|p| p[1].1 > p[0].1),
-                "{what}: stamps increase"
-            );
+            assert_dense_log(&records, &format!("{what}: shard {shard}"));
             for (position, payload) in acked.iter().filter(|(p, _)| p.shard == shard as u32) {
                 let r = records.get(position.offset as usize).unwrap_or_else(|| {
                     panic!(

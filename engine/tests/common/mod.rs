@@ -292,3 +292,15 @@ pub fn read_dma_logs(data_dir: &std::path::Path, shards: u32) -> Vec<Vec<(u64, i
         .join()
         .expect("reading the logs")
 }
+
+/// Asserts that a shard's stored records have offsets dense from 0 and strictly increasing stamps.
+#[track_caller]
+pub fn assert_dense_log(records: &[(u64, i64, Vec<u8>)], what: &str) {
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(r.0, i as u64, "{what}: offsets are dense from 0");
+    }
+    assert!(
+        records.windows(2).all(|p| p[1].1 > p[0].1),
+        "{what}: stamps strictly increase"
+    );
+}
