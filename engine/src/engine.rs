@@ -124,10 +124,18 @@ impl Engine {
             source,
         })?;
         check_meta(&config.data_dir, config.shards)?;
+        // Create the shard directories here, where a failure can be reported.
+        for shard in 0..config.shards {
+            let dir = shard_dir(&config.data_dir, shard);
+            std::fs::create_dir_all(&dir).map_err(|source| EngineError::Io {
+                what: format!("creating {}", dir.display()),
+                source,
+            })?;
+        }
         let dir = config.data_dir.clone();
         Engine::open_with(config, Arc::new(SystemClock), move |shard| {
-            DmaStorage::open(dir.join(format!("shard-{shard:03}")))
-                .expect("the data dir was just created")
+            DmaStorage::open(shard_dir(&dir, shard))
+                .expect("the shard directories were just created")
         })
     }
 
@@ -345,6 +353,11 @@ impl Drop for Engine {
     fn drop(&mut self) {
         let _ = self.stop();
     }
+}
+
+/// `DATA/shard-NNN`: where a shard's segments live.
+pub fn shard_dir(data_dir: &Path, shard: u32) -> PathBuf {
+    data_dir.join(format!("shard-{shard:03}"))
 }
 
 fn shard_config(config: &EngineConfig, shard: u32) -> ShardConfig {

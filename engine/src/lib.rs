@@ -22,7 +22,7 @@ pub mod storage;
 pub mod watermark;
 pub mod window;
 
-pub use engine::{Engine, EngineConfig, EngineError};
+pub use engine::{shard_dir, Engine, EngineConfig, EngineError};
 pub use error::{LogError, RecoveryError};
 pub use event::{AppendError, Durability, Limits, NewEvent, Position};
 pub use log::{ChunkImage, ChunkLocation, Log, LogConfig, RecoveryReport};

@@ -266,7 +266,7 @@ pub fn read_dma_logs(data_dir: &std::path::Path, shards: u32) -> Vec<Vec<(u64, i
         .spawn(move || async move {
             let mut all = Vec::new();
             for shard in 0..shards {
-                let storage = DmaStorage::open(dir.join(format!("shard-{shard:03}"))).unwrap();
+                let storage = DmaStorage::open(ringfeed_engine::shard_dir(&dir, shard)).unwrap();
                 let config = LogConfig {
                     shard,
                     segment_bytes: 1 << 20,
