@@ -11,6 +11,7 @@ pub mod clock;
 mod engine;
 pub mod error;
 pub mod event;
+mod kick;
 pub mod log;
 pub mod record;
 pub mod retention;

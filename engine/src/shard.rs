@@ -71,6 +71,7 @@ pub struct ShardShared {
     ring_bytes: AtomicUsize,
     unflushed_bytes: AtomicUsize,
     stats: ShardStats,
+    pub(crate) kick: crate::kick::KickTarget,
 }
 
 /// Counters of a shard's work, for status and benchmarks.
@@ -123,6 +124,7 @@ impl ShardShared {
             ring_bytes: AtomicUsize::new(0),
             unflushed_bytes: AtomicUsize::new(0),
             stats: ShardStats::default(),
+            kick: crate::kick::KickTarget::default(),
         }
     }
 
@@ -186,6 +188,19 @@ impl State {
 /// Opens the shard's log and runs the shard until its command channel closes;
 /// then flushes, syncs and closes the log. `ready` gets the recovery outcome.
 pub(crate) async fn run<S: Storage + 'static>(
+    storage: S,
+    config: ShardConfig,
+    shared: Arc<ShardShared>,
+    clock: Arc<dyn Clock>,
+    commands: flume::Receiver<Command>,
+    ready: flume::Sender<Result<RecoveryReport, RecoveryError>>,
+) {
+    shared.kick.register_current();
+    run_registered(storage, config, shared.clone(), clock, commands, ready).await;
+    shared.kick.unregister();
+}
+
+async fn run_registered<S: Storage + 'static>(
     storage: S,
     config: ShardConfig,
     shared: Arc<ShardShared>,
