@@ -44,16 +44,13 @@ pub(crate) struct KickTarget {
 }
 
 impl KickTarget {
-    /// Called on the shard thread when it starts.
-    pub(crate) fn register_current(&self) {
+    /// Registers the calling thread until the returned guard is dropped; call
+    /// it on the shard thread and keep the guard for the thread's whole run.
+    pub(crate) fn register_current(&self) -> Registration<'_> {
         // SAFETY: pthread_self has no preconditions.
         let me = unsafe { libc::pthread_self() };
         *self.lock() = Some(me);
-    }
-
-    /// Called on the shard thread before it exits.
-    pub(crate) fn unregister(&self) {
-        *self.lock() = None;
+        Registration { target: self }
     }
 
     pub(crate) fn kick(&self) {
@@ -69,5 +66,17 @@ impl KickTarget {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<libc::pthread_t>> {
         self.thread.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Keeps a thread registered; unregisters it when dropped (also on unwind),
+/// before the thread can exit.
+pub(crate) struct Registration<'a> {
+    target: &'a KickTarget,
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        *self.target.lock() = None;
     }
 }

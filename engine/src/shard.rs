@@ -195,19 +195,8 @@ pub(crate) async fn run<S: Storage + 'static>(
     commands: flume::Receiver<Command>,
     ready: flume::Sender<Result<RecoveryReport, RecoveryError>>,
 ) {
-    shared.kick.register_current();
-    run_registered(storage, config, shared.clone(), clock, commands, ready).await;
-    shared.kick.unregister();
-}
-
-async fn run_registered<S: Storage + 'static>(
-    storage: S,
-    config: ShardConfig,
-    shared: Arc<ShardShared>,
-    clock: Arc<dyn Clock>,
-    commands: flume::Receiver<Command>,
-    ready: flume::Sender<Result<RecoveryReport, RecoveryError>>,
-) {
+    // Unregisters on drop, on every exit path, unwinding included (kick.rs).
+    let _kick = shared.kick.register_current();
     let (log, report) = match Log::open(storage, config.log.clone()).await {
         Ok(opened) => opened,
         Err(e) => {
