@@ -131,10 +131,12 @@ fn main() -> Result<()> {
     }
 }
 
-fn on_glommio<F, Fut>(f: F) -> Result<()>
+/// Runs `f` on a fresh, unpinned glommio executor and returns its result.
+fn on_glommio<T, F, Fut>(f: F) -> Result<T>
 where
+    T: Send + 'static,
     F: FnOnce() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = Result<()>> + 'static,
+    Fut: std::future::Future<Output = Result<T>> + 'static,
 {
     LocalExecutorBuilder::new(Placement::Unbound)
         .name("bench")
@@ -483,22 +485,17 @@ fn shard_append(
     let raw_dir = dir.join("raw");
     let raw = {
         let raw_dir = raw_dir.clone();
-        let mut out = None;
-        on_glommio_value(
-            move || async move {
-                fresh_dir(&raw_dir)?;
-                let big = raw_run(&raw_dir, 1 << 20, 256 << 20).await?;
-                let small = raw_run(&raw_dir, 4096, 8 << 20).await?;
-                std::fs::remove_dir_all(&raw_dir)?;
-                Ok((
-                    big.mb_s(),
-                    small.latency.value_at_quantile(0.5),
-                    small.latency.value_at_quantile(0.99),
-                ))
-            },
-            &mut out,
-        )?;
-        out.expect("raw run result")
+        on_glommio(move || async move {
+            fresh_dir(&raw_dir)?;
+            let big = raw_run(&raw_dir, 1 << 20, 256 << 20).await?;
+            let small = raw_run(&raw_dir, 4096, 8 << 20).await?;
+            std::fs::remove_dir_all(&raw_dir)?;
+            Ok((
+                big.mb_s(),
+                small.latency.value_at_quantile(0.5),
+                small.latency.value_at_quantile(0.99),
+            ))
+        })?
     };
     println!(
         "# raw O_DIRECT: 1 MiB write + fdatasync {:.0} MB/s; 4 KiB write + fdatasync p50 {} us, p99 {} us",
@@ -576,21 +573,5 @@ fn shard_append(
         }
     }
     let _ = std::fs::remove_dir_all(dir);
-    Ok(())
-}
-
-fn on_glommio_value<T, F, Fut>(f: F, out: &mut Option<T>) -> Result<()>
-where
-    T: Send + 'static,
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = Result<T>> + 'static,
-{
-    let value = LocalExecutorBuilder::new(Placement::Unbound)
-        .name("bench")
-        .spawn(f)
-        .map_err(|e| anyhow::anyhow!("starting glommio: {e}"))?
-        .join()
-        .map_err(|e| anyhow::anyhow!("glommio executor: {e:?}"))??;
-    *out = Some(value);
     Ok(())
 }

@@ -356,20 +356,9 @@ pub fn align_up(value: usize, alignment: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Kind, Signatures};
 
     fn rec(offset: u64, ts: i64) -> Record<'static> {
-        Record {
-            ts,
-            offset,
-            kind: Kind::Create,
-            signatures: Signatures::new(&[]),
-            directory: "/d",
-            old_name: "",
-            new_name: "f",
-            new_parent: "",
-            payload: b"p",
-        }
+        crate::record::test_create(offset, ts)
     }
 
     #[test]

@@ -363,6 +363,22 @@ pub(crate) fn read_u64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(a)
 }
 
+/// A small create record for unit tests elsewhere in the crate.
+#[cfg(test)]
+pub(crate) fn test_create(offset: u64, ts: i64) -> Record<'static> {
+    Record {
+        ts,
+        offset,
+        kind: Kind::Create,
+        signatures: Signatures::new(&[]),
+        directory: "/d",
+        old_name: "",
+        new_name: "f",
+        new_parent: "",
+        payload: b"payload",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -245,7 +245,7 @@ impl Ring {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Kind, Record, Signatures};
+    use crate::record::Record;
 
     /// Stages a record the way the shard does: encoded elsewhere, stamped here.
     fn stage(ring: &mut Ring, rec: &Record<'_>) {
@@ -255,17 +255,7 @@ mod tests {
     }
 
     fn rec(offset: u64, ts: i64) -> Record<'static> {
-        Record {
-            ts,
-            offset,
-            kind: Kind::Create,
-            signatures: Signatures::new(&[]),
-            directory: "/d",
-            old_name: "",
-            new_name: "f",
-            new_parent: "",
-            payload: b"payload",
-        }
+        crate::record::test_create(offset, ts)
     }
 
     /// Regression: records appended while a flush was in flight kept the stamp

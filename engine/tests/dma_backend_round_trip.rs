@@ -55,24 +55,22 @@ async fn open(dir: &Path) -> Log<DmaStorage> {
 fn write_rotate_close_reopen() {
     let dir = scratch();
     let path = dir.path().to_path_buf();
-    on_glommio(move || {
-        (async move {
-            let mut log = open(&path).await;
-            append_records(&mut log, 5000, 20).await.unwrap();
-            assert_eq!(log.sync().await.unwrap(), 5000);
-            assert!(
-                log.segment_names().len() >= 3,
-                "rotated: {:?}",
-                log.segment_names()
-            );
-            log.close().await.unwrap();
-            let log = open(&path).await;
-            assert_records(&read_all(&log).await, &expected(0..5000), "after reopen");
-            assert_eq!(
-                log.find_ts(stamp_for(1234)).await.unwrap(),
-                Some((1234, stamp_for(1234)))
-            );
-        })
+    on_glommio(move || async move {
+        let mut log = open(&path).await;
+        append_records(&mut log, 5000, 20).await.unwrap();
+        assert_eq!(log.sync().await.unwrap(), 5000);
+        assert!(
+            log.segment_names().len() >= 3,
+            "rotated: {:?}",
+            log.segment_names()
+        );
+        log.close().await.unwrap();
+        let log = open(&path).await;
+        assert_records(&read_all(&log).await, &expected(0..5000), "after reopen");
+        assert_eq!(
+            log.find_ts(stamp_for(1234)).await.unwrap(),
+            Some((1234, stamp_for(1234)))
+        );
     });
 }
 
@@ -82,17 +80,15 @@ fn torn_tail_on_a_real_file() {
     let path = dir.path().to_path_buf();
     let (segment, position) = {
         let path = path.clone();
-        on_glommio(move || {
-            (async move {
-                let mut log = open(&path).await;
-                append_records(&mut log, 500, 10).await.unwrap();
-                log.sync().await.unwrap();
-                let last = log.chunks().last().unwrap();
-                (
-                    ringfeed_engine::segment::segment_name(last.segment),
-                    last.entry.position,
-                )
-            })
+        on_glommio(move || async move {
+            let mut log = open(&path).await;
+            append_records(&mut log, 500, 10).await.unwrap();
+            log.sync().await.unwrap();
+            let last = log.chunks().last().unwrap();
+            (
+                ringfeed_engine::segment::segment_name(last.segment),
+                last.entry.position,
+            )
         })
     };
     // Tear the last chunk as a crash mid-write would.
@@ -102,18 +98,16 @@ fn torn_tail_on_a_real_file() {
         .unwrap();
     file.set_len(position + 70).unwrap();
     drop(file);
-    on_glommio(move || {
-        (async move {
-            let (log, report) = Log::open(DmaStorage::open(&path).unwrap(), config())
-                .await
-                .unwrap();
-            assert!(report.truncated.is_some());
-            assert_records(
-                &read_all(&log).await,
-                &expected(0..490),
-                "after the torn tail",
-            );
-        })
+    on_glommio(move || async move {
+        let (log, report) = Log::open(DmaStorage::open(&path).unwrap(), config())
+            .await
+            .unwrap();
+        assert!(report.truncated.is_some());
+        assert_records(
+            &read_all(&log).await,
+            &expected(0..490),
+            "after the torn tail",
+        );
     });
 }
 
@@ -126,21 +120,19 @@ fn fixtures_open_through_o_direct() {
         std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
     }
     let path = dir.path().to_path_buf();
-    on_glommio(move || {
-        (async move {
-            let config = LogConfig {
-                shard: 0,
-                segment_bytes: 16 << 10,
-                max_unsynced_bytes: 4 << 10,
-            };
-            let (log, _) = Log::open(DmaStorage::open(&path).unwrap(), config)
-                .await
-                .unwrap();
-            assert_records(
-                &read_all(&log).await,
-                &expected(0..120),
-                "clean fixture via O_DIRECT",
-            );
-        })
+    on_glommio(move || async move {
+        let config = LogConfig {
+            shard: 0,
+            segment_bytes: 16 << 10,
+            max_unsynced_bytes: 4 << 10,
+        };
+        let (log, _) = Log::open(DmaStorage::open(&path).unwrap(), config)
+            .await
+            .unwrap();
+        assert_records(
+            &read_all(&log).await,
+            &expected(0..120),
+            "clean fixture via O_DIRECT",
+        );
     });
 }

@@ -68,8 +68,11 @@ pub async fn append_records<S: Storage>(
     Ok(())
 }
 
-/// Every record of the log, read back through the index and verified.
-pub async fn read_all<S: Storage>(log: &Log<S>) -> Vec<Stored> {
+/// Maps every record of the log, read back through the index and verified.
+pub async fn map_records<S: Storage, T>(
+    log: &Log<S>,
+    mut f: impl FnMut(&Record<'_>) -> T,
+) -> Vec<T> {
     let mut out = Vec::new();
     for location in log.chunks().collect::<Vec<_>>() {
         let buf = log
@@ -78,16 +81,26 @@ pub async fn read_all<S: Storage>(log: &Log<S>) -> Vec<Stored> {
             .expect("indexed chunk reads back");
         let header = chunk::ChunkHeader::decode(&buf).unwrap();
         for rec in chunk::records(chunk::body_of(&buf, &header).unwrap()) {
-            let rec = rec.unwrap();
-            out.push(Stored {
-                offset: rec.offset,
-                ts: rec.ts,
-                directory: rec.directory.to_string(),
-                payload: rec.payload.to_vec(),
-            });
+            out.push(f(&rec.unwrap()));
         }
     }
     out
+}
+
+/// Every record of the log, read back through the index and verified.
+pub async fn read_all<S: Storage>(log: &Log<S>) -> Vec<Stored> {
+    map_records(log, |rec| Stored {
+        offset: rec.offset,
+        ts: rec.ts,
+        directory: rec.directory.to_string(),
+        payload: rec.payload.to_vec(),
+    })
+    .await
+}
+
+/// (offset, stamp, payload) of a stored record.
+pub fn position_and_payload(rec: &Record<'_>) -> (u64, i64, Vec<u8>) {
+    (rec.offset, rec.ts, rec.payload.to_vec())
 }
 
 /// The records `append_records` writes for `range`.
@@ -113,23 +126,6 @@ pub fn open_mem(
 pub fn reopen_and_read(storage: &MemStorage, config: LogConfig) -> Vec<Stored> {
     let (log, _) = open_mem(storage, config).expect("log reopens");
     block_on(read_all(&log))
-}
-
-/// Asserts that offsets are dense from the first and stamps strictly increase.
-pub fn assert_dense(records: &[Stored]) {
-    for pair in records.windows(2) {
-        assert_eq!(
-            pair[1].offset,
-            pair[0].offset + 1,
-            "offset gap after {}",
-            pair[0].offset
-        );
-        assert!(
-            pair[1].ts > pair[0].ts,
-            "stamp did not increase at {}",
-            pair[1].offset
-        );
-    }
 }
 
 /// Compares record lists, printing a short summary instead of every record.
@@ -236,16 +232,7 @@ pub fn stored_records(storage: &MemStorage, shard: u32) -> Vec<(u64, i64, Vec<u8
         max_unsynced_bytes: 4 << 20,
     };
     let (log, _) = block_on(Log::open(storage.clone(), config)).expect("shard log reopens");
-    let mut out = Vec::new();
-    for location in log.chunks().collect::<Vec<_>>() {
-        let buf = block_on(log.read_chunk(&location)).unwrap();
-        let header = chunk::ChunkHeader::decode(&buf).unwrap();
-        for rec in chunk::records(chunk::body_of(&buf, &header).unwrap()) {
-            let rec = rec.unwrap();
-            out.push((rec.offset, rec.ts, rec.payload.to_vec()));
-        }
-    }
-    out
+    block_on(map_records(&log, position_and_payload))
 }
 
 /// Waits for `cond` up to `limit`, polling; panics with `what` if it never holds.
@@ -275,15 +262,7 @@ pub fn read_dma_logs(data_dir: &std::path::Path, shards: u32) -> Vec<Vec<(u64, i
                 let (log, _) = Log::open(storage, config)
                     .await
                     .expect("the shard's log reopens");
-                let mut records = Vec::new();
-                for location in log.chunks().collect::<Vec<_>>() {
-                    let buf = log.read_chunk(&location).await.unwrap();
-                    let header = chunk::ChunkHeader::decode(&buf).unwrap();
-                    for r in chunk::records(chunk::body_of(&buf, &header).unwrap()) {
-                        let r = r.unwrap();
-                        records.push((r.offset, r.ts, r.payload.to_vec()));
-                    }
-                }
+                let records = map_records(&log, position_and_payload).await;
                 all.push(records);
             }
             all
