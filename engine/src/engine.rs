@@ -21,6 +21,7 @@ use crate::retention::RetentionPolicy;
 use crate::segment::FORMAT_VERSION;
 use crate::shard::{self, Command, ShardConfig, ShardShared};
 use crate::storage::{DmaStorage, Storage};
+use crate::subscribe::{SubscribeError, SubscribeRequest, Subscription};
 use crate::RecoveryError;
 
 /// Everything the engine needs to open. `Default` gives the production defaults.
@@ -249,6 +250,12 @@ impl Engine {
     /// A shard's watermarks, ring view and wake-up events.
     pub fn shard(&self, id: u32) -> &Arc<ShardShared> {
         &self.shards[id as usize].shared
+    }
+
+    /// Opens a subscription over every shard (see [`crate::subscribe`]).
+    pub fn subscribe(&self, request: SubscribeRequest) -> Result<Subscription, SubscribeError> {
+        let shards: Vec<Arc<ShardShared>> = self.shards.iter().map(|s| s.shared.clone()).collect();
+        Subscription::open(&shards, request)
     }
 
     /// The shard a directory's events go to. Stable across restarts.

@@ -163,11 +163,21 @@ fn check_path(
             ),
         ));
     }
+    match path_problem(path) {
+        Some(problem) => Err(invalid(index, field, problem)),
+        None => Ok(()),
+    }
+}
+
+/// What is wrong with a directory-like path, if anything: it must be
+/// absolute, normalized (no trailing '/', '//', '.' or '..'; `/` is the root)
+/// and free of NUL.
+pub fn path_problem(path: &str) -> Option<String> {
     if !path.starts_with('/') {
-        return Err(invalid(index, field, format!("{path:?} is not absolute")));
+        return Some(format!("{path:?} is not absolute"));
     }
     if path.contains('\0') {
-        return Err(invalid(index, field, "contains NUL"));
+        return Some("contains NUL".into());
     }
     if path != "/"
         && (path.ends_with('/')
@@ -176,13 +186,11 @@ fn check_path(
                 .skip(1)
                 .any(|c| c.is_empty() || c == "." || c == ".."))
     {
-        return Err(invalid(
-            index,
-            field,
-            format!("{path:?} is not normalized (no trailing '/', '//', '.' or '..')"),
+        return Some(format!(
+            "{path:?} is not normalized (no trailing '/', '//', '.' or '..')"
         ));
     }
-    Ok(())
+    None
 }
 
 fn check_name(

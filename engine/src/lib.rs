@@ -20,6 +20,7 @@ pub mod segment;
 mod shard;
 mod shared_buf;
 pub mod storage;
+pub mod subscribe;
 pub mod watermark;
 pub mod window;
 
@@ -31,4 +32,8 @@ pub use record::{Kind, Record, Signatures};
 pub use retention::{RetentionOutcome, RetentionPolicy};
 pub use ring::RingView;
 pub use shard::{ShardShared, ShardStats};
+pub use subscribe::{
+    Cursor, CursorError, Delivered, Filter, Ordering, Start, Step, SubscribeError,
+    SubscribeRequest, Subscription,
+};
 pub use watermark::{WatermarkSnapshot, Watermarks};

@@ -306,6 +306,71 @@ pub fn peek_position(buf: &[u8]) -> Result<(usize, u64, i64), RecordError> {
     Ok((len, read_u64(buf, 16), read_u64(buf, 8) as i64))
 }
 
+/// A record's header fields as raw bytes, read without verifying the checksum
+/// or the UTF-8 of the paths: for walking records that were verified already
+/// (a chunk body whose checksum matched) or that the shard framed itself (a
+/// window). Subscription filters run on this, never decoding the payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordHeader<'a> {
+    /// Bytes the whole record occupies.
+    pub len: usize,
+    pub offset: u64,
+    pub ts: i64,
+    pub kind: u8,
+    /// Little-endian `i32`s.
+    pub signatures: &'a [u8],
+    pub directory: &'a [u8],
+    pub old_name: &'a [u8],
+    pub new_name: &'a [u8],
+    pub new_parent: &'a [u8],
+    /// Where the payload starts, from the record's first byte.
+    pub payload_at: usize,
+}
+
+impl RecordHeader<'_> {
+    /// True if one of the record's signatures is `signature`.
+    pub fn has_signature(&self, signature: i32) -> bool {
+        let want = signature.to_le_bytes();
+        self.signatures.chunks_exact(4).any(|s| s == want)
+    }
+}
+
+/// Parses the header of the record at the front of `buf` (bounds-checked, no
+/// checksum or UTF-8 check: see [`RecordHeader`]).
+pub fn peek_header(buf: &[u8]) -> Result<RecordHeader<'_>, RecordError> {
+    let len = peek_len(buf)?;
+    let bytes = &buf[..len];
+    let sig_count = bytes[25] as usize;
+    let lens = [
+        read_u16(bytes, 26) as usize,
+        read_u16(bytes, 28) as usize,
+        read_u16(bytes, 30) as usize,
+        read_u16(bytes, 32) as usize,
+    ];
+    let fields = RECORD_HEADER_LEN + 4 * sig_count + lens.iter().sum::<usize>();
+    if fields > len {
+        return Err(RecordError::FieldsOverrun { fields, len });
+    }
+    let mut at = RECORD_HEADER_LEN + 4 * sig_count;
+    let mut parts: [&[u8]; 4] = [&[]; 4];
+    for (part, field_len) in parts.iter_mut().zip(lens) {
+        *part = &bytes[at..at + field_len];
+        at += field_len;
+    }
+    Ok(RecordHeader {
+        len,
+        offset: read_u64(bytes, 16),
+        ts: read_u64(bytes, 8) as i64,
+        kind: bytes[24],
+        signatures: &bytes[RECORD_HEADER_LEN..RECORD_HEADER_LEN + 4 * sig_count],
+        directory: parts[0],
+        old_name: parts[1],
+        new_name: parts[2],
+        new_parent: parts[3],
+        payload_at: at,
+    })
+}
+
 fn parse_verified(bytes: &[u8]) -> Result<Record<'_>, RecordError> {
     let len = bytes.len();
     let kind = Kind::from_u8(bytes[24]).ok_or(RecordError::UnknownKind(bytes[24]))?;
@@ -447,6 +512,19 @@ mod tests {
         restamp(&mut buf, 9, 77);
         let (back, _) = Record::decode(&buf).unwrap();
         assert_eq!((back.offset, back.ts, back.payload), (9, 77, rec.payload));
+    }
+
+    #[test]
+    fn header_peek_agrees_with_decode() {
+        let rec = sample();
+        let mut buf = vec![0u8; rec.encoded_len()];
+        rec.encode_into(&mut buf).unwrap();
+        let h = peek_header(&buf).unwrap();
+        assert_eq!((h.len, h.offset, h.ts, h.kind), (buf.len(), 42, rec.ts, 4));
+        assert_eq!((h.directory, h.old_name), (&b"/a/b"[..], &b"x"[..]));
+        assert_eq!((h.new_name, h.new_parent), (&b"y"[..], &b"/c"[..]));
+        assert_eq!(&buf[h.payload_at..], b"payload");
+        assert!(h.has_signature(-3) && h.has_signature(7) && !h.has_signature(3));
     }
 
     #[test]

@@ -30,6 +30,19 @@ impl RingView {
         self.lock().front().map(|w| w.first_offset())
     }
 
+    /// The window holding `offset` (or, for the last window, where `offset`
+    /// will be appended), if the ring still holds it.
+    pub fn window_for(&self, offset: u64) -> Option<Arc<Window>> {
+        let windows = self.lock();
+        let i = windows.partition_point(|w| w.first_offset() <= offset);
+        windows.get(i.checked_sub(1)?).cloned()
+    }
+
+    /// The oldest window in the ring.
+    pub fn first_window(&self) -> Option<Arc<Window>> {
+        self.lock().front().cloned()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<Window>>> {
         // The guarded deque is always consistent; a panic elsewhere cannot tear it.
         self.windows.lock().unwrap_or_else(|e| e.into_inner())
@@ -194,9 +207,10 @@ impl Ring {
         plan
     }
 
-    /// Records that `plan` is durable, then evicts what the budget requires.
-    /// Returns the offset below which the ring no longer holds records.
-    pub fn mark_flushed(&mut self, plan: &[FlushRange]) -> u64 {
+    /// Records that `plan` is durable. Call [`Ring::evict`] only after the
+    /// flushed watermark covering it is published: a reader that finds an
+    /// offset gone from the ring must find it on disk.
+    pub fn mark_flushed(&mut self, plan: &[FlushRange]) {
         for range in plan {
             let slot = self
                 .slots
@@ -217,10 +231,11 @@ impl Ring {
                 slot.unflushed_first_ts = ts;
             }
         }
-        self.evict()
     }
 
-    fn evict(&mut self) -> u64 {
+    /// Evicts sealed, flushed windows while the ring is over its budget.
+    /// Returns the offset below which the ring no longer holds records.
+    pub fn evict(&mut self) -> u64 {
         while self.capacity > self.budget {
             let Some(oldest) = self.slots.front() else {
                 break;
@@ -299,7 +314,8 @@ mod tests {
         assert!(view.windows().len() >= 3, "several windows opened");
         assert_eq!(ring.evicted_below(), 0, "nothing flushed, nothing evicted");
         let plan = ring.flush_plan(0, 1 << 20);
-        let evicted = ring.mark_flushed(&plan);
+        ring.mark_flushed(&plan);
+        let evicted = ring.evict();
         assert!(evicted > 0 && ring.capacity_bytes() <= 8192 + 4096);
         assert_eq!(view.first_offset(), Some(evicted));
     }

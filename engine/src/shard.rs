@@ -25,7 +25,7 @@ use crate::log::{ChunkImage, Log, LogConfig, RecoveryReport};
 use crate::record;
 use crate::retention::RetentionPolicy;
 use crate::ring::{Ring, RingView};
-use crate::storage::Storage;
+use crate::storage::{ReadFiles, Storage};
 use crate::watermark::Watermarks;
 use crate::RecoveryError;
 
@@ -71,6 +71,9 @@ pub struct ShardShared {
     ring_bytes: AtomicUsize,
     unflushed_bytes: AtomicUsize,
     stats: ShardStats,
+    /// The shard's segment directory, for readers on other threads. Set before
+    /// the shard reports ready.
+    files: std::sync::OnceLock<Arc<dyn ReadFiles>>,
     pub(crate) kick: crate::kick::KickTarget,
 }
 
@@ -124,8 +127,16 @@ impl ShardShared {
             ring_bytes: AtomicUsize::new(0),
             unflushed_bytes: AtomicUsize::new(0),
             stats: ShardStats::default(),
+            files: std::sync::OnceLock::new(),
             kick: crate::kick::KickTarget::default(),
         }
+    }
+
+    /// Read access to the shard's segment files.
+    pub fn files(&self) -> &Arc<dyn ReadFiles> {
+        self.files
+            .get()
+            .expect("set when the shard opened, before the engine returned")
     }
 
     /// The I/O failure that stopped the shard, if one did.
@@ -197,6 +208,7 @@ pub(crate) async fn run<S: Storage + 'static>(
 ) {
     // Unregisters on drop, on every exit path, unwinding included (kick.rs).
     let _kick = shared.kick.register_current();
+    let _ = shared.files.set(storage.reader());
     let (log, report) = match Log::open(storage, config.log.clone()).await {
         Ok(opened) => opened,
         Err(e) => {
@@ -482,11 +494,14 @@ async fn flusher<S: Storage>(
             let mut st = state.borrow_mut();
             match result {
                 Ok(flushed_next) => {
-                    let evicted = st.ring.mark_flushed(&plan);
-                    shared.publish_memory(&st.ring);
+                    st.ring.mark_flushed(&plan);
                     let w = &shared.watermarks;
+                    // Flushed before evicted: a reader that finds an offset gone
+                    // from the ring must find it covered by the flushed watermark.
                     w.publish_flushed(flushed_next, log.last_ts().unwrap_or(0));
+                    let evicted = st.ring.evict();
                     w.publish_evicted(evicted);
+                    shared.publish_memory(&st.ring);
                     while st.waiters.front().is_some_and(|f| f.needed <= flushed_next) {
                         st.waiters.pop_front().expect("checked").reply.send_ok();
                     }
@@ -545,7 +560,8 @@ async fn ticker(
         }
         // Runs between commands on this core, so no stamp is in progress: every
         // stamp at or below `now` is already visible, and later ones are fenced above it.
-        if shared.watermarks.take_claim_request() {
+        let claimed = shared.watermarks.take_claim_request();
+        if claimed {
             let now = clock.now_ns().max(st.last_ts);
             shared.watermarks.claim(now);
         }
@@ -557,6 +573,10 @@ async fn ticker(
             wake = true;
         }
         drop(st);
+        if claimed {
+            // Merges waiting on this shard's claim wait on `appended`.
+            shared.appended.notify(usize::MAX);
+        }
         if wake {
             wake_flusher.notify(usize::MAX);
         }

@@ -77,6 +77,10 @@ fn to_io(e: glommio::GlommioError<()>) -> io::Error {
 impl Storage for DmaStorage {
     type File = DmaFileHandle;
 
+    fn reader(&self) -> std::sync::Arc<dyn super::ReadFiles> {
+        std::sync::Arc::new(super::MappedDir::new(self.dir.clone()))
+    }
+
     async fn list(&self) -> io::Result<Vec<String>> {
         let mut names = Vec::new();
         for entry in fs::read_dir(&self.dir)? {

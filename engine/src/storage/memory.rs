@@ -219,8 +219,25 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Readers see the current images (what a process would read), not the durable ones.
+impl super::ReadFiles for MemStorage {
+    fn list(&self) -> io::Result<Vec<String>> {
+        Ok(self.names())
+    }
+
+    fn map(&self, name: &str) -> io::Result<bytes::Bytes> {
+        self.file_bytes(name)
+            .map(bytes::Bytes::from)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no file {name}")))
+    }
+}
+
 impl Storage for MemStorage {
     type File = MemFile;
+
+    fn reader(&self) -> Arc<dyn super::ReadFiles> {
+        Arc::new(self.clone())
+    }
 
     async fn list(&self) -> io::Result<Vec<String>> {
         let mut s = self.lock();

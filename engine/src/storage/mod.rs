@@ -14,12 +14,30 @@
 
 use std::io;
 use std::ops::Deref;
+use std::sync::Arc;
+
+use bytes::Bytes;
 
 mod dma;
+mod mapped;
 mod memory;
 
 pub use dma::{DmaFileHandle, DmaStorage};
+pub use mapped::MappedDir;
 pub use memory::{block_on, Faults, MemFile, MemStorage};
+
+/// Read access to a directory's files from any thread, without the shard:
+/// subscriptions read segments through it.
+///
+/// Contract: callers read only byte ranges the shard has made durable (below
+/// its flushed watermark). Those ranges are never written again, so a view
+/// taken while the shard keeps writing further on stays valid.
+pub trait ReadFiles: Send + Sync {
+    /// Names of the files in the directory, in no particular order.
+    fn list(&self) -> io::Result<Vec<String>>;
+    /// The file's bytes as they are now (a read-only mapping for files on disk).
+    fn map(&self, name: &str) -> io::Result<Bytes>;
+}
 
 /// A directory of files.
 pub trait Storage {
@@ -35,6 +53,8 @@ pub trait Storage {
     async fn rename(&self, from: &str, to: &str) -> io::Result<()>;
     /// Makes creations, removals and renames durable.
     async fn sync_dir(&self) -> io::Result<()>;
+    /// A reader of this directory for other threads.
+    fn reader(&self) -> Arc<dyn ReadFiles>;
 }
 
 /// A file written with aligned, direct writes.

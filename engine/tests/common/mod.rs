@@ -283,3 +283,76 @@ pub fn assert_dense_log(records: &[(u64, i64, Vec<u8>)], what: &str) {
         "{what}: stamps strictly increase"
     );
 }
+
+/// An event as a subscriber sees it: (shard, offset, ts, payload).
+pub type Seen = (u32, u64, i64, Vec<u8>);
+
+/// Appends `events` (memory durability) and returns them as subscribers should
+/// see them, keyed by position.
+pub fn append_all(engine: &Engine, events: Vec<NewEvent>) -> Vec<Seen> {
+    let payloads: Vec<Vec<u8>> = events.iter().map(|e| e.payload.clone()).collect();
+    let positions = engine
+        .append_blocking(events, ringfeed_engine::Durability::Memory)
+        .expect("append");
+    positions
+        .into_iter()
+        .zip(payloads)
+        .map(|(p, payload)| (p.shard, p.offset, p.ts, payload))
+        .collect()
+}
+
+/// Sorts events into merged order: (ts, shard, offset).
+pub fn merged_order(mut events: Vec<Seen>) -> Vec<Seen> {
+    events.sort_by_key(|e| (e.2, e.0, e.1));
+    events
+}
+
+/// Takes up to `count` events from a subscription, failing if it stalls for 10 s.
+pub fn take(sub: &mut ringfeed_engine::Subscription, count: usize) -> Vec<Seen> {
+    let mut got = Vec::with_capacity(count);
+    while got.len() < count {
+        match sub
+            .next_blocking(std::time::Duration::from_secs(10))
+            .expect("subscription works")
+        {
+            ringfeed_engine::Step::Event(d) => {
+                got.push((d.shard, d.offset, d.ts, d.payload().to_vec()))
+            }
+            ringfeed_engine::Step::Pending => panic!(
+                "subscription stalled after {} of {count} events (cursor {:?})",
+                got.len(),
+                sub.cursor()
+            ),
+            ringfeed_engine::Step::End => break,
+        }
+    }
+    got
+}
+
+/// Reads until the subscription ends (until_ns), failing if it stalls for 10 s.
+pub fn take_to_end(sub: &mut ringfeed_engine::Subscription) -> Vec<Seen> {
+    take(sub, usize::MAX)
+}
+
+/// The cursor after the first `k` events of a merged stream over `shards` shards
+/// whose per-shard offsets start at `base`.
+pub fn cursor_after(stream: &[Seen], k: usize, base: &[u64]) -> ringfeed_engine::Cursor {
+    let mut next = base.to_vec();
+    for e in &stream[..k] {
+        next[e.0 as usize] = e.1 + 1;
+    }
+    ringfeed_engine::Cursor::new(next)
+}
+
+/// Asserts two event streams are equal, reporting the first difference.
+pub fn assert_stream(got: &[Seen], want: &[Seen], what: &str) {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(
+            (g.0, g.1, g.2),
+            (w.0, w.1, w.2),
+            "{what}: event {i} differs (shard, offset, ts)"
+        );
+        assert_eq!(g.3, w.3, "{what}: event {i} payload differs");
+    }
+    assert_eq!(got.len(), want.len(), "{what}: stream lengths differ");
+}

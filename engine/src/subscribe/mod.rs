@@ -1,0 +1,519 @@
+//! Subscriptions: every matching event from a start position, exactly once, in
+//! a deterministic order, then live.
+//!
+//! A subscription keeps, per shard, a reader (ring or segments, see
+//! [`reader`]) and the next offset to deliver: its [`Cursor`]. Events are
+//! filtered on their record headers ([`Filter`]) and merged across shards in
+//! `(ts, shard, offset)` order. In [`Ordering::Merged`] an event is emitted
+//! only when every other shard has a pending event ordered after it or has
+//! claimed (no future stamp at or below) its stamp; a quiet shard is asked to
+//! claim. [`Ordering::PerShard`] emits as soon as any shard has an event.
+//!
+//! A subscription never makes a shard wait and holds at most one run of
+//! records per shard (a window or a chunk body, shared, not copied), however
+//! far behind it is. It is driven by [`Subscription::poll`] (never blocks),
+//! [`Subscription::next`] (async, runtime-agnostic) or
+//! [`Subscription::next_blocking`].
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll as TaskPoll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use event_listener::{EventListener, Listener};
+use thiserror::Error;
+
+use crate::record::{self, Record, RecordError, RecordHeader};
+use crate::shard::ShardShared;
+
+mod cursor;
+mod filter;
+mod reader;
+
+pub use cursor::{Cursor, CursorError};
+pub use filter::{Filter, FilterError};
+use reader::ShardReader;
+
+/// Where a subscription starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// The oldest retained event of every shard.
+    Beginning,
+    /// After the last event committed when the subscription opens.
+    Now,
+    /// The first event stamped at or after this (ns since the Unix epoch), per shard.
+    SinceNs(i64),
+    /// Exactly where a previous subscription left off.
+    Cursor(Cursor),
+}
+
+/// The order events are delivered in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Ordering {
+    /// `(ts, shard, offset)`: the same on every replay.
+    #[default]
+    Merged,
+    /// Each shard in order, shards interleaved as events come: lowest latency.
+    PerShard,
+}
+
+/// What to subscribe to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubscribeRequest {
+    pub start: Start,
+    pub filter: Filter,
+    /// End after the last event stamped at or below this.
+    pub until_ns: Option<i64>,
+    pub ordering: Ordering,
+}
+
+impl SubscribeRequest {
+    /// Everything from `start` on, merged, unfiltered, unbounded.
+    pub fn from(start: Start) -> SubscribeRequest {
+        SubscribeRequest {
+            start,
+            filter: Filter::default(),
+            until_ns: None,
+            ordering: Ordering::Merged,
+        }
+    }
+}
+
+/// Why a subscription could not start or continue.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum SubscribeError {
+    #[error(transparent)]
+    Cursor(#[from] CursorError),
+    #[error("invalid filter: {0}")]
+    Filter(#[from] FilterError),
+    #[error(
+        "shard {shard}: offset {offset} is older than the oldest retained event \
+         (offset {retained_from}{}); resubscribe from there or from a time",
+        retained_ts.map(|ts| format!(", stamped {ts} ns")).unwrap_or_default()
+    )]
+    BelowRetention {
+        shard: u32,
+        offset: u64,
+        retained_from: u64,
+        retained_ts: Option<i64>,
+    },
+    #[error("shard {shard}: segment {segment} at byte {position}: {reason}")]
+    Corrupt {
+        shard: u32,
+        segment: String,
+        position: u64,
+        reason: String,
+    },
+    #[error("shard {shard}: reading segments: {reason}")]
+    Io { shard: u32, reason: String },
+    #[error("shard {shard}: a stored record does not decode: {source}")]
+    Record {
+        shard: u32,
+        #[source]
+        source: RecordError,
+    },
+}
+
+/// One delivered event: its position and its stored record (shared, not copied).
+#[derive(Clone, Debug)]
+pub struct Delivered {
+    pub shard: u32,
+    pub offset: u64,
+    pub ts: i64,
+    record: Bytes,
+    payload_at: usize,
+}
+
+impl Delivered {
+    /// The whole stored record.
+    pub fn record_bytes(&self) -> &Bytes {
+        &self.record
+    }
+
+    /// The producer's encoded event, as appended.
+    pub fn payload(&self) -> Bytes {
+        self.record.slice(self.payload_at..)
+    }
+
+    /// The record's header fields (paths, kind, signatures).
+    pub fn header(&self) -> RecordHeader<'_> {
+        record::peek_header(&self.record).expect("delivered records were parsed once already")
+    }
+
+    /// The record, decoded and checksum-verified.
+    pub fn record(&self) -> Result<Record<'_>, RecordError> {
+        Record::decode(&self.record).map(|(r, _)| r)
+    }
+}
+
+/// What [`Subscription::poll`] found.
+#[derive(Debug)]
+pub enum Step {
+    Event(Delivered),
+    /// Nothing to deliver yet.
+    Pending,
+    /// `until_ns` was reached: the subscription is complete.
+    End,
+}
+
+/// One shard's side of a subscription.
+struct Lane {
+    reader: ShardReader,
+    /// The unconsumed part of the current run.
+    run: Bytes,
+    /// Next offset to deliver (the cursor): every earlier one was delivered or filtered out.
+    next: u64,
+    /// Parsed header of the record at the front of `run`, when it matches the filter.
+    head: Option<Head>,
+    /// Stamp of the last record consumed (delivered or filtered out).
+    seen_ts: i64,
+    /// Per-shard ordering with `until_ns`: this shard has nothing more to give.
+    done: bool,
+}
+
+#[derive(Clone, Copy)]
+struct Head {
+    ts: i64,
+    offset: u64,
+    len: usize,
+    payload_at: usize,
+}
+
+impl Lane {
+    fn shard(&self) -> &Arc<ShardShared> {
+        self.reader.shard()
+    }
+
+    /// Makes sure `head` holds the next matching record if one is available,
+    /// consuming non-matching records on the way. Returns whether it does.
+    fn fill(&mut self, filter: &Filter, match_all: bool) -> Result<bool, SubscribeError> {
+        loop {
+            if self.head.is_some() {
+                return Ok(true);
+            }
+            if self.run.is_empty() {
+                match self.reader.read(self.next)? {
+                    Some(run) => {
+                        debug_assert_eq!(run.first_offset, self.next);
+                        self.run = run.bytes;
+                    }
+                    None => return Ok(false),
+                }
+            }
+            let h = record::peek_header(&self.run).map_err(|source| SubscribeError::Record {
+                shard: self.shard().id,
+                source,
+            })?;
+            if h.offset != self.next {
+                return Err(SubscribeError::Record {
+                    shard: self.shard().id,
+                    source: RecordError::FieldsOverrun { fields: 0, len: 0 },
+                });
+            }
+            if match_all || filter.matches(&h) {
+                self.head = Some(Head {
+                    ts: h.ts,
+                    offset: h.offset,
+                    len: h.len,
+                    payload_at: h.payload_at,
+                });
+                return Ok(true);
+            }
+            let (len, ts) = (h.len, h.ts);
+            self.consume(len, ts);
+        }
+    }
+
+    fn consume(&mut self, len: usize, ts: i64) {
+        let _ = self.run.split_to(len);
+        self.next += 1;
+        self.seen_ts = self.seen_ts.max(ts);
+    }
+
+    fn take(&mut self) -> Delivered {
+        let head = self.head.take().expect("take follows a successful fill");
+        let record = self.run.split_to(head.len);
+        self.next += 1;
+        self.seen_ts = self.seen_ts.max(head.ts);
+        Delivered {
+            shard: self.shard().id,
+            offset: head.offset,
+            ts: head.ts,
+            record,
+            payload_at: head.payload_at,
+        }
+    }
+}
+
+/// A running subscription.
+pub struct Subscription {
+    lanes: Vec<Lane>,
+    filter: Filter,
+    match_all: bool,
+    until_ns: Option<i64>,
+    ordering: Ordering,
+    watermark: i64,
+    ended: bool,
+}
+
+impl Subscription {
+    /// Opens a subscription over `shards` (all of an engine's shards, in id order).
+    pub(crate) fn open(
+        shards: &[Arc<ShardShared>],
+        request: SubscribeRequest,
+    ) -> Result<Subscription, SubscribeError> {
+        let filter = request.filter.normalized()?;
+        let mut readers: Vec<ShardReader> =
+            shards.iter().map(|s| ShardReader::new(s.clone())).collect();
+        let next: Vec<u64> = match &request.start {
+            Start::Beginning => shards
+                .iter()
+                .map(|s| s.watermarks.snapshot().retained_from)
+                .collect(),
+            Start::Now => shards
+                .iter()
+                .map(|s| s.watermarks.committed_next())
+                .collect(),
+            Start::SinceNs(since) => readers
+                .iter_mut()
+                .map(|r| r.find_ts(*since))
+                .collect::<Result<_, _>>()?,
+            Start::Cursor(cursor) => {
+                if cursor.shards() != shards.len() {
+                    return Err(CursorError::ShardCount {
+                        expected: shards.len(),
+                        found: cursor.shards(),
+                    }
+                    .into());
+                }
+                for (reader, (shard, &offset)) in
+                    readers.iter_mut().zip(shards.iter().zip(cursor.offsets()))
+                {
+                    let w = shard.watermarks.snapshot();
+                    if offset > w.committed_next {
+                        return Err(CursorError::Beyond {
+                            shard: shard.id,
+                            offset,
+                            committed_next: w.committed_next,
+                        }
+                        .into());
+                    }
+                    if offset < w.retained_from {
+                        return Err(reader.below_retention(offset));
+                    }
+                }
+                cursor.offsets().to_vec()
+            }
+        };
+        let lanes = readers
+            .into_iter()
+            .zip(next)
+            .map(|(reader, next)| Lane {
+                reader,
+                run: Bytes::new(),
+                next,
+                head: None,
+                seen_ts: 0,
+                done: false,
+            })
+            .collect();
+        Ok(Subscription {
+            match_all: filter.is_everything(),
+            filter,
+            lanes,
+            until_ns: request.until_ns,
+            ordering: request.ordering,
+            watermark: 0,
+            ended: false,
+        })
+    }
+
+    /// The resume token: for every shard, the next offset to deliver.
+    pub fn cursor(&self) -> Cursor {
+        Cursor::new(self.lanes.iter().map(|l| l.next).collect())
+    }
+
+    /// The stamp through which every matching event has been delivered (as of
+    /// the last poll): a caught-up subscriber's freshness.
+    pub fn watermark(&self) -> i64 {
+        self.watermark
+    }
+
+    /// Delivers the next event if it can be delivered now. Never blocks.
+    pub fn poll(&mut self) -> Result<Step, SubscribeError> {
+        if self.ended {
+            return Ok(Step::End);
+        }
+        let step = match self.ordering {
+            Ordering::Merged => self.poll_merged()?,
+            Ordering::PerShard => self.poll_per_shard()?,
+        };
+        if matches!(step, Step::End) {
+            self.ended = true;
+        }
+        Ok(step)
+    }
+
+    fn poll_merged(&mut self) -> Result<Step, SubscribeError> {
+        'select: loop {
+            for lane in &mut self.lanes {
+                lane.fill(&self.filter, self.match_all)?;
+            }
+            let candidate = self.min_head();
+            // Every other shard must be known to have nothing ordered before
+            // the candidate (or, with no candidate, nothing at or below until_ns).
+            let bound = match (candidate, self.until_ns) {
+                (Some(i), _) => self.lanes[i].head.expect("has a head").ts,
+                (None, Some(until)) => until,
+                (None, None) => {
+                    self.update_watermark();
+                    return Ok(Step::Pending);
+                }
+            };
+            let mut blocked = false;
+            for (i, lane) in self.lanes.iter_mut().enumerate() {
+                if Some(i) == candidate || lane.head.is_some() {
+                    continue;
+                }
+                // Claimed first, then look for records: anything stamped at or
+                // below the claim is visible by the time the claim is.
+                let claimed = lane.shard().watermarks.claimed_ts();
+                if lane.fill(&self.filter, self.match_all)? {
+                    continue 'select;
+                }
+                lane.seen_ts = lane.seen_ts.max(claimed);
+                if claimed < bound {
+                    lane.shard().watermarks.request_claim();
+                    blocked = true;
+                }
+            }
+            self.update_watermark();
+            if blocked {
+                return Ok(Step::Pending);
+            }
+            let Some(i) = candidate else {
+                return Ok(Step::End); // every shard claimed past until_ns
+            };
+            if self.until_ns.is_some_and(|u| bound > u) {
+                return Ok(Step::End);
+            }
+            let event = self.lanes[i].take();
+            self.watermark = self.watermark.max(event.ts - 1);
+            return Ok(Step::Event(event));
+        }
+    }
+
+    fn poll_per_shard(&mut self) -> Result<Step, SubscribeError> {
+        for lane in &mut self.lanes {
+            if lane.done {
+                continue;
+            }
+            let claimed = lane.shard().watermarks.claimed_ts();
+            if !lane.fill(&self.filter, self.match_all)? {
+                lane.seen_ts = lane.seen_ts.max(claimed);
+            }
+            if let Some(until) = self.until_ns {
+                match lane.head {
+                    Some(h) if h.ts > until => lane.done = true,
+                    None if claimed >= until => lane.done = true,
+                    None => lane.shard().watermarks.request_claim(),
+                    Some(_) => {}
+                }
+            }
+        }
+        self.update_watermark();
+        let candidate = self
+            .lanes
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| !l.done)
+            .filter_map(|(i, l)| l.head.map(|h| (h.ts, i)))
+            .min();
+        match candidate {
+            Some((_, i)) => Ok(Step::Event(self.lanes[i].take())),
+            None if self.lanes.iter().all(|l| l.done) => Ok(Step::End),
+            None => Ok(Step::Pending),
+        }
+    }
+
+    /// The lane whose head comes first in `(ts, shard, offset)` order.
+    fn min_head(&self) -> Option<usize> {
+        self.lanes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| l.head.map(|h| ((h.ts, i, h.offset), i)))
+            .min()
+            .map(|(_, i)| i)
+    }
+
+    fn update_watermark(&mut self) {
+        let lowest = self
+            .lanes
+            .iter()
+            .map(|l| l.head.map_or(l.seen_ts, |h| h.ts - 1))
+            .min()
+            .unwrap_or(0);
+        self.watermark = self.watermark.max(lowest);
+    }
+
+    /// The next event, waiting for one; `None` once `until_ns` is reached.
+    pub async fn next(&mut self) -> Result<Option<Delivered>, SubscribeError> {
+        loop {
+            // Listen before looking, so a wake-up between the two is not lost.
+            let listeners = self.listen();
+            match self.poll()? {
+                Step::Event(event) => return Ok(Some(event)),
+                Step::End => return Ok(None),
+                Step::Pending => AnyListener(listeners).await,
+            }
+        }
+    }
+
+    /// [`Subscription::next`] for threads: waits at most `timeout`, then
+    /// returns [`Step::Pending`].
+    pub fn next_blocking(&mut self, timeout: Duration) -> Result<Step, SubscribeError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let listeners = self.listen();
+            match self.poll()? {
+                Step::Pending => {}
+                step => return Ok(step),
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(Step::Pending);
+            }
+            // A thread can block on one listener at a time: wait on the first
+            // in short slices, so wake-ups of the others are seen promptly too.
+            let slice = (deadline - now).min(Duration::from_millis(1));
+            if let Some(first) = listeners.into_iter().next() {
+                first.wait_timeout(slice);
+            }
+        }
+    }
+
+    fn listen(&self) -> Vec<EventListener> {
+        self.lanes
+            .iter()
+            .flat_map(|l| [l.shard().appended.listen(), l.shard().flushed.listen()])
+            .collect()
+    }
+}
+
+/// Completes when any of the listeners fires.
+struct AnyListener(Vec<EventListener>);
+
+impl Future for AnyListener {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> TaskPoll<()> {
+        for listener in self.0.iter_mut() {
+            if Pin::new(listener).poll(cx).is_ready() {
+                return TaskPoll::Ready(());
+            }
+        }
+        TaskPoll::Pending
+    }
+}

@@ -1,0 +1,460 @@
+//! One shard's reader: hands out runs of records from a given offset, from the
+//! ring when the ring still holds that offset and from segment files below it.
+//!
+//! Ring and disk hand over at exact offsets. The shard publishes `flushed`
+//! before it evicts a window, so an offset missing from the ring is always on
+//! disk; disk reads never go past the flushed watermark, so they never look at
+//! a chunk that is still being written. A reader that falls behind the ring
+//! while reading simply continues from disk. What it hands out is a `Bytes`
+//! view of a window or of a segment mapping: no record is copied.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::chunk::{self, ChunkHeader, CHUNK_HEADER_LEN};
+use crate::record;
+use crate::segment::{parse_segment_name, segment_name, SegmentHeader, SEGMENT_HEADER_BLOCK};
+use crate::shard::ShardShared;
+use crate::window::Window;
+
+use super::SubscribeError;
+
+/// Records back to back, starting with the record at `first_offset`.
+pub(crate) struct Run {
+    pub bytes: Bytes,
+    pub first_offset: u64,
+}
+
+/// Where the reader left off, so the next read continues without searching.
+enum Hint {
+    None,
+    /// The run ended at byte `end` of this window, before offset `next`.
+    Window {
+        window: Arc<Window>,
+        end: usize,
+        next: u64,
+    },
+    /// The run was the body of the chunk at `pos`; the next chunk follows it.
+    Chunk {
+        segment: MappedSegment,
+        pos: usize,
+        header: ChunkHeader,
+    },
+}
+
+#[derive(Clone)]
+struct MappedSegment {
+    first_offset: u64,
+    bytes: Bytes,
+    alignment: usize,
+}
+
+pub(crate) struct ShardReader {
+    shard: Arc<ShardShared>,
+    hint: Hint,
+    /// First offsets of the shard's segments, ascending (refreshed on a miss).
+    segments: Vec<u64>,
+}
+
+/// A view of `len` committed bytes of a window that keeps the window alive.
+struct WindowPrefix {
+    window: Arc<Window>,
+    len: usize,
+}
+
+impl AsRef<[u8]> for WindowPrefix {
+    fn as_ref(&self) -> &[u8] {
+        &self.window.committed()[..self.len]
+    }
+}
+
+impl ShardReader {
+    pub fn new(shard: Arc<ShardShared>) -> ShardReader {
+        ShardReader {
+            shard,
+            hint: Hint::None,
+            segments: Vec::new(),
+        }
+    }
+
+    pub fn shard(&self) -> &Arc<ShardShared> {
+        &self.shard
+    }
+
+    /// The records from `next` on that are available now (at least one), or
+    /// `None` if `next` is not committed yet.
+    pub fn read(&mut self, next: u64) -> Result<Option<Run>, SubscribeError> {
+        if next >= self.shard.watermarks.committed_next() {
+            return Ok(None);
+        }
+        if let Some(run) = self.read_ring(next) {
+            return Ok(Some(run));
+        }
+        let w = &self.shard.watermarks;
+        // Not in the ring: evicted, hence flushed (flushed is published first).
+        let retained = w.snapshot().retained_from;
+        if next < retained {
+            return Err(self.below_retention(next));
+        }
+        if next >= w.flushed_next() {
+            // Cannot happen while the shard publishes flushed before evicting;
+            // if it ever did, waiting for the next flush is still correct.
+            return Ok(None);
+        }
+        self.read_disk(next).map(Some)
+    }
+
+    fn read_ring(&mut self, next: u64) -> Option<Run> {
+        // Continue in the window of the last run when `next` follows it.
+        let (window, start) = match &self.hint {
+            Hint::Window {
+                window,
+                end,
+                next: hinted,
+            } if *hinted == next => {
+                if *end < window.committed().len() {
+                    (window.clone(), *end)
+                } else if !window.is_sealed() {
+                    return None; // nothing new yet (a later window implies this one is sealed)
+                } else {
+                    let later = self.shard.ring.window_for(next)?;
+                    if Arc::ptr_eq(&later, window) {
+                        return None; // the next window is not in the view yet
+                    }
+                    let start = position_in(later.committed(), later.first_offset(), next)?;
+                    (later, start)
+                }
+            }
+            _ => {
+                let window = self.shard.ring.window_for(next)?;
+                let start = position_in(window.committed(), window.first_offset(), next)?;
+                (window, start)
+            }
+        };
+        let len = window.committed().len();
+        if start >= len {
+            return None; // `next` is committed but not in this view yet: retry on wake-up
+        }
+        let bytes = Bytes::from_owner(WindowPrefix {
+            window: window.clone(),
+            len,
+        })
+        .slice(start..);
+        let count = count_records(&bytes);
+        self.hint = Hint::Window {
+            window,
+            end: len,
+            next: next + count,
+        };
+        Some(Run {
+            bytes,
+            first_offset: next,
+        })
+    }
+
+    fn read_disk(&mut self, next: u64) -> Result<Run, SubscribeError> {
+        let (segment, mut pos) = match &self.hint {
+            Hint::Chunk {
+                segment,
+                pos,
+                header,
+            } if header.end_offset() == next => {
+                (segment.clone(), pos + header.disk_len(segment.alignment))
+            }
+            _ => {
+                let segment = self.segment_for(next)?;
+                (segment, SEGMENT_HEADER_BLOCK)
+            }
+        };
+        let mut segment = segment;
+        let mut remapped = false;
+        loop {
+            match chunk_at(&segment, pos) {
+                Some(header) if header.end_offset() <= next => {
+                    pos += header.disk_len(segment.alignment);
+                }
+                Some(header) if header.first_offset <= next => {
+                    let disk_len = header.disk_len(segment.alignment);
+                    let image = segment.bytes.slice(pos..pos + disk_len);
+                    chunk::verify(&image).map_err(|reason| SubscribeError::Corrupt {
+                        shard: self.shard.id,
+                        segment: segment_name(segment.first_offset),
+                        position: pos as u64,
+                        reason: reason.to_string(),
+                    })?;
+                    let body =
+                        image.slice(CHUNK_HEADER_LEN..CHUNK_HEADER_LEN + header.body_len as usize);
+                    let start = position_in(&body, header.first_offset, next).ok_or_else(|| {
+                        SubscribeError::Corrupt {
+                            shard: self.shard.id,
+                            segment: segment_name(segment.first_offset),
+                            position: pos as u64,
+                            reason: format!("offset {next} not found in its chunk"),
+                        }
+                    })?;
+                    self.hint = Hint::Chunk {
+                        segment,
+                        pos,
+                        header,
+                    };
+                    return Ok(Run {
+                        bytes: body.slice(start..),
+                        first_offset: next,
+                    });
+                }
+                Some(header) => {
+                    return Err(SubscribeError::Corrupt {
+                        shard: self.shard.id,
+                        segment: segment_name(segment.first_offset),
+                        position: pos as u64,
+                        reason: format!(
+                            "chunk starts at offset {} past the wanted {next}",
+                            header.first_offset
+                        ),
+                    })
+                }
+                None => {
+                    // The end of this segment's chunks as mapped: `next` is in
+                    // a later segment, or (for an in-memory image) in bytes
+                    // written after the mapping was taken.
+                    let later = self.segment_for(next)?;
+                    if later.first_offset != segment.first_offset {
+                        segment = later;
+                        pos = SEGMENT_HEADER_BLOCK;
+                    } else if !remapped {
+                        remapped = true;
+                        segment = later;
+                    } else {
+                        return Err(SubscribeError::Corrupt {
+                            shard: self.shard.id,
+                            segment: segment_name(segment.first_offset),
+                            position: pos as u64,
+                            reason: format!("no chunk holds durable offset {next}"),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Maps the segment that holds `offset` (the last one starting at or before it).
+    fn segment_for(&mut self, offset: u64) -> Result<MappedSegment, SubscribeError> {
+        let files = self.shard.files();
+        let io_error = |e: std::io::Error| SubscribeError::Io {
+            shard: self.shard.id,
+            reason: e.to_string(),
+        };
+        for attempt in 0..2 {
+            if attempt == 1 || self.segments.last().is_none_or(|&last| last < offset) {
+                let mut firsts: Vec<u64> = files
+                    .list()
+                    .map_err(io_error)?
+                    .iter()
+                    .filter_map(|n| parse_segment_name(n))
+                    .collect();
+                firsts.sort_unstable();
+                self.segments = firsts;
+            }
+            let i = self.segments.partition_point(|&f| f <= offset);
+            let Some(&first) = i.checked_sub(1).and_then(|i| self.segments.get(i)) else {
+                if attempt == 1 {
+                    return Err(self.below_retention(offset));
+                }
+                continue;
+            };
+            match files.map(&segment_name(first)) {
+                Ok(bytes) => {
+                    let header =
+                        SegmentHeader::decode(&bytes).map_err(|e| SubscribeError::Corrupt {
+                            shard: self.shard.id,
+                            segment: segment_name(first),
+                            position: 0,
+                            reason: e.to_string(),
+                        })?;
+                    return Ok(MappedSegment {
+                        first_offset: first,
+                        bytes,
+                        alignment: header.alignment as usize,
+                    });
+                }
+                // Removed by retention since the listing: look again.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempt == 0 => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(self.below_retention(offset))
+                }
+                Err(e) => return Err(io_error(e)),
+            }
+        }
+        Err(self.below_retention(offset))
+    }
+
+    /// The typed error for an offset older than anything retained, naming the
+    /// oldest retained position.
+    pub fn below_retention(&mut self, offset: u64) -> SubscribeError {
+        let (retained_from, retained_ts) = self.oldest_retained();
+        SubscribeError::BelowRetention {
+            shard: self.shard.id,
+            offset,
+            retained_from,
+            retained_ts,
+        }
+    }
+
+    /// The oldest retained offset and, when it is on disk, its stamp.
+    pub fn oldest_retained(&mut self) -> (u64, Option<i64>) {
+        let from = self.shard.watermarks.snapshot().retained_from;
+        let ts = self
+            .shard
+            .files()
+            .map(&segment_name(from))
+            .ok()
+            .and_then(|bytes| {
+                let header = SegmentHeader::decode(&bytes).ok()?;
+                let segment = MappedSegment {
+                    first_offset: from,
+                    bytes,
+                    alignment: header.alignment as usize,
+                };
+                chunk_at(&segment, SEGMENT_HEADER_BLOCK).map(|c| c.first_ts)
+            });
+        (from, ts)
+    }
+
+    /// The first offset stamped at or after `since`: the committed next offset
+    /// if every committed record is older.
+    pub fn find_ts(&mut self, since: i64) -> Result<u64, SubscribeError> {
+        loop {
+            let committed = self.shard.watermarks.committed_next();
+            let flushed = self.shard.watermarks.flushed_next();
+            if let Some(offset) = self.find_ts_on_disk(since, flushed)? {
+                return Ok(offset);
+            }
+            match self.find_ts_in_ring(since, flushed, committed) {
+                Some(found) => return Ok(found.unwrap_or(committed)),
+                None => continue, // the ring moved past `flushed` meanwhile: look again
+            }
+        }
+    }
+
+    fn find_ts_on_disk(&mut self, since: i64, flushed: u64) -> Result<Option<u64>, SubscribeError> {
+        let retained = self.shard.watermarks.snapshot().retained_from;
+        if retained >= flushed {
+            return Ok(None);
+        }
+        // Skip to the last segment whose first chunk starts at or before `since`.
+        let mut segment = self.segment_for(retained)?;
+        loop {
+            let later = self
+                .segments
+                .iter()
+                .copied()
+                .find(|&f| f > segment.first_offset);
+            let Some(later) = later.filter(|&f| f < flushed) else {
+                break;
+            };
+            let candidate = self.segment_for(later)?;
+            match chunk_at(&candidate, SEGMENT_HEADER_BLOCK) {
+                Some(first) if first.first_ts <= since => segment = candidate,
+                Some(_) => break,
+                None => segment = candidate, // an empty segment: keep looking further
+            }
+        }
+        // Walk its chunks, and the next segment's, for the first record >= since.
+        let mut pos = SEGMENT_HEADER_BLOCK;
+        loop {
+            match chunk_at(&segment, pos) {
+                Some(header) if header.first_offset >= flushed => return Ok(None),
+                Some(header) if header.record_count == 0 || header.last_ts < since => {
+                    pos += header.disk_len(segment.alignment);
+                }
+                Some(header) => {
+                    let run = self.read_disk(header.first_offset)?;
+                    return Ok(first_at_or_after(&run.bytes, since));
+                }
+                None => {
+                    let later = self
+                        .segments
+                        .iter()
+                        .copied()
+                        .find(|&f| f > segment.first_offset);
+                    match later.filter(|&f| f < flushed) {
+                        Some(first) => {
+                            segment = self.segment_for(first)?;
+                            pos = SEGMENT_HEADER_BLOCK;
+                        }
+                        None => return Ok(None),
+                    }
+                }
+            }
+        }
+    }
+
+    /// `Some(Some(offset))`: found; `Some(None)`: no record in `[from, committed)`
+    /// is at or after `since`; `None`: the ring no longer holds `from`.
+    fn find_ts_in_ring(&self, since: i64, from: u64, committed: u64) -> Option<Option<u64>> {
+        let windows = self.shard.ring.windows();
+        if from < committed && windows.first().is_none_or(|w| w.first_offset() > from) {
+            return None;
+        }
+        for (i, window) in windows.iter().enumerate() {
+            // Skip a window when the next one already starts before `since`.
+            let next_first_ts = windows
+                .get(i + 1)
+                .and_then(|w| record::peek_position(w.committed()).ok())
+                .map(|(_, _, ts)| ts);
+            if next_first_ts.is_some_and(|ts| ts < since) {
+                continue;
+            }
+            let mut rest = window.committed();
+            while let Ok((len, offset, ts)) = record::peek_position(rest) {
+                if offset >= committed {
+                    return Some(None);
+                }
+                if offset >= from && ts >= since {
+                    return Some(Some(offset));
+                }
+                rest = &rest[len..];
+            }
+        }
+        Some(None)
+    }
+}
+
+/// The valid chunk header at `pos`, if there is one.
+fn chunk_at(segment: &MappedSegment, pos: usize) -> Option<ChunkHeader> {
+    let header = ChunkHeader::decode(segment.bytes.get(pos..)?).ok()?;
+    (pos + header.disk_len(segment.alignment) <= segment.bytes.len()).then_some(header)
+}
+
+/// Byte position of the record with `offset` in `records` (whose first record is `first`).
+fn position_in(records: &[u8], first: u64, offset: u64) -> Option<usize> {
+    let mut at = 0;
+    let mut current = first;
+    while current < offset {
+        at += record::peek_len(&records[at..]).ok()?;
+        current += 1;
+    }
+    Some(at)
+}
+
+fn count_records(records: &[u8]) -> u64 {
+    let mut at = 0;
+    let mut count = 0;
+    while let Ok(len) = record::peek_len(&records[at..]) {
+        at += len;
+        count += 1;
+    }
+    count
+}
+
+fn first_at_or_after(records: &[u8], since: i64) -> Option<u64> {
+    let mut rest = records;
+    while let Ok((len, offset, ts)) = record::peek_position(rest) {
+        if ts >= since {
+            return Some(offset);
+        }
+        rest = &rest[len..];
+    }
+    None
+}
