@@ -309,7 +309,7 @@ pub fn merged_order(mut events: Vec<Seen>) -> Vec<Seen> {
 
 /// Takes up to `count` events from a subscription, failing if it stalls for 10 s.
 pub fn take(sub: &mut ringfeed_engine::Subscription, count: usize) -> Vec<Seen> {
-    let mut got = Vec::with_capacity(count);
+    let mut got = Vec::with_capacity(count.min(1 << 16));
     while got.len() < count {
         match sub
             .next_blocking(std::time::Duration::from_secs(10))
