@@ -7,6 +7,10 @@
 //! * `shard-append`: in-process appends through the engine's shards (no gRPC),
 //!   memory and durable acks, per batch size and shard count, with the raw
 //!   O_DIRECT + fdatasync figures of the same disk measured in the same run.
+//! * `subscribe-catchup`: one in-process subscriber catching up from segments
+//!   and from the ring, match-all and a 1% filter.
+
+mod catchup;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -82,6 +86,24 @@ enum Command {
         #[arg(long, default_value_t = 3)]
         reps: usize,
     },
+    /// One subscriber catching up over a pre-loaded log (in process, no gRPC):
+    /// from segments (ring cold) and from the ring, match-all and a 1% filter.
+    SubscribeCatchup {
+        #[arg(long, default_value = "./bench-scratch")]
+        dir: PathBuf,
+        /// Events to pre-load (2 shards).
+        #[arg(long, default_value_t = 2_000_000)]
+        events: u64,
+        /// Payload bytes per event.
+        #[arg(long, default_value_t = 200)]
+        event_bytes: usize,
+        /// Passes per configuration; medians are reported.
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+        /// Also measure segment catch-up after dropping the page cache (needs root).
+        #[arg(long)]
+        drop_caches: bool,
+    },
 }
 
 fn main() -> Result<()> {
@@ -128,6 +150,18 @@ fn main() -> Result<()> {
         } => on_glommio(move || async move {
             log_recovery(&dir, mib << 20, segment_mib << 20, reps).await
         }),
+        Command::SubscribeCatchup {
+            dir,
+            events,
+            event_bytes,
+            reps,
+            drop_caches,
+        } => {
+            if events == 0 || reps == 0 {
+                bail!("events and reps must be positive");
+            }
+            catchup::subscribe_catchup(&dir, events, event_bytes, reps, drop_caches)
+        }
     }
 }
 

@@ -123,7 +123,6 @@ pub struct Delivered {
     pub offset: u64,
     pub ts: i64,
     record: Bytes,
-    payload_at: usize,
 }
 
 impl Delivered {
@@ -134,7 +133,7 @@ impl Delivered {
 
     /// The producer's encoded event, as appended.
     pub fn payload(&self) -> Bytes {
-        self.record.slice(self.payload_at..)
+        self.record.slice(self.header().payload_at..)
     }
 
     /// The record's header fields (paths, kind, signatures).
@@ -161,11 +160,12 @@ pub enum Step {
 /// One shard's side of a subscription.
 struct Lane {
     reader: ShardReader,
-    /// The unconsumed part of the current run.
+    /// The current run of records; `at` is where its unconsumed part starts.
     run: Bytes,
+    at: usize,
     /// Next offset to deliver (the cursor): every earlier one was delivered or filtered out.
     next: u64,
-    /// Parsed header of the record at the front of `run`, when it matches the filter.
+    /// The record at `at`, when it matches the filter.
     head: Option<Head>,
     /// Stamp of the last record consumed (delivered or filtered out).
     seen_ts: i64,
@@ -178,7 +178,6 @@ struct Head {
     ts: i64,
     offset: u64,
     len: usize,
-    payload_at: usize,
 }
 
 impl Lane {
@@ -189,52 +188,55 @@ impl Lane {
     /// Makes sure `head` holds the next matching record if one is available,
     /// consuming non-matching records on the way. Returns whether it does.
     fn fill(&mut self, filter: &Filter, match_all: bool) -> Result<bool, SubscribeError> {
+        if self.head.is_some() {
+            return Ok(true);
+        }
         loop {
-            if self.head.is_some() {
-                return Ok(true);
-            }
-            if self.run.is_empty() {
+            if self.at >= self.run.len() {
                 match self.reader.read(self.next)? {
                     Some(run) => {
                         debug_assert_eq!(run.first_offset, self.next);
                         self.run = run.bytes;
+                        self.at = 0;
                     }
                     None => return Ok(false),
                 }
             }
-            let h = record::peek_header(&self.run).map_err(|source| SubscribeError::Record {
+            let rest = &self.run[self.at..];
+            let bad = |source| SubscribeError::Record {
                 shard: self.shard().id,
                 source,
-            })?;
-            if h.offset != self.next {
-                return Err(SubscribeError::Record {
+            };
+            // Match-all needs only the framing; a filter reads the header's paths.
+            let (len, offset, ts, matched) = if match_all {
+                let (len, offset, ts) = record::peek_position(rest).map_err(bad)?;
+                (len, offset, ts, true)
+            } else {
+                let h = record::peek_header(rest).map_err(bad)?;
+                (h.len, h.offset, h.ts, filter.matches(&h))
+            };
+            if offset != self.next {
+                return Err(SubscribeError::Corrupt {
                     shard: self.shard().id,
-                    source: RecordError::FieldsOverrun { fields: 0, len: 0 },
+                    segment: String::new(),
+                    position: self.at as u64,
+                    reason: format!("expected offset {}, found {offset}", self.next),
                 });
             }
-            if match_all || filter.matches(&h) {
-                self.head = Some(Head {
-                    ts: h.ts,
-                    offset: h.offset,
-                    len: h.len,
-                    payload_at: h.payload_at,
-                });
+            if matched {
+                self.head = Some(Head { ts, offset, len });
                 return Ok(true);
             }
-            let (len, ts) = (h.len, h.ts);
-            self.consume(len, ts);
+            self.at += len;
+            self.next += 1;
+            self.seen_ts = self.seen_ts.max(ts);
         }
-    }
-
-    fn consume(&mut self, len: usize, ts: i64) {
-        let _ = self.run.split_to(len);
-        self.next += 1;
-        self.seen_ts = self.seen_ts.max(ts);
     }
 
     fn take(&mut self) -> Delivered {
         let head = self.head.take().expect("take follows a successful fill");
-        let record = self.run.split_to(head.len);
+        let record = self.run.slice(self.at..self.at + head.len);
+        self.at += head.len;
         self.next += 1;
         self.seen_ts = self.seen_ts.max(head.ts);
         Delivered {
@@ -242,7 +244,6 @@ impl Lane {
             offset: head.offset,
             ts: head.ts,
             record,
-            payload_at: head.payload_at,
         }
     }
 }
@@ -313,6 +314,7 @@ impl Subscription {
             .map(|(reader, next)| Lane {
                 reader,
                 run: Bytes::new(),
+                at: 0,
                 next,
                 head: None,
                 seen_ts: 0,
@@ -461,7 +463,12 @@ impl Subscription {
     /// The next event, waiting for one; `None` once `until_ns` is reached.
     pub async fn next(&mut self) -> Result<Option<Delivered>, SubscribeError> {
         loop {
-            // Listen before looking, so a wake-up between the two is not lost.
+            match self.poll()? {
+                Step::Event(event) => return Ok(Some(event)),
+                Step::End => return Ok(None),
+                Step::Pending => {}
+            }
+            // Listen, then look again, so a wake-up between the two is not lost.
             let listeners = self.listen();
             match self.poll()? {
                 Step::Event(event) => return Ok(Some(event)),
@@ -474,8 +481,16 @@ impl Subscription {
     /// [`Subscription::next`] for threads: waits at most `timeout`, then
     /// returns [`Step::Pending`].
     pub fn next_blocking(&mut self, timeout: Duration) -> Result<Step, SubscribeError> {
+        match self.poll()? {
+            Step::Pending => {}
+            step => return Ok(step),
+        }
         let deadline = Instant::now() + timeout;
         loop {
+            match self.poll()? {
+                Step::Pending => {}
+                step => return Ok(step),
+            }
             let listeners = self.listen();
             match self.poll()? {
                 Step::Pending => {}

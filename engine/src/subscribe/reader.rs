@@ -29,11 +29,10 @@ pub(crate) struct Run {
 /// Where the reader left off, so the next read continues without searching.
 enum Hint {
     None,
-    /// The run ended at byte `end` of this window, before offset `next`.
+    /// The last run ended at byte `end` of this window.
     Window {
         window: Arc<Window>,
         end: usize,
-        next: u64,
     },
     /// The run was the body of the chunk at `pos`; the next chunk follows it.
     Chunk {
@@ -84,6 +83,10 @@ impl ShardReader {
 
     /// The records from `next` on that are available now (at least one), or
     /// `None` if `next` is not committed yet.
+    ///
+    /// Contract: `next` is either where the caller starts, or the offset just
+    /// past the last run handed out (every record of a run is consumed before
+    /// the next read); the reader then continues without searching.
     pub fn read(&mut self, next: u64) -> Result<Option<Run>, SubscribeError> {
         if next >= self.shard.watermarks.committed_next() {
             return Ok(None);
@@ -106,13 +109,9 @@ impl ShardReader {
     }
 
     fn read_ring(&mut self, next: u64) -> Option<Run> {
-        // Continue in the window of the last run when `next` follows it.
+        // Continue in the window of the last run (the caller consumed all of it).
         let (window, start) = match &self.hint {
-            Hint::Window {
-                window,
-                end,
-                next: hinted,
-            } if *hinted == next => {
+            Hint::Window { window, end } if follows(window, *end, next) => {
                 if *end < window.committed().len() {
                     (window.clone(), *end)
                 } else if !window.is_sealed() {
@@ -141,12 +140,7 @@ impl ShardReader {
             len,
         })
         .slice(start..);
-        let count = count_records(&bytes);
-        self.hint = Hint::Window {
-            window,
-            end: len,
-            next: next + count,
-        };
+        self.hint = Hint::Window { window, end: len };
         Some(Run {
             bytes,
             first_offset: next,
@@ -438,14 +432,13 @@ fn position_in(records: &[u8], first: u64, offset: u64) -> Option<usize> {
     Some(at)
 }
 
-fn count_records(records: &[u8]) -> u64 {
-    let mut at = 0;
-    let mut count = 0;
-    while let Ok(len) = record::peek_len(&records[at..]) {
-        at += len;
-        count += 1;
+/// Whether the record at byte `end` of `window`, if it is there yet, is `next`
+/// (a cheap check of the read contract; past the committed bytes it holds by contract).
+fn follows(window: &Window, end: usize, next: u64) -> bool {
+    match record::peek_position(&window.committed()[end..]) {
+        Ok((_, offset, _)) => offset == next,
+        Err(_) => next > window.first_offset() || end == 0,
     }
-    count
 }
 
 fn first_at_or_after(records: &[u8], since: i64) -> Option<u64> {

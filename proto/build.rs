@@ -1,0 +1,126 @@
+//! Generates the Rust bindings of `ringfeed.proto`: prost messages (with
+//! `bytes::Bytes` for every `bytes` field), pbjson serde impls (proto3 JSON),
+//! a tonic client, and a tonic server whose zero-copy methods use the
+//! hand-written wire-compatible types of `src/raw.rs`.
+//!
+//! protoc comes from `protoc-bin-vendored`, so building needs no system protoc.
+//! The .proto stays the single source of truth: the server trait is generated
+//! from the same service descriptor as the client, with only the Rust type of
+//! the methods listed in `RAW_SERVER_TYPES` swapped (see `RawServerGenerator`).
+
+use std::env;
+use std::error::Error;
+use std::fs;
+use std::path::PathBuf;
+
+use prost_build::{Config, Method, Service, ServiceGenerator};
+
+const PROTO: &str = "ringfeed.proto";
+const DESCRIPTOR: &str = "ringfeed_descriptor.bin";
+
+/// Which side of a method gets a raw type on the server.
+#[derive(Clone, Copy)]
+enum Side {
+    Request,
+    Response,
+}
+
+/// Server-side type substitutions: (rpc, side, generated type it replaces, raw
+/// type). Each raw type encodes/decodes exactly like the generated one, so the
+/// wire contract is unchanged; the build fails if the .proto stops matching.
+const RAW_SERVER_TYPES: &[(&str, Side, &str, &str)] = &[
+    (
+        "Subscribe",
+        Side::Response,
+        "SubscribeResponse",
+        "crate::raw::RawSubscribeResponse",
+    ),
+    (
+        "Append",
+        Side::Request,
+        "AppendRequest",
+        "crate::raw::RawAppendRequest",
+    ),
+    (
+        "AppendStream",
+        Side::Request,
+        "AppendRequest",
+        "crate::raw::RawAppendRequest",
+    ),
+];
+
+/// Runs tonic's client generator on the service as declared, and tonic's
+/// server generator on a copy whose methods in `RAW_SERVER_TYPES` name the raw
+/// types. tonic-build uses a `crate::`-prefixed type path verbatim, so the
+/// generated server's codec becomes e.g.
+/// `ProstCodec<RawSubscribeResponse, SubscribeRequest>`.
+struct RawServerGenerator {
+    client: Box<dyn ServiceGenerator>,
+    server: Box<dyn ServiceGenerator>,
+}
+
+impl ServiceGenerator for RawServerGenerator {
+    fn generate(&mut self, service: Service, buf: &mut String) {
+        self.client.generate(service.clone(), buf);
+        let mut server = service;
+        for &(rpc, side, generated, raw) in RAW_SERVER_TYPES {
+            let method: &mut Method = server
+                .methods
+                .iter_mut()
+                .find(|m| m.proto_name == rpc)
+                .unwrap_or_else(|| panic!("{PROTO}: rpc {rpc} not found"));
+            let ty = match side {
+                Side::Request => &mut method.input_type,
+                Side::Response => &mut method.output_type,
+            };
+            assert_eq!(
+                ty, generated,
+                "{PROTO}: rpc {rpc} no longer uses {generated}; update RAW_SERVER_TYPES and src/raw.rs"
+            );
+            *ty = raw.to_owned();
+        }
+        self.server.generate(server, buf);
+    }
+
+    fn finalize(&mut self, buf: &mut String) {
+        self.client.finalize(buf);
+        self.server.finalize(buf);
+    }
+
+    fn finalize_package(&mut self, package: &str, buf: &mut String) {
+        self.client.finalize_package(package, buf);
+        self.server.finalize_package(package, buf);
+    }
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    println!("cargo:rerun-if-changed={PROTO}");
+    println!("cargo:rerun-if-changed=build.rs");
+
+    let out_dir = PathBuf::from(env::var("OUT_DIR")?);
+    let descriptor_path = out_dir.join(DESCRIPTOR);
+
+    let mut config = Config::new();
+    config
+        .protoc_executable(protoc_bin_vendored::protoc_bin_path()?)
+        .bytes(["."])
+        .file_descriptor_set_path(&descriptor_path)
+        .service_generator(Box::new(RawServerGenerator {
+            client: tonic_build::configure()
+                .build_client(true)
+                .build_server(false)
+                .service_generator(),
+            server: tonic_build::configure()
+                .build_client(false)
+                .build_server(true)
+                .service_generator(),
+        }));
+    config.compile_protos(&[PROTO], &["."])?;
+
+    let descriptors = fs::read(&descriptor_path)?;
+    pbjson_build::Builder::new()
+        .register_descriptors(&descriptors)?
+        .out_dir(&out_dir)
+        .build(&[".ringfeed.v1"])?;
+    Ok(())
+}
