@@ -1,25 +1,27 @@
-//! The `ringfeed` command line.
-//!
-//! Until the gRPC server lands, `serve` starts the engine (one shard per core
-//! by default), reports what recovery found, and runs until SIGINT/SIGTERM,
-//! then flushes, syncs and closes. `inspect` prints the segments and chunks of
-//! a data dir.
+//! The `ringfeed` command line: `serve` runs the gRPC server over the
+//! engine; `append`, `tail` and `status` are its clients; `tune` probes the
+//! machine and writes a configuration; `inspect` prints a data dir's logs.
 
 #![deny(unsafe_code)]
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use glommio::{LocalExecutorBuilder, Placement};
 use ringfeed_engine::storage::DmaStorage;
-use ringfeed_engine::{Engine, EngineConfig, Log, LogConfig};
+use ringfeed_engine::{Engine, Log, LogConfig};
+use ringfeed_proto::RingFeedServer;
+use ringfeed_server::config::{FileConfig, ServerConfig, DEFAULT_DATA_DIR};
+use ringfeed_server::service::Service;
 
 #[derive(Parser)]
 #[command(
     name = "ringfeed",
     version,
-    about = "A thread-per-core change-feed storage engine"
+    about = "A thread-per-core change-feed storage engine: append metadata change events, follow them from any point in time"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -28,24 +30,70 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Open the data dir (recovering every shard's log) and hold it until SIGINT/SIGTERM.
+    /// Run the server: open (and recover) the data dir, serve gRPC until SIGINT/SIGTERM,
+    /// then stop accepting, flush, sync and exit 0.
     ///
-    /// The gRPC service is not there yet: this opens, recovers and reports.
+    /// Prints `listening on ADDR` once it accepts connections.
     Serve {
-        /// Where the logs live; created if missing.
-        #[arg(long, default_value = "./ringfeed-data")]
-        data_dir: PathBuf,
-        /// Address the gRPC service will listen on (not served yet).
-        #[arg(long, default_value = "127.0.0.1:7070")]
-        listen: String,
-        /// Number of shards; defaults to the number of cores.
+        /// Where the logs live; created if missing [default: ./ringfeed-data].
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Address to listen on; port 0 picks a free port [default: 127.0.0.1:7070].
+        #[arg(long)]
+        listen: Option<String>,
+        /// Number of shards [default: the number of cores]. A data dir keeps its shard count.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         shards: Option<u32>,
+        /// A TOML file with any engine and server setting (see README); flags override it.
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
-    /// Print the segments and chunk counts of every shard in a data dir (opens and recovers it).
+    /// Append events (from flags, or JSON lines on stdin) and print their positions.
+    Append(ringfeed_server::cli_client::AppendArgs),
+    /// Follow the feed and print one JSON line per event.
+    Tail(ringfeed_server::cli_client::TailArgs),
+    /// Show the server's shards, watermarks and subscribers.
+    Status(ringfeed_server::cli_client::StatusArgs),
+    /// Check this machine, measure its disk and recommend a configuration.
+    Tune {
+        #[command(subcommand)]
+        what: Tune,
+    },
+    /// Print the segments and chunk counts of every shard in a data dir (opens and recovers it;
+    /// do not run it on a data dir a server has open).
     Inspect {
-        #[arg(long, default_value = "./ringfeed-data")]
+        #[arg(long, default_value = DEFAULT_DATA_DIR)]
         data_dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum Tune {
+    /// Kernel, io_uring, O_DIRECT alignment, file system, memlock, cores and disk, with fixes.
+    Probe {
+        /// The data dir whose disk to check.
+        #[arg(long, default_value = DEFAULT_DATA_DIR)]
+        data_dir: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure fdatasync latency and O_DIRECT bandwidth of the data dir's disk (a few seconds).
+    Calibrate {
+        #[arg(long, default_value = DEFAULT_DATA_DIR)]
+        data_dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Probe, calibrate, and recommend a configuration (the TOML `serve --config` reads).
+    Profile {
+        #[arg(long, default_value = DEFAULT_DATA_DIR)]
+        data_dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+        /// Write the configuration to this file.
+        #[arg(long)]
+        write: Option<PathBuf>,
     },
 }
 
@@ -55,31 +103,101 @@ fn main() -> std::process::ExitCode {
             data_dir,
             listen,
             shards,
-        } => {
-            let shards = shards.unwrap_or_else(|| {
-                std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
-            });
-            serve(&data_dir, &listen, shards)
-        }
+            config,
+        } => serve_command(data_dir, listen, shards, config),
+        Command::Append(args) => client(ringfeed_server::cli_client::append(args)),
+        Command::Tail(args) => client(ringfeed_server::cli_client::tail(args)),
+        Command::Status(args) => client(ringfeed_server::cli_client::status(args)),
+        Command::Tune { what } => tune(what),
         Command::Inspect { data_dir } => inspect(&data_dir),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ringfeed: error: {e:#}");
-            std::process::ExitCode::FAILURE
+            let (code, message) = ringfeed_server::cli_client::exit_code(&e);
+            eprintln!("ringfeed: {message}");
+            std::process::ExitCode::from(code.clamp(1, 255) as u8)
         }
     }
 }
 
-fn serve(data_dir: &Path, listen: &str, shards: u32) -> Result<()> {
-    let config = EngineConfig {
-        data_dir: data_dir.to_path_buf(),
-        shards,
-        ..EngineConfig::default()
+/// Runs a client command on a small tokio runtime.
+fn client(f: impl std::future::Future<Output = Result<()>>) -> Result<()> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?
+        .block_on(f)
+}
+
+fn tune(what: Tune) -> Result<()> {
+    let progress = &mut |line: &str| eprintln!("{line}");
+    match what {
+        Tune::Probe { data_dir, json } => {
+            let probe = ringfeed_tuning::probe(&data_dir, None)?;
+            print_report(&probe, json, probe.render_human())
+        }
+        Tune::Calibrate { data_dir, json } => {
+            let c = ringfeed_tuning::calibrate(
+                &data_dir,
+                ringfeed_tuning::DEFAULT_CALIBRATION_BUDGET,
+                progress,
+            )?;
+            print_report(&c, json, c.render_human())
+        }
+        Tune::Profile {
+            data_dir,
+            json,
+            write,
+        } => {
+            let probe = ringfeed_tuning::probe(&data_dir, None)?;
+            let c = ringfeed_tuning::calibrate(
+                &data_dir,
+                ringfeed_tuning::DEFAULT_CALIBRATION_BUDGET,
+                progress,
+            )?;
+            let profile = ringfeed_tuning::profile(&probe, &c);
+            if let Some(path) = write {
+                std::fs::write(&path, profile.to_toml())
+                    .with_context(|| format!("writing {}", path.display()))?;
+                eprintln!("wrote {}", path.display());
+            }
+            print_report(&profile, json, profile.render_human())
+        }
+    }
+}
+
+fn print_report<T: serde::Serialize>(value: &T, json: bool, human: String) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(value)?);
+    } else {
+        print!("{human}");
+    }
+    Ok(())
+}
+
+fn serve_command(
+    data_dir: Option<PathBuf>,
+    listen: Option<String>,
+    shards: Option<u32>,
+    config: Option<PathBuf>,
+) -> Result<()> {
+    let mut file = match &config {
+        Some(path) => FileConfig::load(path)?,
+        None => FileConfig::default(),
     };
-    let engine =
-        Engine::open(config).with_context(|| format!("opening data dir {}", data_dir.display()))?;
+    file.data_dir = data_dir.or(file.data_dir);
+    file.listen = listen.or(file.listen);
+    file.shards = shards.or(file.shards);
+    serve(file.resolve()?)
+}
+
+fn serve(config: ServerConfig) -> Result<()> {
+    let data_dir = config.engine.data_dir.clone();
+    let limits = config.engine.limits;
+    let shards = config.engine.shards;
+    let engine = Engine::open(config.engine.clone())
+        .with_context(|| format!("opening data dir {}", data_dir.display()))?;
     for (shard, report) in engine.recovery_reports().iter().enumerate() {
         println!(
             "shard {shard}: {} segment(s), {} record(s), next offset {}{}{}",
@@ -97,19 +215,87 @@ fn serve(data_dir: &Path, listen: &str, shards: u32) -> Result<()> {
             }
         );
     }
-    println!(
-        "ringfeed: data dir {} open with {shards} shard(s); the gRPC service for {listen} is not implemented yet. Ctrl-C to stop.",
-        data_dir.display()
-    );
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-    ])
-    .context("installing signal handlers")?;
-    signals.forever().next();
-    engine.shutdown().context("shutting down")?;
+    let engine = Arc::new(engine);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.io_threads)
+        .thread_name("ringfeed-io")
+        .enable_all()
+        .build()
+        .context("starting the network runtime")?;
+    let served: Result<()> = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(&config.listen)
+            .await
+            .with_context(|| format!("listening on {}", config.listen))?;
+        let addr = listener.local_addr()?;
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let service = Service::new(engine.clone(), stop_rx.clone());
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health.set_serving::<RingFeedServer<Service>>().await;
+        // Room for the largest batch the engine accepts, plus framing.
+        let max_message = limits.max_batch_bytes + (1 << 20);
+        let ringfeed = RingFeedServer::new(service)
+            .max_decoding_message_size(max_message)
+            .max_encoding_message_size(max_message);
+        let signal = async move {
+            wait_for_signal().await;
+            eprintln!(
+                "ringfeed: stopping: no new connections; ending streams, then flush and sync"
+            );
+            let _ = stop_tx.send(true);
+        };
+        let server = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(Duration::from_secs(20)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            .tcp_keepalive(Some(Duration::from_secs(60)))
+            .max_concurrent_streams(Some(4096))
+            .add_service(health_service)
+            .add_service(ringfeed)
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                signal,
+            );
+        println!(
+            "ringfeed: data dir {} open with {shards} shard(s)",
+            data_dir.display()
+        );
+        println!("listening on {addr}");
+        // Clients that keep a stream open past shutdown get 10 s to let go.
+        let mut stopping = stop_rx;
+        let grace = async move {
+            let _ = stopping.wait_for(|s| *s).await;
+            tokio::time::sleep(Duration::from_secs(10)).await;
+        };
+        tokio::select! {
+            result = server => result.context("serving")?,
+            _ = grace => eprintln!("ringfeed: clients still connected after 10 s; closing anyway"),
+        }
+        Ok(())
+    });
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    served?;
+    match Arc::try_unwrap(engine) {
+        Ok(engine) => engine.shutdown().context("shutting down")?,
+        // Dropping the last reference shuts the engine down cleanly as well.
+        Err(engine) => drop(engine),
+    }
     println!("ringfeed: flushed, synced and closed cleanly");
     Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut int), Ok(mut term)) => {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
 }
 
 fn inspect(data_dir: &Path) -> Result<()> {

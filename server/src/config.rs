@@ -1,0 +1,149 @@
+//! The server's configuration: a TOML file (`ringfeed serve --config FILE`)
+//! whose every key is optional, overridden by command-line flags. Unknown or
+//! invalid keys are refused with the key named. `ringfeed tune profile`
+//! writes this same format.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use ringfeed_engine::{EngineConfig, Limits, RetentionPolicy};
+use serde::Deserialize;
+
+/// Default data dir and listen address (also the client's default server).
+pub const DEFAULT_DATA_DIR: &str = "./ringfeed-data";
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
+
+/// What a config file may say. Field names are the TOML keys.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub data_dir: Option<PathBuf>,
+    pub listen: Option<String>,
+    pub metrics_listen: Option<String>,
+    pub shards: Option<u32>,
+    pub io_threads: Option<usize>,
+    pub cpus: Option<Vec<usize>>,
+    pub window_bytes: Option<usize>,
+    pub ring_bytes: Option<usize>,
+    pub max_unflushed_bytes: Option<usize>,
+    pub flush_interval_ms: Option<u64>,
+    pub append_timeout_ms: Option<u64>,
+    pub segment_bytes: Option<u64>,
+    pub max_event_bytes: Option<usize>,
+    pub retention_max_age_secs: Option<u64>,
+    pub retention_max_bytes: Option<u64>,
+}
+
+/// Everything `serve` runs with, after file and flags are combined.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub engine: EngineConfig,
+    pub listen: String,
+    pub metrics_listen: Option<String>,
+    pub io_threads: usize,
+}
+
+impl FileConfig {
+    /// Reads and parses a config file; errors name the file and the key.
+    pub fn load(path: &Path) -> Result<FileConfig> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config file {}", path.display()))?;
+        FileConfig::parse(&text).with_context(|| format!("config file {}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<FileConfig> {
+        // toml's message names the key (e.g. "unknown field `windw_bytes`, expected one of ...").
+        toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.message().trim()))
+    }
+
+    /// Applies defaults and checks the result (the engine checks its own part).
+    pub fn resolve(self) -> Result<ServerConfig> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let defaults = EngineConfig::default();
+        let shards = self.shards.unwrap_or(cores as u32);
+        if shards == 0 {
+            bail!("shards: must be at least 1");
+        }
+        let io_threads = self.io_threads.unwrap_or(cores.max(1));
+        if io_threads == 0 {
+            bail!("io_threads: must be at least 1");
+        }
+        let mut limits = Limits::default();
+        if let Some(max) = self.max_event_bytes {
+            limits.max_event_bytes = max;
+        }
+        let engine = EngineConfig {
+            data_dir: self.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
+            shards,
+            cpus: self.cpus,
+            window_bytes: self.window_bytes.unwrap_or(defaults.window_bytes),
+            ring_bytes: self.ring_bytes.unwrap_or(defaults.ring_bytes),
+            max_unflushed_bytes: self
+                .max_unflushed_bytes
+                .unwrap_or(defaults.max_unflushed_bytes),
+            flush_interval: self
+                .flush_interval_ms
+                .map_or(defaults.flush_interval, Duration::from_millis),
+            append_timeout: self
+                .append_timeout_ms
+                .map_or(defaults.append_timeout, Duration::from_millis),
+            segment_bytes: self.segment_bytes.unwrap_or(defaults.segment_bytes),
+            retention: RetentionPolicy {
+                max_age: self.retention_max_age_secs.map(Duration::from_secs),
+                max_bytes: self.retention_max_bytes,
+            },
+            limits,
+            ..defaults
+        };
+        if engine.flush_interval.is_zero() {
+            bail!("flush_interval_ms: must be at least 1");
+        }
+        Ok(ServerConfig {
+            engine,
+            listen: self.listen.unwrap_or_else(|| DEFAULT_LISTEN.into()),
+            metrics_listen: self.metrics_listen,
+            io_threads,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_and_mistyped_keys_are_named() {
+        let err = FileConfig::parse("windw_bytes = 4096\n").unwrap_err();
+        assert!(err.to_string().contains("windw_bytes"), "{err}");
+        let err = FileConfig::parse("shards = \"two\"\n").unwrap_err();
+        assert!(err.to_string().contains("string"), "{err}");
+        let err = FileConfig::parse("shards = 0\n")
+            .unwrap()
+            .resolve()
+            .unwrap_err();
+        assert!(err.to_string().contains("shards"), "{err}");
+    }
+
+    #[test]
+    fn every_key_is_read() {
+        let c = FileConfig::parse(
+            "data_dir = \"/x\"\nlisten = \"127.0.0.1:1\"\nshards = 3\nio_threads = 2\n\
+             window_bytes = 65536\nring_bytes = 1048576\nmax_unflushed_bytes = 262144\n\
+             flush_interval_ms = 7\nappend_timeout_ms = 9\nsegment_bytes = 1048576\n\
+             max_event_bytes = 16384\nretention_max_age_secs = 60\nretention_max_bytes = 10\n\
+             cpus = [0]\nmetrics_listen = \"127.0.0.1:9\"\n",
+        )
+        .unwrap()
+        .resolve()
+        .unwrap();
+        let e = &c.engine;
+        assert_eq!(
+            (e.shards, e.window_bytes, e.ring_bytes),
+            (3, 65536, 1 << 20)
+        );
+        assert_eq!(e.flush_interval, Duration::from_millis(7));
+        assert_eq!(e.retention.max_bytes, Some(10));
+        assert_eq!((c.io_threads, c.listen.as_str()), (2, "127.0.0.1:1"));
+    }
+}
