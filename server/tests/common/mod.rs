@@ -1,0 +1,144 @@
+//! An in-process server on 127.0.0.1 (port 0) over a given engine, and
+//! helpers to drive it through the generated client.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ringfeed_engine::Engine;
+use ringfeed_proto::tonic::transport::Channel;
+use ringfeed_proto::{v1, RingFeedClient, RingFeedServer};
+use ringfeed_server::service::Service;
+use tokio::sync::watch;
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub engine: Arc<Engine>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TestServer {
+    pub async fn start(engine: Engine) -> TestServer {
+        let engine = Arc::new(engine);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stop_rx) = watch::channel(false);
+        let service = Service::new(engine.clone(), stop_rx.clone());
+        let mut stopping = stop_rx;
+        let task = tokio::spawn(async move {
+            ringfeed_proto::tonic::transport::Server::builder()
+                .add_service(RingFeedServer::new(service))
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    async move {
+                        let _ = stopping.wait_for(|s| *s).await;
+                    },
+                )
+                .await
+                .unwrap();
+        });
+        TestServer {
+            addr,
+            engine,
+            stop,
+            task,
+        }
+    }
+
+    pub async fn client(&self) -> RingFeedClient<Channel> {
+        RingFeedClient::connect(format!("http://{}", self.addr))
+            .await
+            .unwrap()
+    }
+
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
+    }
+}
+
+pub fn create(dir: &str, name: &str) -> v1::Event {
+    v1::Event {
+        directory: dir.into(),
+        new_entry: Some(v1::Entry {
+            name: name.into(),
+            size: 42,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn request(events: Vec<v1::Event>, durable: bool) -> v1::AppendRequest {
+    v1::AppendRequest {
+        events,
+        durability: if durable {
+            v1::Durability::Durable as i32
+        } else {
+            v1::Durability::Memory as i32
+        },
+    }
+}
+
+/// Total committed events over all shards.
+pub async fn committed(client: &mut RingFeedClient<Channel>) -> u64 {
+    let status = client
+        .status(v1::StatusRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    status.shards.iter().map(|s| s.committed_next).sum()
+}
+
+/// (ts, shard, offset, event) of one delivered event.
+pub type Got = (i64, u32, u64, v1::Event);
+
+/// Reads `count` events (or to the end of the stream), failing after 20 s.
+pub async fn read_events(
+    stream: &mut ringfeed_proto::tonic::Streaming<v1::SubscribeResponse>,
+    count: usize,
+    cursor: &mut Vec<u8>,
+) -> Vec<Got> {
+    let mut got = Vec::new();
+    while got.len() < count {
+        let next = tokio::time::timeout(Duration::from_secs(20), stream.message())
+            .await
+            .expect("stream stalled")
+            .expect("stream ok");
+        let Some(response) = next else { break };
+        if !response.cursor.is_empty() {
+            *cursor = response.cursor.to_vec();
+        }
+        match response.item {
+            Some(v1::subscribe_response::Item::Event(e)) => {
+                got.push((e.ts_ns, e.shard, e.offset, e.event.unwrap()))
+            }
+            Some(v1::subscribe_response::Item::Batch(b)) => {
+                for e in b.events {
+                    got.push((e.ts_ns, e.shard, e.offset, e.event.unwrap()))
+                }
+            }
+            _ => {}
+        }
+    }
+    got
+}
+
+pub fn dma_engine(dir: &std::path::Path, shards: u32) -> Engine {
+    Engine::open(ringfeed_engine::EngineConfig {
+        data_dir: dir.to_path_buf(),
+        shards,
+        ring_bytes: 4 << 20,
+        window_bytes: 256 << 10,
+        max_unflushed_bytes: 1 << 20,
+        segment_bytes: 4 << 20,
+        limits: ringfeed_engine::Limits {
+            max_event_bytes: 64 << 10,
+            ..ringfeed_engine::Limits::default()
+        },
+        ..ringfeed_engine::EngineConfig::default()
+    })
+    .unwrap()
+}
