@@ -11,6 +11,7 @@
 //!   and from the ring, match-all and a 1% filter.
 
 mod catchup;
+mod grpc;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -104,6 +105,24 @@ enum Command {
         #[arg(long)]
         drop_caches: bool,
     },
+    /// The server over loopback gRPC (2 shards): append throughput per batch size and
+    /// client count, catch-up of one subscriber, live append-to-delivery latency.
+    Grpc {
+        #[arg(long, default_value = "./bench-scratch")]
+        dir: PathBuf,
+        /// Seconds per append configuration (and for the live run, at least 2).
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// Events pre-loaded for the catch-up run.
+        #[arg(long, default_value_t = 1_000_000)]
+        catchup_events: u64,
+        /// Events per second of the live-latency run (open loop).
+        #[arg(long, default_value_t = 10_000)]
+        rate: u64,
+        /// Payload bytes per event (carried in the entry's attributes).
+        #[arg(long, default_value_t = 200)]
+        event_bytes: usize,
+    },
 }
 
 fn main() -> Result<()> {
@@ -161,6 +180,18 @@ fn main() -> Result<()> {
                 bail!("events and reps must be positive");
             }
             catchup::subscribe_catchup(&dir, events, event_bytes, reps, drop_caches)
+        }
+        Command::Grpc {
+            dir,
+            seconds,
+            catchup_events,
+            rate,
+            event_bytes,
+        } => {
+            if seconds <= 0.0 || catchup_events == 0 || rate == 0 {
+                bail!("seconds, catchup-events and rate must be positive");
+            }
+            grpc::grpc(&dir, seconds, catchup_events, rate, event_bytes)
         }
     }
 }
@@ -421,6 +452,13 @@ async fn log_recovery(dir: &Path, total: u64, segment_bytes: u64, reps: usize) -
     );
     std::fs::remove_dir_all(dir)?;
     Ok(())
+}
+
+/// Wall-clock ns since the Unix epoch (the server's stamps use the same clock).
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
 }
 
 fn machine() -> String {

@@ -6,3 +6,17 @@
 pub mod cli_client;
 pub mod config;
 pub mod service;
+
+/// Accepted connections of `listener` with Nagle's algorithm off: small
+/// responses (acks, live events) would otherwise wait for the peer's delayed
+/// ACK, about 40 ms on Linux (measured: batch-64 append acks at p50 44 ms).
+pub fn incoming(
+    listener: tokio::net::TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt;
+    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
+        let conn = conn?;
+        conn.set_nodelay(true)?;
+        Ok(conn)
+    })
+}

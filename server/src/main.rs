@@ -250,10 +250,7 @@ fn serve(config: ServerConfig) -> Result<()> {
             .max_concurrent_streams(Some(4096))
             .add_service(health_service)
             .add_service(ringfeed)
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
-                signal,
-            );
+            .serve_with_incoming_shutdown(ringfeed_server::incoming(listener), signal);
         println!(
             "ringfeed: data dir {} open with {shards} shard(s)",
             data_dir.display()

@@ -30,12 +30,9 @@ impl TestServer {
         let task = tokio::spawn(async move {
             ringfeed_proto::tonic::transport::Server::builder()
                 .add_service(RingFeedServer::new(service))
-                .serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::TcpListenerStream::new(listener),
-                    async move {
-                        let _ = stopping.wait_for(|s| *s).await;
-                    },
-                )
+                .serve_with_incoming_shutdown(ringfeed_server::incoming(listener), async move {
+                    let _ = stopping.wait_for(|s| *s).await;
+                })
                 .await
                 .unwrap();
         });
