@@ -1,0 +1,208 @@
+//! The `ringfeed` command line against the real server: what `append` acks
+//! (from stdin JSON lines and from flags) is exactly what `tail` prints back,
+//! in merged order, with cursors that resume exactly; filters apply; `status`
+//! counts it; a bad stdin line and a refused event exit non-zero with the
+//! line number or the gRPC code.
+
+mod serve_binary;
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use serve_binary::{run_bounded, Output, Server};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn ringfeed(server: &Server, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ringfeed"));
+    command.args(args).arg("--server").arg(&server.addr);
+    run_bounded(command, stdin.map(|s| s.as_bytes().to_vec()), TIMEOUT)
+}
+
+fn ok(output: Output) -> Vec<Value> {
+    assert_eq!(output.code(), Some(0), "{output}");
+    output
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?}: {e}")))
+        .collect()
+}
+
+fn position(line: &Value) -> (i64, u64, u64) {
+    (
+        line["ts"].as_i64().expect("ts is a number"),
+        line["shard"].as_u64().expect("shard is a number"),
+        line["offset"].as_u64().expect("offset is a number"),
+    )
+}
+
+#[test]
+fn appended_events_tail_back_exactly() {
+    let data = tempfile::tempdir().expect("temp dir");
+    let server = Server::start(data.path(), 2);
+
+    // Proto3 JSON as pbjson prints it, so input and output compare as values.
+    let from_stdin = [
+        json!({"directory": "/a", "newEntry": {"name": "f"}}),
+        json!({"directory": "/a/b", "newEntry": {"name": "g", "size": "10", "isDirectory": true}}),
+        json!({"directory": "/c", "oldEntry": {"name": "h"}, "signatures": [9]}),
+        json!({"directory": "/a", "oldEntry": {"name": "f"}, "newEntry": {"name": "f", "size": "3"}}),
+        json!({"directory": "/d\u{e9}", "newEntry": {"name": "\u{fc}"}}),
+    ];
+    let mut input = String::new();
+    for (i, event) in from_stdin.iter().enumerate() {
+        input.push_str(&event.to_string());
+        input.push('\n');
+        if i == 1 {
+            input.push_str("   \n"); // blank lines are skipped
+        }
+    }
+    let mut acks = ok(ringfeed(&server, &["append", "--batch", "2"], Some(&input)));
+    acks.extend(ok(ringfeed(
+        &server,
+        &[
+            "append",
+            "--dir",
+            "/cli",
+            "--name",
+            "x",
+            "--op",
+            "rename",
+            "--new-dir",
+            "/cli2",
+            "--new-name",
+            "y",
+            "--signature",
+            "9",
+            "--durable",
+        ],
+        None,
+    )));
+    let mut events = from_stdin.to_vec();
+    events.push(json!({
+        "directory": "/cli", "oldEntry": {"name": "x"}, "newEntry": {"name": "y"},
+        "newParentPath": "/cli2", "signatures": [9]
+    }));
+    assert_eq!(acks.len(), events.len());
+    for ack in &acks {
+        let keys: Vec<&String> = ack.as_object().expect("object").keys().collect();
+        assert_eq!(keys.len(), 3, "{ack}");
+        position(ack);
+    }
+
+    // Merged order is (ts, shard, offset); each event where its ack says.
+    let mut expected: Vec<((i64, u64, u64), Value)> = acks
+        .iter()
+        .map(position)
+        .zip(events.iter().cloned())
+        .collect();
+    expected.sort_by_key(|(p, _)| *p);
+    let until = expected.last().expect("events").0 .0.to_string();
+    let tailed = ok(ringfeed(
+        &server,
+        &["tail", "--beginning", "--until-ns", &until],
+        None,
+    ));
+    let delivered: Vec<((i64, u64, u64), Value)> = tailed
+        .iter()
+        .map(|line| (position(line), line["event"].clone()))
+        .collect();
+    assert_eq!(delivered, expected);
+    assert!(tailed
+        .iter()
+        .all(|l| l["cursor"].as_str().is_some_and(|c| !c.is_empty())));
+
+    // Resuming from a line's cursor prints exactly the lines after it.
+    let cursor = tailed[1]["cursor"].as_str().expect("cursor");
+    let resumed = ok(ringfeed(
+        &server,
+        &["tail", "--cursor", cursor, "--until-ns", &until],
+        None,
+    ));
+    assert_eq!(resumed, tailed[2..]);
+
+    // Filters: a rename matches by its new path; signatures skip.
+    let moved = ok(ringfeed(
+        &server,
+        &[
+            "tail",
+            "--beginning",
+            "--until-ns",
+            &until,
+            "--prefix",
+            "/cli2",
+        ],
+        None,
+    ));
+    assert_eq!(moved, tailed[tailed.len() - 1..]);
+    let unsigned = ok(ringfeed(
+        &server,
+        &[
+            "tail",
+            "--beginning",
+            "--until-ns",
+            &until,
+            "--signature",
+            "9",
+            "--per-shard",
+        ],
+        None,
+    ));
+    let mut want: Vec<Value> = tailed
+        .iter()
+        .filter(|l| l["event"]["signatures"].is_null())
+        .map(|l| l["event"].clone())
+        .collect();
+    let mut got: Vec<Value> = unsigned.iter().map(|l| l["event"].clone()).collect();
+    let by_json = |a: &Value, b: &Value| a.to_string().cmp(&b.to_string());
+    want.sort_by(by_json);
+    got.sort_by(by_json);
+    assert_eq!(got, want);
+
+    let status = ok(ringfeed(&server, &["status", "--json"], None));
+    let shards = status[0]["shards"].as_array().expect("shards");
+    assert_eq!(shards.len(), 2);
+    let committed: u64 = shards
+        .iter()
+        .map(|s| {
+            s["committedNext"]
+                .as_str()
+                .map_or(0, |n| n.parse::<u64>().expect("number"))
+        })
+        .sum();
+    assert_eq!(committed, events.len() as u64);
+    let table = ringfeed(&server, &["status"], None);
+    assert_eq!(table.code(), Some(0), "{table}");
+    assert!(table.stdout.contains("committed"), "{table}");
+
+    // A bad line: the batch before it is appended, its own batch is not.
+    let good = events[0].to_string();
+    let bad = ringfeed(
+        &server,
+        &["append", "--batch", "1"],
+        Some(&format!(
+            "{good}\n{{\"directory\": \"/x\", \"newEntri\": {{}}}}\n{good}\n"
+        )),
+    );
+    assert_eq!(bad.code(), Some(1), "{bad}");
+    assert!(bad.stderr.contains("stdin line 2"), "{bad}");
+    assert_eq!(bad.stdout.lines().count(), 1, "{bad}");
+
+    // A refused event exits with its gRPC code (INVALID_ARGUMENT = 3).
+    let refused = ringfeed(
+        &server,
+        &[
+            "append", "--dir", "relative", "--name", "x", "--op", "create",
+        ],
+        None,
+    );
+    assert_eq!(refused.code(), Some(3), "{refused}");
+    assert!(
+        refused.stderr.contains("error: INVALID_ARGUMENT: "),
+        "{refused}"
+    );
+    assert!(refused.stdout.is_empty(), "{refused}");
+
+    server.stop();
+}

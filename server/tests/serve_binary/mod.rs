@@ -1,0 +1,202 @@
+//! The real `ringfeed serve` binary as a child process on a free port, and a
+//! bounded way to run other processes against it. Shared by the tests that
+//! drive the server from outside Rust's client (the CLI, Python).
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+const STARTUP: Duration = Duration::from_secs(60);
+const SHUTDOWN: Duration = Duration::from_secs(30);
+
+/// `ringfeed serve --listen 127.0.0.1:0`; stopped with SIGTERM (then SIGKILL)
+/// on drop, so a failing test leaves no server behind.
+pub struct Server {
+    pid: u32,
+    /// HOST:PORT from the server's `listening on` line.
+    pub addr: String,
+    exited: mpsc::Receiver<ExitStatus>,
+    stopped: bool,
+}
+
+impl Server {
+    /// Starts a server over `data_dir` with `shards` shards and waits for
+    /// its `listening on HOST:PORT` line.
+    pub fn start(data_dir: &Path, shards: u32) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ringfeed"))
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--listen", "127.0.0.1:0", "--shards", &shards.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting ringfeed serve");
+        let pid = child.id();
+        let stdout = child.stdout.take().expect("stdout");
+        let stderr = child.stderr.take().expect("stderr");
+        let (addr_tx, addr_rx) = mpsc::channel();
+        // Keep draining both pipes for the server's whole life so it never
+        // blocks on a full pipe; what it says shows up when the test fails.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                eprintln!("server: {line}");
+                if let Some(addr) = line.strip_prefix("listening on ") {
+                    let _ = addr_tx.send(addr.trim().to_owned());
+                }
+            }
+        });
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("server: {line}");
+            }
+        });
+        let exited = wait_in_background(child);
+        let mut server = Server {
+            pid,
+            addr: String::new(),
+            exited,
+            stopped: false,
+        };
+        server.addr = addr_rx.recv_timeout(STARTUP).unwrap_or_else(|_| {
+            panic!("no `listening on` line from the server within {STARTUP:?}")
+        });
+        server
+    }
+
+    /// SIGTERM, then wait for the exit (SIGKILL after a bound).
+    pub fn stop(mut self) {
+        self.terminate();
+    }
+
+    fn terminate(&mut self) {
+        if self.stopped {
+            return;
+        }
+        self.stopped = true;
+        // Already reaped: its pid may belong to someone else by now.
+        if let Ok(status) = self.exited.try_recv() {
+            eprintln!("server had exited: {status}");
+            return;
+        }
+        signal(self.pid, "TERM");
+        match self.exited.recv_timeout(SHUTDOWN) {
+            Ok(status) => eprintln!("server exited: {status}"),
+            Err(_) => {
+                eprintln!("server still running {SHUTDOWN:?} after SIGTERM: SIGKILL");
+                signal(self.pid, "KILL");
+                let _ = self.exited.recv_timeout(SHUTDOWN);
+            }
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.terminate();
+    }
+}
+
+/// Sends a signal with kill(1): the tests need no unsafe code for it.
+fn signal(pid: u32, name: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status();
+}
+
+/// Reaps `child` on a thread; its exit status arrives on the channel.
+fn wait_in_background(mut child: Child) -> mpsc::Receiver<ExitStatus> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        if let Ok(status) = child.wait() {
+            let _ = tx.send(status);
+        }
+    });
+    rx
+}
+
+/// What a bounded run produced. `status` is None if it was killed.
+pub struct Output {
+    pub status: Option<ExitStatus>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Output {
+    /// Exit code, or None if killed (timeout or signal).
+    pub fn code(&self) -> Option<i32> {
+        self.status.and_then(|s| s.code())
+    }
+}
+
+impl std::fmt::Display for Output {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "status {:?}\n--- stdout ---\n{}--- stderr ---\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs `command` with `stdin` as its input (empty if None) and its output
+/// captured, killing it after `timeout`.
+pub fn run_bounded(mut command: Command, stdin: Option<Vec<u8>>, timeout: Duration) -> Output {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {command:?}: {e}"));
+    let pid = child.id();
+    let mut input = child.stdin.take().expect("stdin");
+    let writer = std::thread::spawn(move || {
+        if let Some(bytes) = stdin {
+            let _ = input.write_all(&bytes);
+        }
+        // Dropping `input` closes the pipe: EOF.
+    });
+    let read = |pipe: Option<Box<dyn Read + Send>>| -> JoinHandle<String> {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_string(&mut text);
+            }
+            text
+        })
+    };
+    let stdout = read(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = read(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let exited = wait_in_background(child);
+    let status = match exited.recv_timeout(timeout) {
+        Ok(status) => Some(status),
+        Err(_) => {
+            eprintln!("{command:?} still running after {timeout:?}: killed");
+            signal(pid, "KILL");
+            let _ = exited.recv_timeout(SHUTDOWN);
+            None
+        }
+    };
+    let _ = writer.join();
+    Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    }
+}
