@@ -372,42 +372,20 @@ pub fn peek_header(buf: &[u8]) -> Result<RecordHeader<'_>, RecordError> {
 }
 
 fn parse_verified(bytes: &[u8]) -> Result<Record<'_>, RecordError> {
-    let len = bytes.len();
     let kind = Kind::from_u8(bytes[24]).ok_or(RecordError::UnknownKind(bytes[24]))?;
-    let sig_count = bytes[25] as usize;
-    let lens = [
-        read_u16(bytes, 26) as usize,
-        read_u16(bytes, 28) as usize,
-        read_u16(bytes, 30) as usize,
-        read_u16(bytes, 32) as usize,
-    ];
-    let fields = RECORD_HEADER_LEN + 4 * sig_count + lens.iter().sum::<usize>();
-    if fields > len {
-        return Err(RecordError::FieldsOverrun { fields, len });
-    }
-    let mut at = RECORD_HEADER_LEN;
-    let signatures = Signatures(SigRepr::Raw(&bytes[at..at + 4 * sig_count]));
-    at += 4 * sig_count;
-    let mut strings = [""; 4];
-    for (i, (field, field_len)) in ["directory", "old_name", "new_name", "new_parent"]
-        .into_iter()
-        .zip(lens)
-        .enumerate()
-    {
-        strings[i] = std::str::from_utf8(&bytes[at..at + field_len])
-            .map_err(|_| RecordError::InvalidUtf8 { field })?;
-        at += field_len;
-    }
+    let h = peek_header(bytes)?;
+    let text =
+        |field, part| std::str::from_utf8(part).map_err(|_| RecordError::InvalidUtf8 { field });
     Ok(Record {
-        ts: read_u64(bytes, 8) as i64,
-        offset: read_u64(bytes, 16),
+        ts: h.ts,
+        offset: h.offset,
         kind,
-        signatures,
-        directory: strings[0],
-        old_name: strings[1],
-        new_name: strings[2],
-        new_parent: strings[3],
-        payload: &bytes[at..],
+        signatures: Signatures(SigRepr::Raw(h.signatures)),
+        directory: text("directory", h.directory)?,
+        old_name: text("old_name", h.old_name)?,
+        new_name: text("new_name", h.new_name)?,
+        new_parent: text("new_parent", h.new_parent)?,
+        payload: &bytes[h.payload_at..],
     })
 }
 
