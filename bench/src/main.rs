@@ -454,11 +454,9 @@ async fn log_recovery(dir: &Path, total: u64, segment_bytes: u64, reps: usize) -
     Ok(())
 }
 
-/// Wall-clock ns since the Unix epoch (the server's stamps use the same clock).
+/// Wall-clock ns since the Unix epoch: the clock the shards stamp with.
 fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
+    ringfeed_engine::clock::Clock::now_ns(&ringfeed_engine::clock::SystemClock)
 }
 
 fn machine() -> String {

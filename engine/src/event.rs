@@ -152,21 +152,32 @@ fn check_path(
     path: &str,
     limits: &Limits,
 ) -> Result<(), AppendError> {
-    if path.len() > limits.max_path_bytes {
+    check_len(index, field, path, limits)?;
+    match path_problem(path) {
+        Some(problem) => Err(invalid(index, field, problem)),
+        None => Ok(()),
+    }
+}
+
+/// Refuses a path or name longer than the limit.
+fn check_len(
+    index: usize,
+    field: &'static str,
+    value: &str,
+    limits: &Limits,
+) -> Result<(), AppendError> {
+    if value.len() > limits.max_path_bytes {
         return Err(invalid(
             index,
             field,
             format!(
                 "is {} bytes, longer than {}",
-                path.len(),
+                value.len(),
                 limits.max_path_bytes
             ),
         ));
     }
-    match path_problem(path) {
-        Some(problem) => Err(invalid(index, field, problem)),
-        None => Ok(()),
-    }
+    Ok(())
 }
 
 /// What is wrong with a directory-like path, if anything: it must be
@@ -199,17 +210,7 @@ fn check_name(
     name: &str,
     limits: &Limits,
 ) -> Result<(), AppendError> {
-    if name.len() > limits.max_path_bytes {
-        return Err(invalid(
-            index,
-            field,
-            format!(
-                "is {} bytes, longer than {}",
-                name.len(),
-                limits.max_path_bytes
-            ),
-        ));
-    }
+    check_len(index, field, name, limits)?;
     if name.contains('\0') || name.contains('/') || name == "." || name == ".." {
         return Err(invalid(
             index,

@@ -12,7 +12,7 @@
 
 use std::fmt::Write as _;
 use std::io::{self, BufRead, Write};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context, Result};
 use base64::alphabet;
@@ -830,10 +830,9 @@ async fn connect(server: &str) -> Result<RingFeedClient<Channel>> {
     Ok(client.max_decoding_message_size(MAX_RESPONSE_BYTES))
 }
 
+/// Wall-clock ns since the Unix epoch: the clock the shards stamp with.
 fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+    ringfeed_engine::clock::Clock::now_ns(&ringfeed_engine::clock::SystemClock)
 }
 
 /// Exit code and one-line message for an error from the functions above:

@@ -35,7 +35,8 @@ const SUBSCRIBER_QUEUE: usize = 16;
 const HEARTBEAT_DEFAULT: Duration = Duration::from_secs(1);
 const HEARTBEAT_MIN: Duration = Duration::from_millis(10);
 
-/// The ringfeed service over one engine.
+/// The ringfeed service over one engine. Clones share the engine and registry.
+#[derive(Clone)]
 pub struct Service {
     engine: Arc<Engine>,
     registry: Arc<Registry>,
@@ -228,11 +229,7 @@ impl RingFeed for Service {
     ) -> Result<Response<Self::AppendStreamStream>, Status> {
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(SUBSCRIBER_QUEUE);
-        let service = Service {
-            engine: self.engine.clone(),
-            registry: self.registry.clone(),
-            shutdown: self.shutdown.clone(),
-        };
+        let service = self.clone();
         let mut shutdown = self.shutdown.clone();
         tokio::spawn(async move {
             loop {
@@ -482,8 +479,7 @@ fn heartbeat_message(engine: &Engine, sub: &Subscription) -> RawSubscribeRespons
     }
 }
 
+/// Wall-clock ns since the Unix epoch: the clock the shards stamp with.
 fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
+    ringfeed_engine::clock::Clock::now_ns(&ringfeed_engine::clock::SystemClock)
 }
