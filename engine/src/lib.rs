@@ -33,7 +33,7 @@ pub use retention::{RetentionOutcome, RetentionPolicy};
 pub use ring::RingView;
 pub use shard::{ShardShared, ShardStats};
 pub use subscribe::{
-    Cursor, CursorError, Delivered, Filter, Ordering, Start, Step, SubscribeError,
+    Cursor, CursorError, Delivered, Filter, Ordering, RawChunk, Start, Step, SubscribeError,
     SubscribeRequest, Subscription,
 };
 pub use watermark::{WatermarkSnapshot, Watermarks};

@@ -62,6 +62,10 @@ impl Watermarks {
         self.flushed_next.load(Ordering::Acquire)
     }
 
+    pub fn evicted_below(&self) -> u64 {
+        self.evicted_below.load(Ordering::Acquire)
+    }
+
     pub fn claimed_ts(&self) -> i64 {
         self.claimed_ts.load(Ordering::Acquire)
     }

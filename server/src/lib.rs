@@ -5,6 +5,8 @@
 
 pub mod cli_client;
 pub mod config;
+pub mod registry;
+pub mod sender;
 pub mod service;
 
 /// Accepted connections of `listener` with Nagle's algorithm off: small

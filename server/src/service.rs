@@ -6,31 +6,27 @@
 //! fields filters need, and sends stored bytes back out without decoding
 //! (see `ringfeed_proto::raw`).
 
-use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ringfeed_engine::{
-    AppendError, Cursor, Delivered, Durability, Engine, Filter, NewEvent, Ordering, Start, Step,
-    SubscribeError, SubscribeRequest, Subscription,
+    AppendError, Cursor, Durability, Engine, Filter, NewEvent, Ordering, Start, SubscribeError,
+    SubscribeRequest,
 };
 use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::prost::Message;
 use ringfeed_proto::tonic::{self, Request, Response, Status, Streaming};
-use ringfeed_proto::{
-    v1, RawAppendRequest, RawEventBatch, RawEventMessage, RawItem, RawSubscribeResponse, RingFeed,
-};
+use ringfeed_proto::{v1, RawAppendRequest, RawSubscribeResponse, RingFeed};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 
-/// Most events and bytes one batch response carries.
-const BATCH_EVENTS: usize = 512;
-const BATCH_BYTES: usize = 1 << 20;
-/// Responses queued per subscriber before the sender waits on the client.
-const SUBSCRIBER_QUEUE: usize = 16;
+use crate::registry::Registry;
+use crate::sender::{Admission, Sender, StreamOptions, SubscriberLimits};
+
+/// Responses queued per append stream before it waits on the client.
+const APPEND_QUEUE: usize = 16;
 /// Default and smallest heartbeat interval.
 const HEARTBEAT_DEFAULT: Duration = Duration::from_secs(1);
 const HEARTBEAT_MIN: Duration = Duration::from_millis(10);
@@ -40,40 +36,28 @@ const HEARTBEAT_MIN: Duration = Duration::from_millis(10);
 pub struct Service {
     engine: Arc<Engine>,
     registry: Arc<Registry>,
+    limits: Arc<SubscriberLimits>,
+    admission: Arc<Admission>,
     shutdown: watch::Receiver<bool>,
-}
-
-/// Connected subscription streams.
-#[derive(Default)]
-struct Registry {
-    next_id: AtomicU64,
-    streams: Mutex<HashMap<u64, v1::SubscriberInfo>>,
-}
-
-impl Registry {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, v1::SubscriberInfo>> {
-        self.streams.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// Removes a stream from the registry when its task ends, however it ends.
-struct Registered {
-    registry: Arc<Registry>,
-    id: u64,
-}
-
-impl Drop for Registered {
-    fn drop(&mut self) {
-        self.registry.lock().remove(&self.id);
-    }
 }
 
 impl Service {
     /// `shutdown` turning true ends every subscription stream (UNAVAILABLE).
     pub fn new(engine: Arc<Engine>, shutdown: watch::Receiver<bool>) -> Service {
+        Service::with_limits(engine, shutdown, SubscriberLimits::default())
+    }
+
+    /// A service whose subscription streams are paced and admitted per `limits`.
+    pub fn with_limits(
+        engine: Arc<Engine>,
+        shutdown: watch::Receiver<bool>,
+        limits: SubscriberLimits,
+    ) -> Service {
         Service {
             engine,
             registry: Arc::new(Registry::default()),
+            admission: Arc::new(Admission::new(&limits)),
+            limits: Arc::new(limits),
             shutdown,
         }
     }
@@ -153,7 +137,7 @@ fn append_status(e: AppendError) -> Status {
     }
 }
 
-fn subscribe_status(e: SubscribeError) -> Status {
+pub(crate) fn subscribe_status(e: SubscribeError) -> Status {
     match &e {
         SubscribeError::Cursor(_) | SubscribeError::Filter(_) => {
             Status::invalid_argument(e.to_string())
@@ -204,10 +188,6 @@ fn engine_request(r: &v1::SubscribeRequest) -> Result<SubscribeRequest, Status> 
     })
 }
 
-fn raw_event(d: &Delivered) -> RawEventMessage {
-    RawEventMessage::new(d.ts, d.shard, d.offset, d.payload())
-}
-
 type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -228,7 +208,7 @@ impl RingFeed for Service {
         request: Request<Streaming<RawAppendRequest>>,
     ) -> Result<Response<Self::AppendStreamStream>, Status> {
         let mut inbound = request.into_inner();
-        let (tx, rx) = mpsc::channel(SUBSCRIBER_QUEUE);
+        let (tx, rx) = mpsc::channel(APPEND_QUEUE);
         let service = self.clone();
         let mut shutdown = self.shutdown.clone();
         tokio::spawn(async move {
@@ -269,53 +249,46 @@ impl RingFeed for Service {
             .engine
             .subscribe(engine_request(&r)?)
             .map_err(subscribe_status)?;
-        let id = self.registry.next_id.fetch_add(1, AtomicOrdering::Relaxed);
-        self.registry.lock().insert(
-            id,
-            v1::SubscriberInfo {
-                client_name: r.client_name.clone(),
-                client_id: r.client_id,
-                client_epoch: r.client_epoch,
-                peer,
-                path_prefix: r.path_prefix.clone(),
-                path_prefixes: r.path_prefixes.clone(),
-                directories: r.directories.clone(),
-                exclude_prefixes: r.exclude_prefixes.clone(),
-                cursor: subscription.cursor().to_bytes().into(),
-                mode: if r.batching {
-                    "events, batched"
-                } else {
-                    "events"
+        let (registered, _superseded) = self.registry.register(v1::SubscriberInfo {
+            client_name: r.client_name.clone(),
+            client_id: r.client_id,
+            client_epoch: r.client_epoch,
+            peer,
+            path_prefix: r.path_prefix.clone(),
+            path_prefixes: r.path_prefixes.clone(),
+            directories: r.directories.clone(),
+            exclude_prefixes: r.exclude_prefixes.clone(),
+            cursor: subscription.cursor().to_bytes().into(),
+            lag_events: subscription.lag_events(),
+            mode: "starting".into(),
+            connected_since_ns: now_ns(),
+            signature: r.signature,
+            ordering: r.ordering,
+            ..Default::default()
+        })?;
+        let options = StreamOptions {
+            batching: r.batching,
+            heartbeat: r.heartbeats.then(|| {
+                match r.heartbeat_interval_ms {
+                    0 => HEARTBEAT_DEFAULT,
+                    ms => Duration::from_millis(u64::from(ms)),
                 }
-                .into(),
-                connected_since_ns: now_ns(),
-                signature: r.signature,
-                ordering: r.ordering,
-                ..Default::default()
-            },
-        );
-        let registered = Registered {
-            registry: self.registry.clone(),
-            id,
+                .max(HEARTBEAT_MIN)
+            }),
+            chunk_mode: r.chunk_mode,
         };
-        let heartbeat = r.heartbeats.then(|| {
-            match r.heartbeat_interval_ms {
-                0 => HEARTBEAT_DEFAULT,
-                ms => Duration::from_millis(u64::from(ms)),
-            }
-            .max(HEARTBEAT_MIN)
-        });
-        let (tx, rx) = mpsc::channel(SUBSCRIBER_QUEUE);
-        tokio::spawn(run_subscriber(
-            self.engine.clone(),
-            subscription,
-            r.batching,
-            heartbeat,
+        let (tx, rx) = mpsc::channel(self.limits.queue_responses.max(1));
+        let sender = Sender {
+            engine: self.engine.clone(),
+            limits: self.limits.clone(),
+            admission: self.admission.clone(),
             tx,
-            self.shutdown.clone(),
             registered,
-        ));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        };
+        tokio::spawn(sender.run(subscription, options, self.shutdown.clone()));
+        // A response's backlog bytes are given back as tonic takes it.
+        let responses = ReceiverStream::new(rx).map(|(response, _bytes)| response);
+        Ok(Response::new(Box::pin(responses)))
     }
 
     async fn status(
@@ -350,7 +323,7 @@ impl RingFeed for Service {
             .collect();
         Ok(Response::new(v1::StatusResponse {
             shards,
-            subscribers: self.registry.lock().len() as u64,
+            subscribers: self.registry.len() as u64,
             now_ns: now_ns(),
             version: env!("CARGO_PKG_VERSION").into(),
         }))
@@ -360,126 +333,13 @@ impl RingFeed for Service {
         &self,
         _request: Request<v1::ListSubscribersRequest>,
     ) -> Result<Response<v1::ListSubscribersResponse>, Status> {
-        let mut subscribers: Vec<v1::SubscriberInfo> =
-            self.registry.lock().values().cloned().collect();
-        subscribers.sort_by_key(|s| s.connected_since_ns);
-        Ok(Response::new(v1::ListSubscribersResponse { subscribers }))
-    }
-}
-
-/// Feeds one subscription stream until it ends, fails, the client goes away
-/// or the server shuts down. The bounded channel is the backpressure: when the
-/// client reads slowly, this task waits and the engine subscription simply
-/// stays where it is.
-async fn run_subscriber(
-    engine: Arc<Engine>,
-    mut sub: Subscription,
-    batching: bool,
-    heartbeat: Option<Duration>,
-    tx: mpsc::Sender<Result<RawSubscribeResponse, Status>>,
-    mut shutdown: watch::Receiver<bool>,
-    registered: Registered,
-) {
-    let mut sent = 0u64;
-    loop {
-        let quiet = async {
-            match heartbeat {
-                Some(every) => tokio::time::sleep(every).await,
-                None => std::future::pending().await,
-            }
-        };
-        let next = tokio::select! {
-            next = sub.next() => next,
-            _ = quiet => {
-                let beat = heartbeat_message(&engine, &sub);
-                if tx.send(Ok(beat)).await.is_err() {
-                    return;
-                }
-                continue;
-            }
-            _ = shutdown.changed() => {
-                let _ = tx.send(Err(Status::unavailable("the server is shutting down"))).await;
-                return;
-            }
-            _ = tx.closed() => return,
-        };
-        let first = match next {
-            Ok(Some(event)) => event,
-            Ok(None) => return, // until_ns reached: the stream ends OK
-            Err(e) => {
-                let _ = tx.send(Err(subscribe_status(e))).await;
-                return;
-            }
-        };
-        let mut events = vec![raw_event(&first)];
-        let mut failure = None;
-        if batching {
-            // Whatever else is ready now joins the batch; at the live edge
-            // nothing is, so live events go one by one.
-            let mut bytes = first.record_bytes().len();
-            while events.len() < BATCH_EVENTS && bytes < BATCH_BYTES {
-                match sub.poll() {
-                    Ok(Step::Event(d)) => {
-                        bytes += d.record_bytes().len();
-                        events.push(raw_event(&d));
-                    }
-                    Ok(_) => break,
-                    Err(e) => {
-                        failure = Some(e);
-                        break;
-                    }
-                }
-            }
-        }
-        sent += events.len() as u64;
-        let cursor: Bytes = sub.cursor().to_bytes().into();
-        let item = if events.len() == 1 {
-            RawItem::Event(events.pop().expect("one event"))
-        } else {
-            RawItem::Batch(RawEventBatch { events })
-        };
-        if let Some(info) = registered.registry.lock().get_mut(&registered.id) {
-            info.cursor = cursor.clone();
-            info.events_sent = sent;
-            info.lag_seconds = ((now_ns() - sub.watermark()).max(0) as f64 / 1e9).min(1e9);
-        }
-        let response = RawSubscribeResponse {
-            cursor,
-            item: Some(item),
-        };
-        if tx.send(Ok(response)).await.is_err() {
-            return;
-        }
-        if let Some(e) = failure {
-            let _ = tx.send(Err(subscribe_status(e))).await;
-            return;
-        }
-    }
-}
-
-fn heartbeat_message(engine: &Engine, sub: &Subscription) -> RawSubscribeResponse {
-    let shards = (0..engine.shard_count())
-        .map(|id| {
-            let w = engine.shard(id).watermarks.snapshot();
-            v1::ShardWatermark {
-                shard: id,
-                committed_next: w.committed_next,
-                claimed_ts_ns: w.claimed_ts,
-                flushed_next: w.flushed_next,
-                flushed_ts_ns: w.flushed_ts,
-            }
-        })
-        .collect();
-    RawSubscribeResponse {
-        cursor: sub.cursor().to_bytes().into(),
-        item: Some(RawItem::Heartbeat(v1::Heartbeat {
-            merged_watermark_ns: sub.watermark(),
-            shards,
-        })),
+        Ok(Response::new(v1::ListSubscribersResponse {
+            subscribers: self.registry.list(),
+        }))
     }
 }
 
 /// Wall-clock ns since the Unix epoch: the clock the shards stamp with.
-fn now_ns() -> i64 {
+pub(crate) fn now_ns() -> i64 {
     ringfeed_engine::clock::Clock::now_ns(&ringfeed_engine::clock::SystemClock)
 }

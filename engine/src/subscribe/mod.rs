@@ -147,6 +147,23 @@ impl Delivered {
     }
 }
 
+/// Stored records of one shard, verbatim and unfiltered, for chunk-mode
+/// catch-up ([`Subscription::poll_chunk`]).
+#[derive(Clone, Debug)]
+pub struct RawChunk {
+    pub shard: u32,
+    /// Offset of the first record; the others follow densely.
+    pub first_offset: u64,
+    /// Number of records (at least one).
+    pub count: u64,
+    /// Stamps of the first and the last record.
+    pub first_ts: i64,
+    pub last_ts: i64,
+    /// The records back to back in the stored record format (a view of a
+    /// window or a segment mapping, not a copy).
+    pub records: Bytes,
+}
+
 /// What [`Subscription::poll`] found.
 #[derive(Debug)]
 pub enum Step {
@@ -163,6 +180,8 @@ struct Lane {
     /// The current run of records; `at` is where its unconsumed part starts.
     run: Bytes,
     at: usize,
+    /// The run is sealed (see `reader::Run::sealed`): chunk mode may ship it.
+    run_sealed: bool,
     /// Next offset to deliver (the cursor): every earlier one was delivered or filtered out.
     next: u64,
     /// The record at `at`, when it matches the filter.
@@ -198,6 +217,7 @@ impl Lane {
                         debug_assert_eq!(run.first_offset, self.next);
                         self.run = run.bytes;
                         self.at = 0;
+                        self.run_sealed = run.sealed;
                     }
                     None => return Ok(false),
                 }
@@ -231,6 +251,70 @@ impl Lane {
             self.next += 1;
             self.seen_ts = self.seen_ts.max(ts);
         }
+    }
+
+    /// Makes sure the current run has unconsumed records if any are
+    /// available, without filtering. Returns whether it has.
+    fn load(&mut self) -> Result<bool, SubscribeError> {
+        if self.at < self.run.len() {
+            return Ok(true);
+        }
+        match self.reader.read(self.next)? {
+            Some(run) => {
+                debug_assert_eq!(run.first_offset, self.next);
+                self.run = run.bytes;
+                self.at = 0;
+                self.run_sealed = run.sealed;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Consumes the rest of the current run as one raw chunk, checking that
+    /// its records hold the expected offsets densely.
+    fn take_rest(&mut self) -> Result<RawChunk, SubscribeError> {
+        let records = self.run.slice(self.at..);
+        let shard = self.shard().id;
+        let bad = |source| SubscribeError::Record { shard, source };
+        let (mut at, mut count, mut first_ts, mut last_ts) = (0, 0u64, 0, 0);
+        while at < records.len() {
+            let (len, offset, ts) = record::peek_position(&records[at..]).map_err(bad)?;
+            if offset != self.next + count {
+                return Err(SubscribeError::Corrupt {
+                    shard,
+                    segment: String::new(),
+                    position: (self.at + at) as u64,
+                    reason: format!("expected offset {}, found {offset}", self.next + count),
+                });
+            }
+            if count == 0 {
+                first_ts = ts;
+            }
+            last_ts = ts;
+            at += len;
+            count += 1;
+        }
+        let chunk = RawChunk {
+            shard,
+            first_offset: self.next,
+            count,
+            first_ts,
+            last_ts,
+            records,
+        };
+        self.at = self.run.len();
+        self.next += count;
+        self.head = None;
+        self.seen_ts = self.seen_ts.max(last_ts);
+        Ok(chunk)
+    }
+
+    /// Stamp of the first unconsumed record of the current run.
+    fn run_ts(&self) -> Option<i64> {
+        record::peek_position(&self.run[self.at..])
+            .ok()
+            .map(|(_, _, ts)| ts)
     }
 
     fn take(&mut self) -> Delivered {
@@ -315,6 +399,7 @@ impl Subscription {
                 reader,
                 run: Bytes::new(),
                 at: 0,
+                run_sealed: false,
                 next,
                 head: None,
                 seen_ts: 0,
@@ -341,6 +426,49 @@ impl Subscription {
     /// the last poll): a caught-up subscriber's freshness.
     pub fn watermark(&self) -> i64 {
         self.watermark
+    }
+
+    /// Committed events not yet delivered or filtered, summed over shards.
+    pub fn lag_events(&self) -> u64 {
+        self.lanes
+            .iter()
+            .map(|l| l.shard().watermarks.committed_next().saturating_sub(l.next))
+            .sum()
+    }
+
+    /// Whether any shard's next records come from segment files rather than
+    /// the ring: the subscription is reading backlog.
+    pub fn reads_backlog(&self) -> bool {
+        self.lanes.iter().any(|l| l.reader.below_ring(l.next))
+    }
+
+    /// Chunk-mode catch-up: the next sealed run of stored records (a segment
+    /// chunk's body, a sealed ring window, or the unconsumed suffix of
+    /// either), unfiltered, from the shard whose next record is stamped
+    /// earliest. Each record is shipped once; the cursor moves past it.
+    ///
+    /// `None` means no shard has a sealed run now: every shard has reached
+    /// the ring's open window or the end of what is committed (the live
+    /// edge). Continue with [`Subscription::poll`], which picks up exactly
+    /// where the chunks ended. `until_ns` does not cut chunks: records past
+    /// it are shipped, and the reader drops them.
+    pub fn poll_chunk(&mut self) -> Result<Option<RawChunk>, SubscribeError> {
+        let mut best: Option<(i64, usize)> = None;
+        for (i, lane) in self.lanes.iter_mut().enumerate() {
+            if lane.done || !lane.load()? || !lane.run_sealed {
+                continue;
+            }
+            let ts = lane.run_ts().unwrap_or(i64::MIN);
+            if best.is_none_or(|(best_ts, _)| ts < best_ts) {
+                best = Some((ts, i));
+            }
+        }
+        let Some((_, i)) = best else {
+            return Ok(None);
+        };
+        let chunk = self.lanes[i].take_rest()?;
+        self.update_watermark();
+        Ok(Some(chunk))
     }
 
     /// Delivers the next event if it can be delivered now. Never blocks.

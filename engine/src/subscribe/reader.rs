@@ -24,6 +24,10 @@ use super::SubscribeError;
 pub(crate) struct Run {
     pub bytes: Bytes,
     pub first_offset: u64,
+    /// No record will ever follow these in the same source: the run is a
+    /// segment chunk's body or the rest of a sealed window. An unsealed run is
+    /// the open window's committed prefix: the live edge.
+    pub sealed: bool,
 }
 
 /// Where the reader left off, so the next read continues without searching.
@@ -81,6 +85,11 @@ impl ShardReader {
         &self.shard
     }
 
+    /// Whether reading `next` goes to the segment files (the ring evicted it).
+    pub fn below_ring(&self, next: u64) -> bool {
+        next < self.shard.watermarks.evicted_below()
+    }
+
     /// The records from `next` on that are available now (at least one), or
     /// `None` if `next` is not committed yet.
     ///
@@ -131,6 +140,9 @@ impl ShardReader {
                 (window, start)
             }
         };
+        // Sealed first, then the length: a window sealed before its length
+        // is read has its final length.
+        let sealed = window.is_sealed();
         let len = window.committed().len();
         if start >= len {
             return None; // `next` is committed but not in this view yet: retry on wake-up
@@ -144,6 +156,7 @@ impl ShardReader {
         Some(Run {
             bytes,
             first_offset: next,
+            sealed,
         })
     }
 
@@ -195,6 +208,7 @@ impl ShardReader {
                     return Ok(Run {
                         bytes: body.slice(start..),
                         first_offset: next,
+                        sealed: true,
                     });
                 }
                 Some(header) => {

@@ -1,0 +1,152 @@
+//! Connected subscription streams and client identities.
+//!
+//! A client that names itself with a non-zero `client_id` has at most one
+//! stream per `(client_name, client_id)`: a new stream with a higher
+//! `client_epoch` cancels the old one at once (the old stream's task is woken
+//! through its [`Notify`] and ends with CANCELLED), and one with an equal or
+//! lower epoch is refused. Anonymous clients (`client_id` 0) are never
+//! superseded. The registry also holds what `ListSubscribers` shows.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ringfeed_proto::tonic::Status;
+use ringfeed_proto::v1::SubscriberInfo;
+use tokio::sync::Notify;
+
+#[derive(Default)]
+pub(crate) struct Registry {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    next_id: u64,
+    streams: HashMap<u64, Stream>,
+    /// `(client_name, client_id)` → `(epoch, stream id)` of its connected stream.
+    clients: HashMap<(String, u64), (u64, u64)>,
+}
+
+struct Stream {
+    info: SubscriberInfo,
+    cancel: Arc<Notify>,
+}
+
+/// What a superseded stream learns: the epoch that replaced it.
+pub(crate) struct Superseded(pub u64);
+
+/// A stream's place in the registry; dropping it (however the stream ends)
+/// removes the stream and, if it still owns it, its client identity.
+pub(crate) struct Registered {
+    registry: Arc<Registry>,
+    id: u64,
+    cancel: Arc<Notify>,
+}
+
+impl Registry {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers a stream, superseding an older stream of the same client.
+    /// Returns the superseded stream's epoch, if any, with the registration.
+    pub fn register(
+        self: &Arc<Self>,
+        info: SubscriberInfo,
+    ) -> Result<(Registered, Option<u64>), Status> {
+        let mut state = self.lock();
+        let id = state.next_id;
+        let key = (info.client_name.clone(), info.client_id);
+        let mut superseded = None;
+        if info.client_id != 0 {
+            if let Some(&(epoch, old)) = state.clients.get(&key) {
+                if info.client_epoch <= epoch {
+                    return Err(Status::already_exists(format!(
+                        "client {:?} id {} is connected with epoch {epoch}; \
+                         reconnect with a higher client_epoch to replace that stream",
+                        info.client_name, info.client_id
+                    )));
+                }
+                if let Some(stream) = state.streams.get(&old) {
+                    stream.cancel.notify_one();
+                    superseded = Some(epoch);
+                }
+            }
+            state.clients.insert(key, (info.client_epoch, id));
+        }
+        state.next_id += 1;
+        let cancel = Arc::new(Notify::new());
+        state.streams.insert(
+            id,
+            Stream {
+                info,
+                cancel: cancel.clone(),
+            },
+        );
+        Ok((
+            Registered {
+                registry: self.clone(),
+                id,
+                cancel,
+            },
+            superseded,
+        ))
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().streams.len()
+    }
+
+    /// Every connected stream, oldest first.
+    pub fn list(&self) -> Vec<SubscriberInfo> {
+        let mut all: Vec<SubscriberInfo> = self
+            .lock()
+            .streams
+            .values()
+            .map(|s| s.info.clone())
+            .collect();
+        all.sort_by_key(|s| s.connected_since_ns);
+        all
+    }
+}
+
+impl Registered {
+    /// Updates what `ListSubscribers` shows for this stream.
+    pub fn update(&self, f: impl FnOnce(&mut SubscriberInfo)) {
+        if let Some(stream) = self.registry.lock().streams.get_mut(&self.id) {
+            f(&mut stream.info);
+        }
+    }
+
+    /// Completes when a newer epoch of the same client replaced this stream.
+    pub async fn superseded(&self) -> Superseded {
+        self.cancel.notified().await;
+        let state = self.registry.lock();
+        let epoch = state
+            .streams
+            .get(&self.id)
+            .and_then(|s| {
+                state
+                    .clients
+                    .get(&(s.info.client_name.clone(), s.info.client_id))
+            })
+            .map_or(0, |&(epoch, _)| epoch);
+        Superseded(epoch)
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut state = self.registry.lock();
+        if let Some(stream) = state.streams.remove(&self.id) {
+            let key = (stream.info.client_name, stream.info.client_id);
+            if state
+                .clients
+                .get(&key)
+                .is_some_and(|&(_, id)| id == self.id)
+            {
+                state.clients.remove(&key);
+            }
+        }
+    }
+}

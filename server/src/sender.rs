@@ -1,0 +1,434 @@
+//! One subscription stream's sender: reads the engine subscription, packs
+//! responses and hands them to the gRPC stream through a small bounded queue.
+//!
+//! - Reading and sending overlap: this task fills the queue while tonic
+//!   encodes and writes earlier responses. The queue holds at most
+//!   `queue_responses` responses, each at most a batch or a chunk, as views of
+//!   ring windows or segment mappings (never copies); the HTTP/2 stream's flow
+//!   control is the backpressure, and a stalled client costs that and no more.
+//! - Adaptive batching (when the client allows batches): a subscriber behind
+//!   the feed (more than `batch_behind` of stamps, or more than
+//!   `batch_min_ready` committed events not yet delivered) gets batches; at
+//!   the live edge events go one by one. Heartbeats and markers are never
+//!   batched (they are separate response items).
+//! - Chunk mode: sealed runs of stored records go out verbatim until the
+//!   reader reaches the live edge, then a `ChunkModeEnd` marker, then events.
+//! - Admission: while a subscription reads below the ring (segment files), it
+//!   holds one of `backlog_readers` places and every response it builds holds
+//!   its bytes from a shared `backlog_budget_bytes` until tonic takes it.
+//!   Places and bytes are acquired before reading, so waiting holds no
+//!   memory; a cancelled or superseded stream drops what it holds or waits for.
+
+use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ringfeed_engine::{Delivered, Engine, RawChunk, Step, SubscribeError, Subscription};
+use ringfeed_proto::bytes::Bytes;
+use ringfeed_proto::tonic::Status;
+use ringfeed_proto::{v1, RawEventBatch, RawEventMessage, RawItem, RawSubscribeResponse};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+
+use crate::registry::Registered;
+
+/// How subscription streams are paced, batched and admitted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SubscriberLimits {
+    /// A subscriber whose next event is stamped more than this before the
+    /// newest committed stamp is behind: it gets batches (if it allows them).
+    pub batch_behind: Duration,
+    /// ... as is one with more than this many committed events undelivered.
+    pub batch_min_ready: u64,
+    /// Most events and bytes of one batch response.
+    pub batch_max_events: usize,
+    pub batch_max_bytes: usize,
+    /// Responses queued per subscriber ahead of the gRPC stream.
+    pub queue_responses: usize,
+    /// Bytes that backlog readers (below the ring) may have read and not yet
+    /// handed to the transport, all subscribers together.
+    pub backlog_budget_bytes: usize,
+    /// Subscribers that may read backlog at the same time; others wait.
+    pub backlog_readers: usize,
+    /// Largest run of stored records a chunk can be (the engine's window).
+    pub max_run_bytes: usize,
+}
+
+impl Default for SubscriberLimits {
+    fn default() -> Self {
+        SubscriberLimits {
+            batch_behind: Duration::from_secs(2),
+            batch_min_ready: 64,
+            batch_max_events: 512,
+            batch_max_bytes: 256 << 10,
+            queue_responses: 8,
+            backlog_budget_bytes: 256 << 20,
+            backlog_readers: 64,
+            max_run_bytes: 1 << 20,
+        }
+    }
+}
+
+/// Budget units are KiB, so a u32 permit count covers any budget.
+const UNIT: usize = 1024;
+
+/// The shared admission state of backlog readers.
+pub(crate) struct Admission {
+    readers: Arc<Semaphore>,
+    bytes: Arc<Semaphore>,
+    budget_units: usize,
+    /// Streams waiting for a place or for bytes, and streams holding a place.
+    pub waiting: AtomicI64,
+    pub admitted: AtomicI64,
+}
+
+impl Admission {
+    pub fn new(limits: &SubscriberLimits) -> Admission {
+        let budget_units = limits.backlog_budget_bytes.div_ceil(UNIT).max(1);
+        Admission {
+            readers: Arc::new(Semaphore::new(limits.backlog_readers.max(1))),
+            bytes: Arc::new(Semaphore::new(budget_units)),
+            budget_units,
+            waiting: AtomicI64::new(0),
+            admitted: AtomicI64::new(0),
+        }
+    }
+
+    /// Waits for a backlog reader's place.
+    async fn place(self: &Arc<Self>) -> Place {
+        let _waiting = Waiting::up(&self.waiting);
+        let permit = self
+            .readers
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        self.admitted.fetch_add(1, AtomicOrdering::Relaxed);
+        Place {
+            _permit: permit,
+            admission: self.clone(),
+        }
+    }
+
+    /// Waits until `bytes` (at most the whole budget) are free to read.
+    async fn bytes(&self, bytes: usize) -> OwnedSemaphorePermit {
+        let units = bytes.div_ceil(UNIT).clamp(1, self.budget_units) as u32;
+        let _waiting = Waiting::up(&self.waiting);
+        self.bytes
+            .clone()
+            .acquire_many_owned(units)
+            .await
+            .expect("the semaphore is never closed")
+    }
+}
+
+/// A backlog reader's place; given back when dropped.
+struct Place {
+    _permit: OwnedSemaphorePermit,
+    admission: Arc<Admission>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.admission
+            .admitted
+            .fetch_sub(1, AtomicOrdering::Relaxed);
+    }
+}
+
+/// Counts a waiter for as long as it waits.
+struct Waiting<'a>(&'a AtomicI64);
+
+impl<'a> Waiting<'a> {
+    fn up(gauge: &'a AtomicI64) -> Waiting<'a> {
+        gauge.fetch_add(1, AtomicOrdering::Relaxed);
+        Waiting(gauge)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, AtomicOrdering::Relaxed);
+    }
+}
+
+/// A queued response and the backlog bytes it holds until tonic takes it.
+pub(crate) type Queued = (
+    Result<RawSubscribeResponse, Status>,
+    Option<OwnedSemaphorePermit>,
+);
+
+/// What the client asked for, besides the engine request.
+pub(crate) struct StreamOptions {
+    pub batching: bool,
+    pub heartbeat: Option<Duration>,
+    pub chunk_mode: bool,
+}
+
+pub(crate) struct Sender {
+    pub engine: Arc<Engine>,
+    pub limits: Arc<SubscriberLimits>,
+    pub admission: Arc<Admission>,
+    pub tx: mpsc::Sender<Queued>,
+    pub registered: Registered,
+}
+
+/// Why a stream stopped before its end.
+enum Stop {
+    /// The client went away: nothing more to send.
+    Gone,
+    Failed(Status),
+}
+
+impl From<SubscribeError> for Stop {
+    fn from(e: SubscribeError) -> Self {
+        Stop::Failed(crate::service::subscribe_status(e))
+    }
+}
+
+/// How often a stream's ListSubscribers entry is refreshed at most.
+const INFO_EVERY: Duration = Duration::from_millis(100);
+
+impl Sender {
+    /// Feeds the stream until the subscription ends, fails, the client goes
+    /// away, a newer epoch supersedes it, or the server shuts down.
+    pub async fn run(
+        self,
+        sub: Subscription,
+        options: StreamOptions,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let outcome = tokio::select! {
+            outcome = self.feed(sub, &options) => outcome,
+            superseded = self.registered.superseded() => Err(Stop::Failed(Status::cancelled(format!(
+                "superseded: the same client connected again with client_epoch {}",
+                superseded.0
+            )))),
+            _ = shutdown.changed() => Err(Stop::Failed(Status::unavailable("the server is shutting down"))),
+            _ = self.tx.closed() => Err(Stop::Gone),
+        };
+        // The feed (with any backlog place or bytes it held) is gone by now.
+        if let Err(Stop::Failed(status)) = outcome {
+            let _ = self.tx.send((Err(status), None)).await;
+        }
+    }
+
+    async fn feed(&self, mut sub: Subscription, options: &StreamOptions) -> Result<(), Stop> {
+        let mut place = None;
+        let mut info = InfoClock::new();
+        if options.chunk_mode {
+            loop {
+                let permit = self
+                    .admit(&sub, &mut place, &mut info, self.limits.max_run_bytes)
+                    .await;
+                let Some(chunk) = sub.poll_chunk()? else {
+                    break;
+                };
+                let permit = trim(permit, chunk.records.len());
+                let response = RawSubscribeResponse {
+                    cursor: sub.cursor().to_bytes().into(),
+                    item: Some(RawItem::Chunk(chunk_message(chunk))),
+                };
+                self.send(response, permit).await?;
+                info.maybe(&self.registered, &sub, "chunks");
+            }
+            let marker = RawSubscribeResponse {
+                cursor: sub.cursor().to_bytes().into(),
+                item: Some(RawItem::ChunkModeEnd(v1::ChunkModeEnd {})),
+            };
+            self.send(marker, None).await?;
+        }
+        loop {
+            let permit = self
+                .admit(&sub, &mut place, &mut info, self.limits.batch_max_bytes)
+                .await;
+            let first = match self.next_event(&mut sub, options.heartbeat).await? {
+                Some(first) => first,
+                None => return Ok(()), // until_ns reached: the stream ends OK
+            };
+            let mut events = vec![raw_event(&first)];
+            let mut bytes = first.record_bytes().len();
+            let mut failure = None;
+            if options.batching && self.behind(&sub, &first) {
+                while events.len() < self.limits.batch_max_events
+                    && bytes < self.limits.batch_max_bytes
+                {
+                    match sub.poll() {
+                        Ok(Step::Event(d)) => {
+                            bytes += d.record_bytes().len();
+                            events.push(raw_event(&d));
+                        }
+                        Ok(_) => break,
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
+                        }
+                    }
+                }
+            }
+            let item = if events.len() == 1 {
+                RawItem::Event(events.pop().expect("one event"))
+            } else {
+                RawItem::Batch(RawEventBatch { events })
+            };
+            let response = RawSubscribeResponse {
+                cursor: sub.cursor().to_bytes().into(),
+                item: Some(item),
+            };
+            self.send(response, trim(permit, bytes)).await?;
+            let mode = if place.is_some() { "backlog" } else { "live" };
+            info.maybe(&self.registered, &sub, mode);
+            if let Some(e) = failure {
+                return Err(e.into());
+            }
+        }
+    }
+
+    /// Takes or gives back a backlog place as the subscription moves below or
+    /// into the ring, and while below reserves `bytes` for the next response.
+    async fn admit(
+        &self,
+        sub: &Subscription,
+        place: &mut Option<Place>,
+        info: &mut InfoClock,
+        bytes: usize,
+    ) -> Option<OwnedSemaphorePermit> {
+        if !sub.reads_backlog() {
+            *place = None;
+            return None;
+        }
+        if place.is_none() {
+            info.set(&self.registered, sub, "waiting for admission");
+            *place = Some(self.admission.place().await);
+        }
+        Some(self.admission.bytes(bytes).await)
+    }
+
+    /// The next event, sending heartbeats while none comes.
+    async fn next_event(
+        &self,
+        sub: &mut Subscription,
+        heartbeat: Option<Duration>,
+    ) -> Result<Option<Delivered>, Stop> {
+        loop {
+            let quiet = async {
+                match heartbeat {
+                    Some(every) => tokio::time::sleep(every).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                next = sub.next() => return Ok(next?),
+                _ = quiet => {
+                    let beat = heartbeat_message(&self.engine, sub);
+                    self.send(beat, None).await?;
+                }
+            }
+        }
+    }
+
+    /// Whether the subscriber is behind enough for batches.
+    fn behind(&self, sub: &Subscription, first: &Delivered) -> bool {
+        let newest = (0..self.engine.shard_count())
+            .map(|id| self.engine.shard(id).watermarks.snapshot().committed_ts)
+            .max()
+            .unwrap_or(0);
+        newest.saturating_sub(first.ts) > self.limits.batch_behind.as_nanos() as i64
+            || sub.lag_events() > self.limits.batch_min_ready
+    }
+
+    async fn send(
+        &self,
+        response: RawSubscribeResponse,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Result<(), Stop> {
+        self.tx
+            .send((Ok(response), permit))
+            .await
+            .map_err(|_| Stop::Gone)
+    }
+}
+
+/// Gives back the part of a byte reservation a response did not use.
+fn trim(permit: Option<OwnedSemaphorePermit>, used: usize) -> Option<OwnedSemaphorePermit> {
+    let mut permit = permit?;
+    let keep = used.div_ceil(UNIT).max(1);
+    if permit.num_permits() > keep {
+        drop(permit.split(permit.num_permits() - keep));
+    }
+    Some(permit)
+}
+
+/// Rate-limits a stream's ListSubscribers updates.
+struct InfoClock {
+    last: Option<Instant>,
+    mode: &'static str,
+}
+
+impl InfoClock {
+    fn new() -> Self {
+        InfoClock {
+            last: None,
+            mode: "",
+        }
+    }
+
+    /// Refreshes the entry if the mode changed or it is older than `INFO_EVERY`.
+    fn maybe(&mut self, registered: &Registered, sub: &Subscription, mode: &'static str) {
+        if mode != self.mode || self.last.is_none_or(|t| t.elapsed() >= INFO_EVERY) {
+            self.set(registered, sub, mode);
+        }
+    }
+
+    fn set(&mut self, registered: &Registered, sub: &Subscription, mode: &'static str) {
+        self.last = Some(Instant::now());
+        self.mode = mode;
+        let cursor: Bytes = sub.cursor().to_bytes().into();
+        let lag_events = sub.lag_events();
+        let watermark = sub.watermark();
+        registered.update(|info| {
+            info.cursor = cursor;
+            info.lag_events = lag_events;
+            info.lag_seconds =
+                ((crate::service::now_ns() - watermark).max(0) as f64 / 1e9).min(1e9);
+            info.mode = mode.into();
+        });
+    }
+}
+
+fn raw_event(d: &Delivered) -> RawEventMessage {
+    RawEventMessage::new(d.ts, d.shard, d.offset, d.payload())
+}
+
+fn chunk_message(chunk: RawChunk) -> v1::ChunkMessage {
+    v1::ChunkMessage {
+        shard: chunk.shard,
+        first_offset: chunk.first_offset,
+        record_count: chunk.count as u32,
+        crc32c: crc32c::crc32c(&chunk.records),
+        records: chunk.records,
+        first_ts_ns: chunk.first_ts,
+        last_ts_ns: chunk.last_ts,
+    }
+}
+
+pub(crate) fn heartbeat_message(engine: &Engine, sub: &Subscription) -> RawSubscribeResponse {
+    let shards = (0..engine.shard_count())
+        .map(|id| {
+            let w = engine.shard(id).watermarks.snapshot();
+            v1::ShardWatermark {
+                shard: id,
+                committed_next: w.committed_next,
+                claimed_ts_ns: w.claimed_ts,
+                flushed_next: w.flushed_next,
+                flushed_ts_ns: w.flushed_ts,
+            }
+        })
+        .collect();
+    RawSubscribeResponse {
+        cursor: sub.cursor().to_bytes().into(),
+        item: Some(RawItem::Heartbeat(v1::Heartbeat {
+            merged_watermark_ns: sub.watermark(),
+            shards,
+        })),
+    }
+}
