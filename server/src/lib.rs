@@ -4,6 +4,7 @@
 #![deny(unsafe_code)]
 
 pub mod cli_client;
+pub mod client;
 pub mod config;
 pub mod registry;
 pub mod sender;

@@ -27,10 +27,16 @@ struct State {
     clients: HashMap<(String, u64), (u64, u64)>,
 }
 
+/// A stream's entry. Its info has a lock of its own, so a stream refreshing
+/// its position on every response never contends with other streams.
 struct Stream {
-    info: SubscriberInfo,
+    info: Arc<Mutex<SubscriberInfo>>,
+    client: (String, u64),
     cancel: Arc<Notify>,
 }
+
+/// How the CANCELLED message of a superseded stream starts.
+pub const SUPERSEDED: &str = "superseded";
 
 /// What a superseded stream learns: the epoch that replaced it.
 pub(crate) struct Superseded(pub u64);
@@ -40,12 +46,13 @@ pub(crate) struct Superseded(pub u64);
 pub(crate) struct Registered {
     registry: Arc<Registry>,
     id: u64,
+    info: Arc<Mutex<SubscriberInfo>>,
     cancel: Arc<Notify>,
 }
 
 impl Registry {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 
     /// Registers a stream, superseding an older stream of the same client.
@@ -72,14 +79,16 @@ impl Registry {
                     superseded = Some(epoch);
                 }
             }
-            state.clients.insert(key, (info.client_epoch, id));
+            state.clients.insert(key.clone(), (info.client_epoch, id));
         }
         state.next_id += 1;
         let cancel = Arc::new(Notify::new());
+        let info = Arc::new(Mutex::new(info));
         state.streams.insert(
             id,
             Stream {
-                info,
+                info: info.clone(),
+                client: key,
                 cancel: cancel.clone(),
             },
         );
@@ -87,6 +96,7 @@ impl Registry {
             Registered {
                 registry: self.clone(),
                 id,
+                info,
                 cancel,
             },
             superseded,
@@ -99,12 +109,13 @@ impl Registry {
 
     /// Every connected stream, oldest first.
     pub fn list(&self) -> Vec<SubscriberInfo> {
-        let mut all: Vec<SubscriberInfo> = self
+        let infos: Vec<_> = self
             .lock()
             .streams
             .values()
             .map(|s| s.info.clone())
             .collect();
+        let mut all: Vec<SubscriberInfo> = infos.iter().map(|i| lock(i).clone()).collect();
         all.sort_by_key(|s| s.connected_since_ns);
         all
     }
@@ -113,9 +124,7 @@ impl Registry {
 impl Registered {
     /// Updates what `ListSubscribers` shows for this stream.
     pub fn update(&self, f: impl FnOnce(&mut SubscriberInfo)) {
-        if let Some(stream) = self.registry.lock().streams.get_mut(&self.id) {
-            f(&mut stream.info);
-        }
+        f(&mut lock(&self.info));
     }
 
     /// Completes when a newer epoch of the same client replaced this stream.
@@ -125,11 +134,7 @@ impl Registered {
         let epoch = state
             .streams
             .get(&self.id)
-            .and_then(|s| {
-                state
-                    .clients
-                    .get(&(s.info.client_name.clone(), s.info.client_id))
-            })
+            .and_then(|s| state.clients.get(&s.client))
             .map_or(0, |&(epoch, _)| epoch);
         Superseded(epoch)
     }
@@ -139,14 +144,14 @@ impl Drop for Registered {
     fn drop(&mut self) {
         let mut state = self.registry.lock();
         if let Some(stream) = state.streams.remove(&self.id) {
-            let key = (stream.info.client_name, stream.info.client_id);
-            if state
-                .clients
-                .get(&key)
-                .is_some_and(|&(_, id)| id == self.id)
-            {
-                state.clients.remove(&key);
+            let owned = state.clients.get(&stream.client);
+            if owned.is_some_and(|&(_, id)| id == self.id) {
+                state.clients.remove(&stream.client);
             }
         }
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -21,7 +21,7 @@
 
 use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ringfeed_engine::{Delivered, Engine, RawChunk, Step, SubscribeError, Subscription};
 use ringfeed_proto::bytes::Bytes;
@@ -29,7 +29,8 @@ use ringfeed_proto::tonic::Status;
 use ringfeed_proto::{v1, RawEventBatch, RawEventMessage, RawItem, RawSubscribeResponse};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::registry::Registered;
+use crate::registry::{Registered, SUPERSEDED};
+use crate::service::now_ns;
 
 /// How subscription streams are paced, batched and admitted.
 #[derive(Clone, Debug, PartialEq)]
@@ -185,9 +186,6 @@ impl From<SubscribeError> for Stop {
     }
 }
 
-/// How often a stream's ListSubscribers entry is refreshed at most.
-const INFO_EVERY: Duration = Duration::from_millis(100);
-
 impl Sender {
     /// Feeds the stream until the subscription ends, fails, the client goes
     /// away, a newer epoch supersedes it, or the server shuts down.
@@ -200,7 +198,7 @@ impl Sender {
         let outcome = tokio::select! {
             outcome = self.feed(sub, &options) => outcome,
             superseded = self.registered.superseded() => Err(Stop::Failed(Status::cancelled(format!(
-                "superseded: the same client connected again with client_epoch {}",
+                "{SUPERSEDED}: the same client connected again with client_epoch {}",
                 superseded.0
             )))),
             _ = shutdown.changed() => Err(Stop::Failed(Status::unavailable("the server is shutting down"))),
@@ -214,32 +212,24 @@ impl Sender {
 
     async fn feed(&self, mut sub: Subscription, options: &StreamOptions) -> Result<(), Stop> {
         let mut place = None;
-        let mut info = InfoClock::new();
         if options.chunk_mode {
             loop {
                 let permit = self
-                    .admit(&sub, &mut place, &mut info, self.limits.max_run_bytes)
+                    .admit(&sub, &mut place, self.limits.max_run_bytes)
                     .await;
                 let Some(chunk) = sub.poll_chunk()? else {
                     break;
                 };
                 let permit = trim(permit, chunk.records.len());
-                let response = RawSubscribeResponse {
-                    cursor: sub.cursor().to_bytes().into(),
-                    item: Some(RawItem::Chunk(chunk_message(chunk))),
-                };
-                self.send(response, permit).await?;
-                info.maybe(&self.registered, &sub, "chunks");
+                let item = RawItem::Chunk(chunk_message(chunk));
+                self.send(&sub, item, permit, "chunks").await?;
             }
-            let marker = RawSubscribeResponse {
-                cursor: sub.cursor().to_bytes().into(),
-                item: Some(RawItem::ChunkModeEnd(v1::ChunkModeEnd {})),
-            };
-            self.send(marker, None).await?;
+            let marker = RawItem::ChunkModeEnd(v1::ChunkModeEnd {});
+            self.send(&sub, marker, None, "chunks").await?;
         }
         loop {
             let permit = self
-                .admit(&sub, &mut place, &mut info, self.limits.batch_max_bytes)
+                .admit(&sub, &mut place, self.limits.batch_max_bytes)
                 .await;
             let first = match self.next_event(&mut sub, options.heartbeat).await? {
                 Some(first) => first,
@@ -270,13 +260,8 @@ impl Sender {
             } else {
                 RawItem::Batch(RawEventBatch { events })
             };
-            let response = RawSubscribeResponse {
-                cursor: sub.cursor().to_bytes().into(),
-                item: Some(item),
-            };
-            self.send(response, trim(permit, bytes)).await?;
             let mode = if place.is_some() { "backlog" } else { "live" };
-            info.maybe(&self.registered, &sub, mode);
+            self.send(&sub, item, trim(permit, bytes), mode).await?;
             if let Some(e) = failure {
                 return Err(e.into());
             }
@@ -289,7 +274,6 @@ impl Sender {
         &self,
         sub: &Subscription,
         place: &mut Option<Place>,
-        info: &mut InfoClock,
         bytes: usize,
     ) -> Option<OwnedSemaphorePermit> {
         if !sub.reads_backlog() {
@@ -297,7 +281,8 @@ impl Sender {
             return None;
         }
         if place.is_none() {
-            info.set(&self.registered, sub, "waiting for admission");
+            let cursor = sub.cursor().to_bytes().into();
+            show(&self.registered, sub, &cursor, "waiting for admission");
             *place = Some(self.admission.place().await);
         }
         Some(self.admission.bytes(bytes).await)
@@ -319,8 +304,8 @@ impl Sender {
             tokio::select! {
                 next = sub.next() => return Ok(next?),
                 _ = quiet => {
-                    let beat = heartbeat_message(&self.engine, sub);
-                    self.send(beat, None).await?;
+                    let beat = heartbeat_item(&self.engine, sub);
+                    self.send(sub, beat, None, "live").await?;
                 }
             }
         }
@@ -336,11 +321,18 @@ impl Sender {
             || sub.lag_events() > self.limits.batch_min_ready
     }
 
+    /// Queues `item` with the subscription's cursor after it (waiting while
+    /// the queue is full) and shows the new position in ListSubscribers.
     async fn send(
         &self,
-        response: RawSubscribeResponse,
+        sub: &Subscription,
+        item: RawItem,
         permit: Option<OwnedSemaphorePermit>,
+        mode: &'static str,
     ) -> Result<(), Stop> {
+        let cursor: Bytes = sub.cursor().to_bytes().into();
+        show(&self.registered, sub, &cursor, mode);
+        let response = RawSubscribeResponse::new(cursor, item);
         self.tx
             .send((Ok(response), permit))
             .await
@@ -358,41 +350,18 @@ fn trim(permit: Option<OwnedSemaphorePermit>, used: usize) -> Option<OwnedSemaph
     Some(permit)
 }
 
-/// Rate-limits a stream's ListSubscribers updates.
-struct InfoClock {
-    last: Option<Instant>,
-    mode: &'static str,
-}
-
-impl InfoClock {
-    fn new() -> Self {
-        InfoClock {
-            last: None,
-            mode: "",
-        }
-    }
-
-    /// Refreshes the entry if the mode changed or it is older than `INFO_EVERY`.
-    fn maybe(&mut self, registered: &Registered, sub: &Subscription, mode: &'static str) {
-        if mode != self.mode || self.last.is_none_or(|t| t.elapsed() >= INFO_EVERY) {
-            self.set(registered, sub, mode);
-        }
-    }
-
-    fn set(&mut self, registered: &Registered, sub: &Subscription, mode: &'static str) {
-        self.last = Some(Instant::now());
-        self.mode = mode;
-        let cursor: Bytes = sub.cursor().to_bytes().into();
-        let lag_events = sub.lag_events();
-        let watermark = sub.watermark();
-        registered.update(|info| {
-            info.cursor = cursor;
-            info.lag_events = lag_events;
-            info.lag_seconds =
-                ((crate::service::now_ns() - watermark).max(0) as f64 / 1e9).min(1e9);
+/// Refreshes what ListSubscribers shows for this stream.
+fn show(registered: &Registered, sub: &Subscription, cursor: &Bytes, mode: &'static str) {
+    let lag_events = sub.lag_events();
+    let lag_seconds = ((now_ns() - sub.watermark()).max(0) as f64 / 1e9).min(1e9);
+    registered.update(|info| {
+        info.cursor = cursor.clone();
+        info.lag_events = lag_events;
+        info.lag_seconds = lag_seconds;
+        if info.mode != mode {
             info.mode = mode.into();
-        });
-    }
+        }
+    });
 }
 
 fn raw_event(d: &Delivered) -> RawEventMessage {
@@ -411,7 +380,7 @@ fn chunk_message(chunk: RawChunk) -> v1::ChunkMessage {
     }
 }
 
-pub(crate) fn heartbeat_message(engine: &Engine, sub: &Subscription) -> RawSubscribeResponse {
+fn heartbeat_item(engine: &Engine, sub: &Subscription) -> RawItem {
     let shards = (0..engine.shard_count())
         .map(|id| {
             let w = engine.shard(id).watermarks.snapshot();
@@ -424,11 +393,8 @@ pub(crate) fn heartbeat_message(engine: &Engine, sub: &Subscription) -> RawSubsc
             }
         })
         .collect();
-    RawSubscribeResponse {
-        cursor: sub.cursor().to_bytes().into(),
-        item: Some(RawItem::Heartbeat(v1::Heartbeat {
-            merged_watermark_ns: sub.watermark(),
-            shards,
-        })),
-    }
+    RawItem::Heartbeat(v1::Heartbeat {
+        merged_watermark_ns: sub.watermark(),
+        shards,
+    })
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use ringfeed_engine::Engine;
 use ringfeed_proto::tonic::transport::Channel;
 use ringfeed_proto::{v1, RingFeedClient, RingFeedServer};
+use ringfeed_server::sender::SubscriberLimits;
 use ringfeed_server::service::Service;
 use tokio::sync::watch;
 
@@ -21,11 +22,16 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start(engine: Engine) -> TestServer {
+        TestServer::start_with(engine, SubscriberLimits::default()).await
+    }
+
+    /// A server whose subscription streams are paced and admitted per `limits`.
+    pub async fn start_with(engine: Engine, limits: SubscriberLimits) -> TestServer {
         let engine = Arc::new(engine);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stop_rx) = watch::channel(false);
-        let service = Service::new(engine.clone(), stop_rx.clone());
+        let service = Service::with_limits(engine.clone(), stop_rx.clone(), limits);
         let mut stopping = stop_rx;
         let task = tokio::spawn(async move {
             ringfeed_proto::tonic::transport::Server::builder()

@@ -1,0 +1,465 @@
+//! The client library: [`Follower`] follows the feed through disconnects.
+//!
+//! It subscribes, hands out events one at a time, and keeps a checkpoint: the
+//! cursor just after the last event it handed out, exact even inside a batch
+//! or a chunk. After any retryable failure it reconnects with gRPC-standard
+//! backoff (1 s, x1.6, 20% jitter, capped), a higher `client_epoch` (so the
+//! server drops the old stream at once if it still holds it) and the
+//! checkpoint as its start: nothing is skipped and nothing is repeated. In
+//! chunk mode it checks and decodes the raw records and applies the
+//! subscription's filters and `until_ns` itself. Errors that a retry cannot
+//! fix (OUT_OF_RANGE, INVALID_ARGUMENT, superseded, ...) are returned.
+//!
+//! Why the checkpoint inside a response is exact: a response's events are in
+//! offset order per shard and hold every matching event of that stretch, and
+//! its cursor is where the server's shard readers stand after it. Before an
+//! event at `(shard, offset)` is handed out, that shard's checkpoint is the
+//! event's offset (no matching event of the shard lies between the previous
+//! position and it); after, `offset + 1`; once the response is used up, the
+//! response's cursor.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use ringfeed_engine::record::peek_header;
+use ringfeed_engine::{Cursor, Filter};
+use ringfeed_proto::bytes::Bytes;
+use ringfeed_proto::prost::Message;
+use ringfeed_proto::tonic::codec::{ProstCodec, Streaming};
+use ringfeed_proto::tonic::codegen::http::uri::PathAndQuery;
+use ringfeed_proto::tonic::transport::{Channel, Endpoint};
+use ringfeed_proto::tonic::{self, Code, Status};
+use ringfeed_proto::v1::{self, subscribe_request::Start, SubscribeRequest};
+use ringfeed_proto::{RawItem, RawSubscribeResponse};
+
+pub use crate::registry::SUPERSEDED;
+
+/// Largest response the follower accepts (a chunk is at most a window).
+const MAX_RESPONSE_BYTES: usize = 256 << 20;
+
+/// Reconnect delays: gRPC's connection-backoff defaults.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Backoff {
+    pub initial: Duration,
+    pub multiplier: f64,
+    /// Each delay is randomised by +/- this fraction.
+    pub jitter: f64,
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_secs(1),
+            multiplier: 1.6,
+            jitter: 0.2,
+            max: Duration::from_secs(120),
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay before reconnect attempt `attempt` (0-based), with jitter
+    /// drawn from `random` in [0, 1).
+    pub fn delay(&self, attempt: u32, random: f64) -> Duration {
+        let base = self.initial.as_secs_f64() * self.multiplier.powi(attempt as i32);
+        let base = base.min(self.max.as_secs_f64());
+        let jittered = base * (1.0 + self.jitter * (2.0 * random - 1.0));
+        Duration::from_secs_f64(jittered.max(0.0))
+    }
+}
+
+/// One event as the follower hands it out.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FollowedEvent {
+    pub ts_ns: i64,
+    pub shard: u32,
+    pub offset: u64,
+    /// The producer's encoded `Event`, byte for byte.
+    pub event: Bytes,
+}
+
+impl FollowedEvent {
+    pub fn decode(&self) -> Result<v1::Event, ringfeed_proto::prost::DecodeError> {
+        v1::Event::decode(self.event.clone())
+    }
+}
+
+/// Why following stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    /// The server refused the subscription or ended it for a reason a
+    /// reconnect cannot fix: OUT_OF_RANGE (below retention), INVALID_ARGUMENT,
+    /// ALREADY_EXISTS or CANCELLED (another stream of this client replaced
+    /// this one), DATA_LOSS, ...
+    #[error("{}: {}", .0.code(), .0.message())]
+    Refused(Status),
+    /// A chunk failed its checks: the bytes received are not what was stored.
+    #[error("corrupt chunk from the server: {0}")]
+    Corrupt(String),
+    /// The server address is not a valid URI.
+    #[error("server address {0:?}: {1}")]
+    Address(String, String),
+}
+
+/// Counters of what a follower went through.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FollowStats {
+    pub reconnects: u64,
+    pub events: u64,
+    pub chunks: u64,
+    pub batches: u64,
+    pub heartbeats: u64,
+}
+
+/// Follows the feed per `request` (its start, filters, chunk mode, ...)
+/// from `server` ("host:port" or a URI).
+pub struct Follower {
+    endpoint: Endpoint,
+    server: String,
+    request: SubscribeRequest,
+    backoff: Backoff,
+    filter: Filter,
+    stream: Option<Streaming<RawSubscribeResponse>>,
+    /// Events received and not yet handed out, in order.
+    pending: VecDeque<FollowedEvent>,
+    /// Next offset per shard: the checkpoint, once known.
+    checkpoint: Option<Vec<u64>>,
+    /// The cursor of the response `pending` came from.
+    response_cursor: Option<Vec<u64>>,
+    watermark_ns: i64,
+    failures: u32,
+    ended: bool,
+    in_chunks: bool,
+    seed: u64,
+    pub stats: FollowStats,
+}
+
+impl Follower {
+    /// A follower; it connects on the first [`Follower::next`]. A non-zero
+    /// `request.client_id` makes it a named client whose every reconnect
+    /// supersedes its previous stream; its epoch starts at `client_epoch`, or
+    /// at the clock's microseconds when that is 0, so a restarted process
+    /// also supersedes.
+    pub fn new(
+        server: &str,
+        mut request: SubscribeRequest,
+        backoff: Backoff,
+    ) -> Result<Follower, FollowError> {
+        let uri = if server.contains("://") {
+            server.to_owned()
+        } else {
+            format!("http://{server}")
+        };
+        let endpoint = Endpoint::from_shared(uri.clone())
+            .map_err(|e| FollowError::Address(server.to_owned(), e.to_string()))?
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_secs(10))
+            .http2_keep_alive_interval(Duration::from_secs(20))
+            .keep_alive_timeout(Duration::from_secs(10));
+        let mut prefixes = Vec::new();
+        if !request.path_prefix.is_empty() {
+            prefixes.push(request.path_prefix.clone());
+        }
+        prefixes.extend(request.path_prefixes.iter().cloned());
+        let filter = Filter {
+            prefixes,
+            directories: request.directories.clone(),
+            exclude_prefixes: request.exclude_prefixes.clone(),
+            signature: (request.signature != 0).then_some(request.signature),
+        }
+        .normalized()
+        .map_err(|e| FollowError::Refused(Status::invalid_argument(e.to_string())))?;
+        let now_us = ringfeed_engine::clock::Clock::now_ns(&ringfeed_engine::clock::SystemClock)
+            as u64
+            / 1000;
+        if request.client_epoch == 0 {
+            request.client_epoch = now_us;
+        }
+        let checkpoint = match &request.start {
+            Some(Start::Cursor(bytes)) => Some(
+                Cursor::from_bytes(bytes)
+                    .map_err(|e| FollowError::Refused(Status::invalid_argument(e.to_string())))?
+                    .offsets()
+                    .to_vec(),
+            ),
+            _ => None,
+        };
+        Ok(Follower {
+            endpoint,
+            server: server.to_owned(),
+            request,
+            backoff,
+            filter,
+            stream: None,
+            pending: VecDeque::new(),
+            response_cursor: None,
+            checkpoint,
+            watermark_ns: 0,
+            failures: 0,
+            ended: false,
+            in_chunks: false,
+            seed: now_us | 1,
+            stats: FollowStats::default(),
+        })
+    }
+
+    /// The checkpoint: resuming from it continues right after the last event
+    /// [`Follower::next`] returned. `None` before the first response.
+    pub fn cursor(&self) -> Option<Cursor> {
+        self.checkpoint.clone().map(Cursor::new)
+    }
+
+    /// Every matching event stamped at or below this has been handed out
+    /// (from heartbeats and events; 0 = unknown).
+    pub fn watermark_ns(&self) -> i64 {
+        self.watermark_ns
+    }
+
+    /// The epoch the current (or next) stream uses.
+    pub fn epoch(&self) -> u64 {
+        self.request.client_epoch
+    }
+
+    /// The next event; `Ok(None)` once `until_ns` is reached.
+    pub async fn next(&mut self) -> Result<Option<FollowedEvent>, FollowError> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                self.hand_out(&event);
+                return Ok(Some(event));
+            }
+            if let Some(cursor) = self.response_cursor.take() {
+                self.checkpoint = Some(cursor);
+            }
+            if self.ended {
+                return Ok(None);
+            }
+            let result = match self.stream.as_mut() {
+                Some(stream) => stream.message().await,
+                None => match self.connect().await {
+                    Ok(()) => continue,
+                    Err(status) => Err(status),
+                },
+            };
+            match result {
+                Ok(Some(response)) => {
+                    self.failures = 0;
+                    self.take(response)?;
+                }
+                Ok(None) => self.ended = true, // until_ns reached: the server ended OK
+                Err(status) => self.failed(status).await?,
+            }
+        }
+    }
+
+    async fn connect(&mut self) -> Result<(), Status> {
+        let channel: Channel = self
+            .endpoint
+            .connect()
+            .await
+            .map_err(|e| Status::unavailable(format!("connecting to {}: {e}", self.server)))?;
+        let mut request = self.request.clone();
+        if let Some(offsets) = &self.checkpoint {
+            request.start = Some(Start::Cursor(
+                Cursor::new(offsets.clone()).to_bytes().into(),
+            ));
+        }
+        let mut grpc =
+            tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES);
+        grpc.ready()
+            .await
+            .map_err(|e| Status::unavailable(format!("connecting to {}: {e}", self.server)))?;
+        let codec: ProstCodec<SubscribeRequest, RawSubscribeResponse> = ProstCodec::default();
+        let path = PathAndQuery::from_static("/ringfeed.v1.RingFeed/Subscribe");
+        let stream = grpc
+            .server_streaming(tonic::Request::new(request), path, codec)
+            .await?
+            .into_inner();
+        self.stream = Some(stream);
+        self.in_chunks = self.request.chunk_mode;
+        Ok(())
+    }
+
+    /// Backs off and prepares a reconnect after `status`, or gives up.
+    async fn failed(&mut self, status: Status) -> Result<(), FollowError> {
+        self.stream = None;
+        if !retryable(&status) {
+            return Err(FollowError::Refused(status));
+        }
+        let random = self.random();
+        let delay = self.backoff.delay(self.failures, random);
+        self.failures = self.failures.saturating_add(1);
+        self.stats.reconnects += 1;
+        self.request.client_epoch += 1;
+        tokio::time::sleep(delay).await;
+        Ok(())
+    }
+
+    /// Queues a response's events and notes its cursor.
+    fn take(&mut self, response: RawSubscribeResponse) -> Result<(), FollowError> {
+        let cursor = (!response.cursor.is_empty())
+            .then(|| Cursor::from_bytes(&response.cursor))
+            .transpose()
+            .map_err(|e| FollowError::Corrupt(format!("cursor: {e}")))?
+            .map(|c| c.offsets().to_vec());
+        match response.item {
+            Some(RawItem::Event(m)) => self.pending.push_back(event(m)),
+            Some(RawItem::Batch(b)) => {
+                self.stats.batches += 1;
+                self.pending.extend(b.events.into_iter().map(event));
+            }
+            Some(RawItem::Chunk(chunk)) => {
+                self.stats.chunks += 1;
+                self.decode_chunk(chunk)?;
+            }
+            Some(RawItem::Heartbeat(h)) => {
+                self.stats.heartbeats += 1;
+                self.watermark_ns = self.watermark_ns.max(h.merged_watermark_ns);
+            }
+            Some(RawItem::ChunkModeEnd(_)) => self.in_chunks = false,
+            None => {}
+        }
+        let Some(cursor) = cursor else {
+            return Ok(());
+        };
+        // Until the events are handed out, each shard's checkpoint is its
+        // first pending event's offset, else where the response leaves it.
+        let mut before = cursor.clone();
+        for e in self.pending.iter().rev() {
+            if let Some(slot) = before.get_mut(e.shard as usize) {
+                *slot = e.offset;
+            }
+        }
+        self.checkpoint = Some(before);
+        self.response_cursor = Some(cursor);
+        Ok(())
+    }
+
+    fn hand_out(&mut self, event: &FollowedEvent) {
+        self.stats.events += 1;
+        self.watermark_ns = self.watermark_ns.max(event.ts_ns - 1);
+        if let Some(slot) = self
+            .checkpoint
+            .as_mut()
+            .and_then(|c| c.get_mut(event.shard as usize))
+        {
+            *slot = event.offset + 1;
+        }
+    }
+
+    /// Checks a chunk and queues its records that match the filters.
+    fn decode_chunk(&mut self, chunk: v1::ChunkMessage) -> Result<(), FollowError> {
+        if !self.in_chunks {
+            return Err(FollowError::Corrupt(
+                "a chunk after the end of chunk mode".into(),
+            ));
+        }
+        let records = chunk.records;
+        if crc32c::crc32c(&records) != chunk.crc32c {
+            return Err(FollowError::Corrupt(format!(
+                "shard {} chunk at offset {}: checksum mismatch",
+                chunk.shard, chunk.first_offset
+            )));
+        }
+        let until = self.request.until_ns;
+        let mut at = 0;
+        let mut expected = chunk.first_offset;
+        while at < records.len() {
+            let h = peek_header(&records[at..]).map_err(|e| {
+                FollowError::Corrupt(format!("shard {} record {expected}: {e}", chunk.shard))
+            })?;
+            if h.offset != expected {
+                return Err(FollowError::Corrupt(format!(
+                    "shard {}: expected offset {expected}, found {}",
+                    chunk.shard, h.offset
+                )));
+            }
+            if self.filter.matches(&h) && (until == 0 || h.ts <= until) {
+                self.pending.push_back(FollowedEvent {
+                    ts_ns: h.ts,
+                    shard: chunk.shard,
+                    offset: h.offset,
+                    event: records.slice(at + h.payload_at..at + h.len),
+                });
+            }
+            at += h.len;
+            expected += 1;
+        }
+        if expected - chunk.first_offset != u64::from(chunk.record_count) {
+            return Err(FollowError::Corrupt(format!(
+                "shard {} chunk at offset {}: {} records, {} announced",
+                chunk.shard,
+                chunk.first_offset,
+                expected - chunk.first_offset,
+                chunk.record_count
+            )));
+        }
+        Ok(())
+    }
+
+    /// A xorshift draw in [0, 1) for jitter.
+    fn random(&mut self) -> f64 {
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        (self.seed >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn event(m: ringfeed_proto::RawEventMessage) -> FollowedEvent {
+    FollowedEvent {
+        ts_ns: m.ts_ns,
+        shard: m.shard,
+        offset: m.offset,
+        event: m.event.unwrap_or_default(),
+    }
+}
+
+/// Whether a reconnect can fix what `status` reports. CANCELLED is final
+/// only when the server says this stream was superseded: a reset connection
+/// also surfaces as CANCELLED.
+fn retryable(status: &Status) -> bool {
+    match status.code() {
+        Code::Cancelled => !status.message().starts_with(SUPERSEDED),
+        Code::Unavailable
+        | Code::Unknown
+        | Code::Internal
+        | Code::Aborted
+        | Code::DeadlineExceeded
+        | Code::ResourceExhausted => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_by_the_multiplier_within_jitter_and_is_capped() {
+        let b = Backoff::default();
+        assert_eq!(b.delay(0, 0.5), Duration::from_secs(1));
+        let second = b.delay(1, 0.5).as_secs_f64();
+        assert!((second - 1.6).abs() < 1e-9, "{second}");
+        assert!((b.delay(0, 0.0).as_secs_f64() - 0.8).abs() < 1e-9);
+        assert!(b.delay(0, 0.999_999).as_secs_f64() < 1.2 + 1e-6);
+        assert_eq!(b.delay(60, 0.5), Duration::from_secs(120));
+    }
+
+    #[test]
+    fn only_transient_codes_are_retried() {
+        assert!(retryable(&Status::unavailable("restart")));
+        for code in [
+            Code::OutOfRange,
+            Code::InvalidArgument,
+            Code::AlreadyExists,
+            Code::DataLoss,
+        ] {
+            assert!(!retryable(&Status::new(code, "x")), "{code:?}");
+        }
+        assert!(!retryable(&Status::cancelled(format!(
+            "{SUPERSEDED} by epoch 9"
+        ))));
+        assert!(retryable(&Status::cancelled("connection reset")));
+    }
+}
