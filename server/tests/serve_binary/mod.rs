@@ -27,11 +27,16 @@ impl Server {
     /// Starts a server over `data_dir` with `shards` shards and waits for
     /// its `listening on HOST:PORT` line.
     pub fn start(data_dir: &Path, shards: u32) -> Server {
+        Server::start_on(data_dir, shards, "127.0.0.1:0")
+    }
+
+    /// [`Server::start`] on a given address (to restart on the same port).
+    pub fn start_on(data_dir: &Path, shards: u32, listen: &str) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ringfeed"))
             .arg("serve")
             .arg("--data-dir")
             .arg(data_dir)
-            .args(["--listen", "127.0.0.1:0", "--shards", &shards.to_string()])
+            .args(["--listen", listen, "--shards", &shards.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -67,6 +72,18 @@ impl Server {
             panic!("no `listening on` line from the server within {STARTUP:?}")
         });
         server
+    }
+
+    /// The server's peak resident set so far (VmHWM), in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
+            .expect("the server's /proc status");
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in /proc/PID/status");
+        kib * 1024
     }
 
     /// SIGTERM, then wait for the exit (SIGKILL after a bound).
