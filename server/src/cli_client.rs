@@ -21,13 +21,13 @@ use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::tonic::transport::Channel;
 use ringfeed_proto::tonic::{Code, Status};
 use ringfeed_proto::v1::subscribe_request::Start;
-use ringfeed_proto::v1::subscribe_response::Item;
 use ringfeed_proto::v1::{
-    AppendRequest, Durability, Entry, Event, EventMessage, ListSubscribersRequest, Ordering,
-    Position, ShardStatus, StatusRequest, StatusResponse, SubscribeRequest, SubscribeResponse,
-    SubscriberInfo,
+    AppendRequest, Durability, Entry, Event, ListSubscribersRequest, Ordering, Position,
+    ShardStatus, StatusRequest, StatusResponse, SubscribeRequest, SubscriberInfo,
 };
 use ringfeed_proto::RingFeedClient;
+
+use crate::client::{Backoff, FollowedEvent, Follower};
 
 const DEFAULT_SERVER: &str = "127.0.0.1:7070";
 
@@ -275,11 +275,11 @@ fn print_acks(out: &mut impl Write, positions: &[Position]) -> Result<()> {
 /// `{"ts":T,"shard":S,"offset":O,"cursor":"C","event":{..}}` per event (the
 /// event in proto3 JSON) and exits 0 when the stream ends after --until.
 ///
-/// `cursor` resumes (with --cursor) right after its line. One exception: if
-/// the server sends a batch (only with --batching), only the batch's last
-/// line carries the batch's cursor; earlier lines carry the cursor from
-/// before the batch (empty if there was none yet), so resuming from them
-/// repeats events of that batch but never skips one.
+/// `cursor` resumes (with --cursor) right after its line, also inside
+/// batches and chunks. The tail reconnects by itself after a lost connection
+/// or a server restart (backoff 1 s, x1.6, capped at 2 min) and resumes
+/// exactly, with no line missed or repeated; errors a retry cannot fix
+/// (OUT_OF_RANGE, INVALID_ARGUMENT, ...) end it with their gRPC code.
 #[derive(clap::Args, Debug)]
 pub struct TailArgs {
     /// Server address (a URI with a scheme is also accepted).
@@ -307,9 +307,7 @@ pub struct TailArgs {
     #[arg(long, value_name = "NS", group = "start_at",
           value_parser = clap::value_parser!(i64).range(0..))]
     pub since_ns: Option<i64>,
-    /// Resume exactly after the line that printed this cursor. (With
-    /// --batching, lines inside a batch carry the cursor from before the
-    /// batch: resuming from one repeats events, never skips any.) Without any
+    /// Resume exactly after the line that printed this cursor. Without any
     /// start flag the tail starts now: only new events.
     #[arg(long, value_name = "CURSOR", group = "start_at")]
     pub cursor: Option<String>,
@@ -333,10 +331,14 @@ pub struct TailArgs {
     #[arg(long, value_name = "N")]
     pub signature: Option<i32>,
     /// Let the server pack events into batches while catching up; every
-    /// event still prints its own line (see --cursor for their cursors).
-    /// Default: one event per response.
+    /// event still prints its own line. Default: one event per response.
     #[arg(long)]
     pub batching: bool,
+    /// Catch up from raw stored chunks (decoded and filtered here, fastest
+    /// for large backlogs), then switch to events at the live edge. Each
+    /// shard's events stay in order; shards interleave by chunk until then.
+    #[arg(long)]
+    pub chunk_mode: bool,
     /// Print progress on stderr, at most once a second while catching up:
     /// events so far, events/s, lag (now minus the last event's or
     /// heartbeat's time). Asks the server for heartbeats.
@@ -351,18 +353,24 @@ pub async fn tail(args: TailArgs) -> Result<()> {
 
 async fn tail_to(args: TailArgs, out: &mut (impl Write + Send)) -> Result<()> {
     let request = subscribe_request(&args, now_ns())?;
-    let mut tail = TailState::new(args.cursor.as_deref().map(normalize_cursor).transpose()?);
     let mut progress = args.progress.then(Progress::new);
-    let mut client = connect(&args.server).await?;
-    let mut stream = client.subscribe(request).await?.into_inner();
-    while let Some(response) = stream.message().await? {
+    // An unreachable server at the start is an error, not something to wait for.
+    connect(&args.server).await?;
+    let mut follower = Follower::new(&args.server, request, Backoff::default())?;
+    let mut text = String::new();
+    while let Some(event) = follower.next().await? {
+        let cursor = follower
+            .cursor()
+            .map(|c| CURSOR_B64.encode(c.to_bytes()))
+            .unwrap_or_default();
+        event_line(&mut text, &event, &cursor)?;
         if let Some(progress) = progress.as_mut() {
-            progress.observe(&response);
+            progress.observe(1, follower.watermark_ns());
         }
-        let text = tail.lines(response)?;
-        if !text.is_empty() {
+        // Write when nothing more is at hand, so a batch is one write.
+        if follower.buffered() == 0 || text.len() > 1 << 16 {
             match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-                Ok(()) => {}
+                Ok(()) => text.clear(),
                 // The reader went away (`| head`): that ends the tail cleanly.
                 Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
                 Err(e) => return Err(e).context("writing to stdout"),
@@ -375,7 +383,13 @@ async fn tail_to(args: TailArgs, out: &mut (impl Write + Send)) -> Result<()> {
             eprintln!("{line}");
         }
     }
-    Ok(())
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .or_else(|e| match e.kind() {
+            io::ErrorKind::BrokenPipe => Ok(()),
+            _ => Err(e),
+        })
+        .context("writing to stdout")
 }
 
 /// The SubscribeRequest for `args`; `now_ns` anchors `--since <duration>`.
@@ -415,64 +429,22 @@ fn subscribe_request(args: &TailArgs, now_ns: i64) -> Result<SubscribeRequest> {
             Ordering::Merged
         } as i32,
         batching: args.batching,
+        chunk_mode: args.chunk_mode,
         heartbeats: args.progress,
         ..Default::default()
     })
 }
 
-/// Turns responses into output lines, remembering the last cursor seen.
-struct TailState {
-    /// The cursor of the last response that carried one, as printed.
-    cursor: String,
-}
-
-impl TailState {
-    fn new(start_cursor: Option<String>) -> Self {
-        Self {
-            cursor: start_cursor.unwrap_or_default(),
-        }
-    }
-
-    /// The lines (each ending in '\n') for one response.
-    fn lines(&mut self, response: SubscribeResponse) -> Result<String> {
-        // An empty cursor means "unchanged since the last one".
-        let after = if response.cursor.is_empty() {
-            self.cursor.clone()
-        } else {
-            CURSOR_B64.encode(&response.cursor)
-        };
-        let mut text = String::new();
-        match response.item {
-            Some(Item::Event(message)) => event_line(&mut text, message, &after)?,
-            Some(Item::Batch(batch)) => {
-                let last = batch.events.len().saturating_sub(1);
-                for (i, message) in batch.events.into_iter().enumerate() {
-                    let cursor = if i == last { &after } else { &self.cursor };
-                    event_line(&mut text, message, cursor)?;
-                }
-            }
-            Some(Item::Chunk(chunk)) => bail!(
-                "the server sent raw chunks (shard {} from offset {}) although chunk mode was not requested",
-                chunk.shard,
-                chunk.first_offset
-            ),
-            Some(Item::Heartbeat(_)) | Some(Item::ChunkModeEnd(_)) | None => {}
-        }
-        self.cursor = after;
-        Ok(text)
-    }
-}
-
-fn event_line(text: &mut String, message: EventMessage, cursor: &str) -> Result<()> {
+fn event_line(text: &mut String, event: &FollowedEvent, cursor: &str) -> Result<()> {
+    let decoded = event.decode().context("decoding an event")?;
     // serde_json::to_string keeps the proto field order (to_value would sort
     // the keys); the JSON is the same either way.
-    let event = serde_json::to_string(&message.event.unwrap_or_default())
-        .context("encoding an event as JSON")?;
+    let json = serde_json::to_string(&decoded).context("encoding an event as JSON")?;
     // The cursor is URL-safe base64: nothing in it needs JSON escaping.
     let _ = writeln!(
         text,
         r#"{{"ts":{},"shard":{},"offset":{},"cursor":"{}","event":{}}}"#,
-        message.ts_ns, message.shard, message.offset, cursor, event
+        event.ts_ns, event.shard, event.offset, cursor, json
     );
     Ok(())
 }
@@ -485,11 +457,6 @@ fn decode_cursor(text: &str) -> Result<Bytes> {
         bail!("--cursor is empty");
     }
     Ok(Bytes::from(bytes))
-}
-
-/// The printed form of a cursor given on the command line.
-fn normalize_cursor(text: &str) -> Result<String> {
-    Ok(CURSOR_B64.encode(decode_cursor(text)?))
 }
 
 /// `--since`: a duration back from `now_ns`, or an RFC 3339 time.
@@ -568,16 +535,10 @@ impl Progress {
         }
     }
 
-    fn observe(&mut self, response: &SubscribeResponse) {
-        let (count, ts) = match &response.item {
-            Some(Item::Event(m)) => (1, m.ts_ns),
-            Some(Item::Batch(b)) => (
-                b.events.len() as u64,
-                b.events.iter().map(|m| m.ts_ns).max().unwrap_or(0),
-            ),
-            Some(Item::Heartbeat(h)) => (0, h.merged_watermark_ns),
-            _ => (0, 0),
-        };
+    /// `count` more events; everything stamped at or below `watermark_ns`
+    /// has been printed.
+    fn observe(&mut self, count: u64, watermark_ns: i64) {
+        let ts = watermark_ns;
         self.events_since += count;
         self.events += count;
         self.watermark_ns = self.watermark_ns.max(ts);
@@ -610,6 +571,40 @@ impl Progress {
             self.events
         ))
     }
+}
+
+// ---------------------------------------------------------------- subscribers
+
+/// List the connected subscription streams: client name, id and epoch, peer
+/// address, mode (waiting for admission, chunks, backlog, live), lag in
+/// events and seconds, events sent, connected since, filters and cursor.
+#[derive(clap::Args, Debug)]
+pub struct SubscribersArgs {
+    /// Server address (a URI with a scheme is also accepted).
+    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_SERVER)]
+    pub server: String,
+    /// Print the ListSubscribersResponse as one proto3-JSON object instead of
+    /// a table (64-bit numbers are strings, the cursor is standard base64).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Prints the server's subscribers per `args` on stdout.
+pub async fn subscribers(args: SubscribersArgs) -> Result<()> {
+    let mut client = connect(&args.server).await?;
+    let list = client
+        .list_subscribers(ListSubscribersRequest {})
+        .await?
+        .into_inner();
+    let text = if args.json {
+        serde_json::to_string(&list).context("encoding the subscribers as JSON")? + "\n"
+    } else {
+        subscribers_table(&list.subscribers)
+    };
+    let mut out = io::stdout();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .context("writing to stdout")
 }
 
 // ---------------------------------------------------------------- status
@@ -683,28 +678,33 @@ fn render_status(status: &StatusResponse, subscribers: Option<&[SubscriberInfo]>
     );
     if let Some(subscribers) = subscribers {
         text.push('\n');
-        if subscribers.is_empty() {
-            text.push_str("no subscribers\n");
-        } else {
-            let rows: Vec<Vec<String>> = subscribers.iter().map(subscriber_row).collect();
-            text.push_str(&table(
-                &[
-                    ("client", Align::Left),
-                    ("id", Align::Right),
-                    ("epoch", Align::Right),
-                    ("peer", Align::Left),
-                    ("mode", Align::Left),
-                    ("lag events", Align::Right),
-                    ("lag s", Align::Right),
-                    ("sent", Align::Right),
-                    ("connected since", Align::Left),
-                    ("filters", Align::Left),
-                ],
-                &rows,
-            ));
-        }
+        text.push_str(&subscribers_table(subscribers));
     }
     text
+}
+
+/// The subscribers as a table, or "no subscribers".
+fn subscribers_table(subscribers: &[SubscriberInfo]) -> String {
+    if subscribers.is_empty() {
+        return "no subscribers\n".to_owned();
+    }
+    let rows: Vec<Vec<String>> = subscribers.iter().map(subscriber_row).collect();
+    table(
+        &[
+            ("client", Align::Left),
+            ("id", Align::Right),
+            ("epoch", Align::Right),
+            ("peer", Align::Left),
+            ("mode", Align::Left),
+            ("lag events", Align::Right),
+            ("lag s", Align::Right),
+            ("sent", Align::Right),
+            ("connected since", Align::Left),
+            ("filters", Align::Left),
+            ("cursor", Align::Left),
+        ],
+        &rows,
+    )
 }
 
 fn shard_row(shard: &ShardStatus) -> Vec<String> {
@@ -762,6 +762,7 @@ fn subscriber_row(s: &SubscriberInfo) -> Vec<String> {
         } else {
             filters.join(" ")
         },
+        or_dash(&CURSOR_B64.encode(&s.cursor)),
     ]
 }
 
@@ -880,7 +881,7 @@ fn code_name(code: Code) -> &'static str {
 mod tests {
     use super::*;
     use clap::Parser;
-    use ringfeed_proto::v1::{EventBatch, Heartbeat};
+    use ringfeed_proto::prost::Message;
 
     #[derive(Parser, Debug)]
     enum Cli {
@@ -1224,100 +1225,25 @@ mod tests {
         assert!(parse_timestamp("1h").is_err());
     }
 
-    fn message(offset: u64, dir: &str) -> EventMessage {
-        EventMessage {
-            ts_ns: 1000 + offset as i64,
-            shard: 1,
-            offset,
-            event: Some(dir_event(dir)),
-        }
-    }
-
-    fn response(cursor: &[u8], item: Item) -> SubscribeResponse {
-        SubscribeResponse {
-            cursor: Bytes::copy_from_slice(cursor),
-            item: Some(item),
-        }
-    }
-
     #[test]
-    fn tail_lines_carry_cursors_that_never_skip() {
-        let mut tail = TailState::new(None);
-        let text = tail
-            .lines(response(&[1], Item::Event(message(0, "/a"))))
-            .expect("event");
+    fn tail_lines_are_one_json_object_per_event() {
+        let event = FollowedEvent {
+            ts_ns: 1000,
+            shard: 1,
+            offset: 0,
+            event: dir_event("/a").encode_to_vec().into(),
+        };
+        let mut text = String::new();
+        event_line(&mut text, &event, "AQ").expect("event");
         assert_eq!(
             text,
             "{\"ts\":1000,\"shard\":1,\"offset\":0,\"cursor\":\"AQ\",\"event\":{\"directory\":\"/a\",\"newEntry\":{\"name\":\"f\"}}}\n"
         );
-        // A heartbeat moves the cursor and prints nothing.
-        let text = tail
-            .lines(response(
-                &[2],
-                Item::Heartbeat(Heartbeat {
-                    merged_watermark_ns: 5,
-                    shards: vec![],
-                }),
-            ))
-            .expect("heartbeat");
-        assert!(text.is_empty());
-        // Inside a batch, only the last line has the batch's cursor.
-        let text = tail
-            .lines(response(
-                &[3],
-                Item::Batch(EventBatch {
-                    events: vec![message(1, "/b"), message(2, "/c"), message(3, "/d")],
-                }),
-            ))
-            .expect("batch");
-        let lines: Vec<serde_json::Value> = text
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("json"))
-            .collect();
-        let cursors: Vec<&str> = lines
-            .iter()
-            .map(|l| l["cursor"].as_str().expect("cursor"))
-            .collect();
-        assert_eq!(cursors, ["Ag", "Ag", "Aw"]);
-        let dirs: Vec<&str> = lines
-            .iter()
-            .map(|l| l["event"]["directory"].as_str().expect("dir"))
-            .collect();
-        assert_eq!(dirs, ["/b", "/c", "/d"]);
-        assert!(lines
-            .iter()
-            .all(|l| l["ts"].is_i64() && l["shard"].is_u64() && l["offset"].is_u64()));
-        // An empty cursor means unchanged.
-        let text = tail
-            .lines(response(&[], Item::Event(message(4, "/e"))))
-            .expect("event");
-        assert!(text.contains("\"cursor\":\"Aw\""), "{text}");
-        assert!(tail
-            .lines(response(&[5], Item::Chunk(Default::default())))
-            .is_err());
-    }
-
-    #[test]
-    fn a_first_batch_without_history_starts_from_the_given_cursor() {
-        let mut tail = TailState::new(Some(normalize_cursor("AAE=").expect("cursor")));
-        let text = tail
-            .lines(response(
-                &[9],
-                Item::Batch(EventBatch {
-                    events: vec![message(1, "/b"), message(2, "/c")],
-                }),
-            ))
-            .expect("batch");
-        let cursors: Vec<String> = text
-            .lines()
-            .map(|l| {
-                serde_json::from_str::<serde_json::Value>(l).expect("json")["cursor"]
-                    .as_str()
-                    .expect("c")
-                    .to_owned()
-            })
-            .collect();
-        assert_eq!(cursors, ["AAE", "CQ"]);
+        let garbage = FollowedEvent {
+            event: Bytes::from_static(&[0xff]),
+            ..event
+        };
+        assert!(event_line(&mut text, &garbage, "AQ").is_err());
     }
 
     #[test]
@@ -1325,7 +1251,7 @@ mod tests {
         let mut progress = Progress::new();
         let t0 = progress.since;
         let now_ns = 100_000_000_000;
-        progress.observe(&response(&[], Item::Event(message(0, "/a"))));
+        progress.observe(1, 1000);
         assert!(progress
             .line(t0 + Duration::from_millis(500), now_ns)
             .is_none());
@@ -1337,13 +1263,7 @@ mod tests {
             "{line}"
         );
         // Caught up and quiet: silent.
-        progress.observe(&response(
-            &[],
-            Item::Heartbeat(Heartbeat {
-                merged_watermark_ns: now_ns - 1000,
-                shards: vec![],
-            }),
-        ));
+        progress.observe(0, now_ns - 1000);
         assert!(progress.line(t0 + Duration::from_secs(4), now_ns).is_none());
         // Quiet with a heartbeat period of lag: still silent; far behind: speaks.
         assert!(progress
@@ -1418,6 +1338,7 @@ mod tests {
             mode: "live".into(),
             lag_seconds: 0.25,
             events_sent: 7,
+            cursor: vec![0x52, 0x43, 0x01].into(),
             ..Default::default()
         };
         let text = render_status(&status, Some(&[subscriber]));
@@ -1429,8 +1350,8 @@ shard  committed  flushed  evicted  retained  ring bytes  unflushed bytes  segme
     1          0        0        0         0           0                0         0  -                            fdatasync failed: EIO
 (committed/flushed = first offset not yet committed/durable; evicted = ring holds offsets from here; retained = oldest offset on disk)
 
-client         id  epoch  peer            mode  lag events  lag s  sent  connected since  filters
-ringfeed tail   0      0  127.0.0.1:5000  live           0  0.250     7  -                prefix=/a exclude=/a/tmp
+client         id  epoch  peer            mode  lag events  lag s  sent  connected since  filters                   cursor
+ringfeed tail   0      0  127.0.0.1:5000  live           0  0.250     7  -                prefix=/a exclude=/a/tmp  UkMB
 ";
         assert_eq!(text, expected, "\n{text}");
         assert!(render_status(&status, Some(&[])).ends_with("\nno subscribers\n"));

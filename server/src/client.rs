@@ -92,8 +92,8 @@ pub enum FollowError {
     /// reconnect cannot fix: OUT_OF_RANGE (below retention), INVALID_ARGUMENT,
     /// ALREADY_EXISTS or CANCELLED (another stream of this client replaced
     /// this one), DATA_LOSS, ...
-    #[error("{}: {}", .0.code(), .0.message())]
-    Refused(Status),
+    #[error("the server ended the subscription")]
+    Refused(#[source] Status),
     /// A chunk failed its checks: the bytes received are not what was stored.
     #[error("corrupt chunk from the server: {0}")]
     Corrupt(String),
@@ -214,6 +214,12 @@ impl Follower {
     /// (from heartbeats and events; 0 = unknown).
     pub fn watermark_ns(&self) -> i64 {
         self.watermark_ns
+    }
+
+    /// Events received and not handed out yet: [`Follower::next`] returns
+    /// that many without waiting.
+    pub fn buffered(&self) -> usize {
+        self.pending.len()
     }
 
     /// The epoch the current (or next) stream uses.

@@ -10,6 +10,8 @@ use anyhow::{bail, Context, Result};
 use ringfeed_engine::{EngineConfig, Limits, RetentionPolicy};
 use serde::Deserialize;
 
+use crate::sender::SubscriberLimits;
+
 /// Default data dir and listen address (also the client's default server).
 pub const DEFAULT_DATA_DIR: &str = "./ringfeed-data";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
@@ -33,6 +35,16 @@ pub struct FileConfig {
     pub max_event_bytes: Option<usize>,
     pub retention_max_age_secs: Option<u64>,
     pub retention_max_bytes: Option<u64>,
+    /// A subscriber this far behind the newest stamp gets batches.
+    pub batch_behind_ms: Option<u64>,
+    /// ... as does one with more than this many committed events undelivered.
+    pub batch_min_ready: Option<u64>,
+    /// Responses queued per subscriber ahead of its gRPC stream.
+    pub subscriber_queue: Option<usize>,
+    /// Bytes all backlog readers together may hold read and unsent.
+    pub backlog_budget_bytes: Option<usize>,
+    /// Subscribers that may read backlog (below the ring) at once.
+    pub backlog_readers: Option<usize>,
 }
 
 /// Everything `serve` runs with, after file and flags are combined.
@@ -42,6 +54,7 @@ pub struct ServerConfig {
     pub listen: String,
     pub metrics_listen: Option<String>,
     pub io_threads: usize,
+    pub subscribers: SubscriberLimits,
 }
 
 impl FileConfig {
@@ -99,11 +112,40 @@ impl FileConfig {
         if engine.flush_interval.is_zero() {
             bail!("flush_interval_ms: must be at least 1");
         }
+        let d = SubscriberLimits::default();
+        let at_least_one = |key: &str, value: Option<usize>, default: usize| match value {
+            Some(0) => bail!("{key}: must be at least 1"),
+            v => Ok(v.unwrap_or(default)),
+        };
+        let subscribers = SubscriberLimits {
+            batch_behind: self
+                .batch_behind_ms
+                .map_or(d.batch_behind, Duration::from_millis),
+            batch_min_ready: self.batch_min_ready.unwrap_or(d.batch_min_ready),
+            queue_responses: at_least_one(
+                "subscriber_queue",
+                self.subscriber_queue,
+                d.queue_responses,
+            )?,
+            backlog_budget_bytes: at_least_one(
+                "backlog_budget_bytes",
+                self.backlog_budget_bytes,
+                d.backlog_budget_bytes,
+            )?,
+            backlog_readers: at_least_one(
+                "backlog_readers",
+                self.backlog_readers,
+                d.backlog_readers,
+            )?,
+            max_run_bytes: engine.window_bytes,
+            ..d
+        };
         Ok(ServerConfig {
             engine,
             listen: self.listen.unwrap_or_else(|| DEFAULT_LISTEN.into()),
             metrics_listen: self.metrics_listen,
             io_threads,
+            subscribers,
         })
     }
 }
@@ -132,7 +174,9 @@ mod tests {
              window_bytes = 65536\nring_bytes = 1048576\nmax_unflushed_bytes = 262144\n\
              flush_interval_ms = 7\nappend_timeout_ms = 9\nsegment_bytes = 1048576\n\
              max_event_bytes = 16384\nretention_max_age_secs = 60\nretention_max_bytes = 10\n\
-             cpus = [0]\nmetrics_listen = \"127.0.0.1:9\"\n",
+             cpus = [0]\nmetrics_listen = \"127.0.0.1:9\"\nbatch_behind_ms = 500\n\
+             batch_min_ready = 10\nsubscriber_queue = 4\nbacklog_budget_bytes = 1048576\n\
+             backlog_readers = 3\n",
         )
         .unwrap()
         .resolve()
@@ -145,5 +189,15 @@ mod tests {
         assert_eq!(e.flush_interval, Duration::from_millis(7));
         assert_eq!(e.retention.max_bytes, Some(10));
         assert_eq!((c.io_threads, c.listen.as_str()), (2, "127.0.0.1:1"));
+        let s = &c.subscribers;
+        assert_eq!(s.batch_behind, Duration::from_millis(500));
+        assert_eq!((s.batch_min_ready, s.queue_responses), (10, 4));
+        assert_eq!((s.backlog_budget_bytes, s.backlog_readers), (1 << 20, 3));
+        assert_eq!(s.max_run_bytes, 65536);
+        let err = FileConfig::parse("backlog_readers = 0\n")
+            .unwrap()
+            .resolve()
+            .unwrap_err();
+        assert!(err.to_string().contains("backlog_readers"), "{err}");
     }
 }

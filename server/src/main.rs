@@ -54,6 +54,8 @@ enum Command {
     Tail(ringfeed_server::cli_client::TailArgs),
     /// Show the server's shards, watermarks and subscribers.
     Status(ringfeed_server::cli_client::StatusArgs),
+    /// List the connected subscribers: identity, peer, mode, lag, filters, cursor.
+    Subscribers(ringfeed_server::cli_client::SubscribersArgs),
     /// Check this machine, measure its disk and recommend a configuration.
     Tune {
         #[command(subcommand)]
@@ -108,6 +110,7 @@ fn main() -> std::process::ExitCode {
         Command::Append(args) => client(ringfeed_server::cli_client::append(args)),
         Command::Tail(args) => client(ringfeed_server::cli_client::tail(args)),
         Command::Status(args) => client(ringfeed_server::cli_client::status(args)),
+        Command::Subscribers(args) => client(ringfeed_server::cli_client::subscribers(args)),
         Command::Tune { what } => tune(what),
         Command::Inspect { data_dir } => inspect(&data_dir),
     };
@@ -228,7 +231,8 @@ fn serve(config: ServerConfig) -> Result<()> {
             .with_context(|| format!("listening on {}", config.listen))?;
         let addr = listener.local_addr()?;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let service = Service::new(engine.clone(), stop_rx.clone());
+        let service =
+            Service::with_limits(engine.clone(), stop_rx.clone(), config.subscribers.clone());
         let (health, health_service) = tonic_health::server::health_reporter();
         health.set_serving::<RingFeedServer<Service>>().await;
         // Room for the largest batch the engine accepts, plus framing.

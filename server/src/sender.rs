@@ -19,7 +19,7 @@
 //!   Places and bytes are acquired before reading, so waiting holds no
 //!   memory; a cancelled or superseded stream drops what it holds or waits for.
 
-use std::sync::atomic::{AtomicI64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -171,6 +171,8 @@ pub(crate) struct Sender {
     pub admission: Arc<Admission>,
     pub tx: mpsc::Sender<Queued>,
     pub registered: Registered,
+    /// Events queued so far (shown by ListSubscribers).
+    pub sent: AtomicU64,
 }
 
 /// Why a stream stopped before its end.
@@ -282,7 +284,14 @@ impl Sender {
         }
         if place.is_none() {
             let cursor = sub.cursor().to_bytes().into();
-            show(&self.registered, sub, &cursor, "waiting for admission");
+            let sent = self.sent.load(AtomicOrdering::Relaxed);
+            show(
+                &self.registered,
+                sub,
+                &cursor,
+                "waiting for admission",
+                sent,
+            );
             *place = Some(self.admission.place().await);
         }
         Some(self.admission.bytes(bytes).await)
@@ -330,8 +339,14 @@ impl Sender {
         permit: Option<OwnedSemaphorePermit>,
         mode: &'static str,
     ) -> Result<(), Stop> {
+        let events = match &item {
+            RawItem::Event(_) => 1,
+            RawItem::Batch(b) => b.events.len() as u64,
+            _ => 0,
+        };
+        let sent = self.sent.fetch_add(events, AtomicOrdering::Relaxed) + events;
         let cursor: Bytes = sub.cursor().to_bytes().into();
-        show(&self.registered, sub, &cursor, mode);
+        show(&self.registered, sub, &cursor, mode, sent);
         let response = RawSubscribeResponse::new(cursor, item);
         self.tx
             .send((Ok(response), permit))
@@ -351,13 +366,20 @@ fn trim(permit: Option<OwnedSemaphorePermit>, used: usize) -> Option<OwnedSemaph
 }
 
 /// Refreshes what ListSubscribers shows for this stream.
-fn show(registered: &Registered, sub: &Subscription, cursor: &Bytes, mode: &'static str) {
+fn show(
+    registered: &Registered,
+    sub: &Subscription,
+    cursor: &Bytes,
+    mode: &'static str,
+    sent: u64,
+) {
     let lag_events = sub.lag_events();
     let lag_seconds = ((now_ns() - sub.watermark()).max(0) as f64 / 1e9).min(1e9);
     registered.update(|info| {
         info.cursor = cursor.clone();
         info.lag_events = lag_events;
         info.lag_seconds = lag_seconds;
+        info.events_sent = sent;
         if info.mode != mode {
             info.mode = mode.into();
         }

@@ -284,6 +284,7 @@ impl RingFeed for Service {
             admission: self.admission.clone(),
             tx,
             registered,
+            sent: Default::default(),
         };
         tokio::spawn(sender.run(subscription, options, self.shutdown.clone()));
         // A response's backlog bytes are given back as tonic takes it.
