@@ -12,6 +12,7 @@
 
 mod catchup;
 mod grpc;
+mod subscribers;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -123,6 +124,60 @@ enum Command {
         #[arg(long, default_value_t = 200)]
         event_bytes: usize,
     },
+    /// One follower (client library) over a pre-loaded log through a `ringfeed serve`
+    /// process: event mode (batched) vs chunk mode; events/s and server CPU.
+    Catchup {
+        #[arg(long, default_value = "./bench-scratch")]
+        dir: PathBuf,
+        /// Events to pre-load (2 shards).
+        #[arg(long, default_value_t = 5_000_000)]
+        events: u64,
+        /// Payload bytes per event.
+        #[arg(long, default_value_t = 100)]
+        event_bytes: usize,
+        /// Catch-ups per mode; medians are reported.
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+    },
+    /// A reconnect storm: K followers resume at once, each N events behind, over a
+    /// large log; time to first event and to caught up, server peak RSS, exactness.
+    Storm {
+        #[arg(long, default_value = "./bench-scratch")]
+        dir: PathBuf,
+        /// Events on disk before the followers' resume point.
+        #[arg(long, default_value_t = 2_000_000)]
+        backlog: u64,
+        /// Events each follower is behind (appended after its resume point).
+        #[arg(long, default_value_t = 10_000)]
+        behind: u64,
+        /// Followers resuming at once (one connection each).
+        #[arg(long, default_value_t = 2_000)]
+        subscribers: usize,
+        /// Catch up in chunk mode instead of batched events.
+        #[arg(long)]
+        chunk_mode: bool,
+        /// Payload bytes per event.
+        #[arg(long, default_value_t = 100)]
+        event_bytes: usize,
+    },
+    /// K live followers while one producer appends at a fixed rate (open loop):
+    /// append-to-delivery latency p50/p99/p99.9.
+    Fanout {
+        #[arg(long, default_value = "./bench-scratch")]
+        dir: PathBuf,
+        /// Live followers (one connection each).
+        #[arg(long, default_value_t = 1_000)]
+        subscribers: usize,
+        /// Events per second, one append per event.
+        #[arg(long, default_value_t = 1_000)]
+        rate: u64,
+        /// Seconds of producing.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Payload bytes per event.
+        #[arg(long, default_value_t = 100)]
+        event_bytes: usize,
+    },
 }
 
 fn main() -> Result<()> {
@@ -192,6 +247,42 @@ fn main() -> Result<()> {
                 bail!("seconds, catchup-events and rate must be positive");
             }
             grpc::grpc(&dir, seconds, catchup_events, rate, event_bytes)
+        }
+        Command::Catchup {
+            dir,
+            events,
+            event_bytes,
+            reps,
+        } => {
+            if events == 0 || reps == 0 {
+                bail!("events and reps must be positive");
+            }
+            subscribers::catchup(&dir, events, event_bytes, reps)
+        }
+        Command::Storm {
+            dir,
+            backlog,
+            behind,
+            subscribers,
+            chunk_mode,
+            event_bytes,
+        } => {
+            if behind == 0 || subscribers == 0 {
+                bail!("behind and subscribers must be positive");
+            }
+            subscribers::storm(&dir, backlog, behind, subscribers, chunk_mode, event_bytes)
+        }
+        Command::Fanout {
+            dir,
+            subscribers,
+            rate,
+            seconds,
+            event_bytes,
+        } => {
+            if subscribers == 0 || rate == 0 || seconds <= 0.0 {
+                bail!("subscribers, rate and seconds must be positive");
+            }
+            subscribers::fanout(&dir, subscribers, rate, seconds, event_bytes)
         }
     }
 }
