@@ -81,7 +81,12 @@ impl ServerProcess {
         // Fields after the parenthesised command name; utime and stime are 14 and 15.
         let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
         let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
         (ticks(11) + ticks(12)) / TICKS_PER_SECOND
     }
 
@@ -90,14 +95,23 @@ impl ServerProcess {
         self.proc_file("status")
             .lines()
             .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.trim_start_matches(':').trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .and_then(|v| {
+                v.trim_start_matches(':')
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
             .map_or(0, |kib| kib * 1024)
     }
 }
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
-        let _ = Command::new("kill").arg(self.child.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
         let _ = self.child.wait();
     }
 }
@@ -133,9 +147,14 @@ async fn preload(addr: &str, first: u64, count: u64, payload: usize) -> Result<i
             let mut i = c * BATCH;
             while i < count {
                 let n = BATCH.min(count - i);
-                let events = (first + i..first + i + n).map(|k| event(k, payload)).collect();
+                let events = (first + i..first + i + n)
+                    .map(|k| event(k, payload))
+                    .collect();
                 let acks = client
-                    .append(v1::AppendRequest { events, durability: 0 })
+                    .append(v1::AppendRequest {
+                        events,
+                        durability: 0,
+                    })
                     .await
                     .map_err(|e| anyhow!("append: {e}"))?
                     .into_inner();
@@ -189,7 +208,10 @@ pub fn catchup(dir: &Path, events: u64, payload: usize, reps: usize) -> Result<(
     fresh_dir(dir)?;
     let server = ServerProcess::start(dir, 2)?;
     let rt = runtime()?;
-    println!("# catchup: {}; server process `ringfeed serve`, 2 shards, client in the bench process", machine());
+    println!(
+        "# catchup: {}; server process `ringfeed serve`, 2 shards, client in the bench process",
+        machine()
+    );
     let until = rt.block_on(preload(&server.addr, 0, events, payload))?;
     println!("pre-loaded {events} events of {payload} payload bytes");
     println!("| mode | events | median s | events/s | MB/s (payload) | server CPU s |");
@@ -215,7 +237,11 @@ pub fn catchup(dir: &Path, events: u64, payload: usize, reps: usize) -> Result<(
         let s = crate::median(secs);
         println!(
             "| {} | {events} | {s:.3} | {:.0} | {:.1} | {:.2} |",
-            if chunk_mode { "chunks" } else { "events, batched" },
+            if chunk_mode {
+                "chunks"
+            } else {
+                "events, batched"
+            },
             events as f64 / s,
             events as f64 * payload as f64 / s / 1e6,
             crate::median(cpu)
@@ -252,8 +278,10 @@ pub fn storm(
     let since = now_ns();
     let until = rt.block_on(preload(&server.addr, backlog, behind, payload))?;
     // The reference: one follower in event mode.
-    let (expected, expected_print, _) =
-        rt.block_on(follow(&server.addr, request(Start::SinceNs(since), until, false)))?;
+    let (expected, expected_print, _) = rt.block_on(follow(
+        &server.addr,
+        request(Start::SinceNs(since), until, false),
+    ))?;
     if expected != behind {
         bail!("the reference read {expected} events, {behind} expected");
     }
@@ -311,23 +339,38 @@ pub fn storm(
 
 /// `fanout`: `subscribers` live followers while one producer appends `rate`
 /// events/s (one per tick, open loop) for `seconds`.
-pub fn fanout(dir: &Path, subscribers: usize, rate: u64, seconds: f64, payload: usize) -> Result<()> {
+pub fn fanout(
+    dir: &Path,
+    subscribers: usize,
+    rate: u64,
+    seconds: f64,
+    payload: usize,
+) -> Result<()> {
     fresh_dir(dir)?;
     let server = ServerProcess::start(dir, 2)?;
     let rt = runtime()?;
-    println!("# fanout: {}; {subscribers} live followers, {rate} events/s for {seconds} s", machine());
+    println!(
+        "# fanout: {}; {subscribers} live followers, {rate} events/s for {seconds} s",
+        machine()
+    );
     let total = (rate as f64 * seconds) as u64;
     let cpu0 = server.cpu_seconds();
     let hist = rt.block_on(async {
         let addr = server.addr.clone();
         let mut followers = Vec::new();
         for _ in 0..subscribers {
-            let mut follower = Follower::new(&addr, request(Start::Now(true), 0, false), Backoff::default())?;
+            let mut follower = Follower::new(
+                &addr,
+                request(Start::Now(true), 0, false),
+                Backoff::default(),
+            )?;
             followers.push(tokio::spawn(async move {
                 let mut hist = Histogram::<u64>::new(3).expect("histogram");
                 let mut n = 0;
                 while n < total {
-                    let Some(e) = follower.next().await? else { break };
+                    let Some(e) = follower.next().await? else {
+                        break;
+                    };
                     // The producer put its send time (ns) in the entry name.
                     let sent: i64 = e
                         .decode()?
@@ -350,7 +393,10 @@ pub fn fanout(dir: &Path, subscribers: usize, rate: u64, seconds: f64, payload: 
             let mut e = event(0, payload);
             e.new_entry.as_mut().expect("entry").name = now_ns().to_string();
             producer
-                .append(v1::AppendRequest { events: vec![e], durability: 0 })
+                .append(v1::AppendRequest {
+                    events: vec![e],
+                    durability: 0,
+                })
                 .await
                 .map_err(|e| anyhow!("append: {e}"))?;
         }

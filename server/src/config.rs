@@ -137,7 +137,6 @@ impl FileConfig {
                 self.backlog_readers,
                 d.backlog_readers,
             )?,
-            max_run_bytes: engine.window_bytes,
             ..d
         };
         Ok(ServerConfig {
@@ -193,7 +192,6 @@ mod tests {
         assert_eq!(s.batch_behind, Duration::from_millis(500));
         assert_eq!((s.batch_min_ready, s.queue_responses), (10, 4));
         assert_eq!((s.backlog_budget_bytes, s.backlog_readers), (1 << 20, 3));
-        assert_eq!(s.max_run_bytes, 65536);
         let err = FileConfig::parse("backlog_readers = 0\n")
             .unwrap()
             .resolve()

@@ -50,8 +50,8 @@ pub struct SubscriberLimits {
     pub backlog_budget_bytes: usize,
     /// Subscribers that may read backlog at the same time; others wait.
     pub backlog_readers: usize,
-    /// Largest run of stored records a chunk can be (the engine's window).
-    pub max_run_bytes: usize,
+    /// Most record bytes of one chunk response (at least one record).
+    pub chunk_max_bytes: usize,
 }
 
 impl Default for SubscriberLimits {
@@ -60,11 +60,11 @@ impl Default for SubscriberLimits {
             batch_behind: Duration::from_secs(2),
             batch_min_ready: 64,
             batch_max_events: 512,
-            batch_max_bytes: 256 << 10,
+            batch_max_bytes: 64 << 10,
             queue_responses: 8,
             backlog_budget_bytes: 256 << 20,
             backlog_readers: 64,
-            max_run_bytes: 1 << 20,
+            chunk_max_bytes: 64 << 10,
         }
     }
 }
@@ -217,9 +217,9 @@ impl Sender {
         if options.chunk_mode {
             loop {
                 let permit = self
-                    .admit(&sub, &mut place, self.limits.max_run_bytes)
+                    .admit(&sub, &mut place, self.limits.chunk_max_bytes)
                     .await;
-                let Some(chunk) = sub.poll_chunk()? else {
+                let Some(chunk) = sub.poll_chunk(self.limits.chunk_max_bytes)? else {
                     break;
                 };
                 let permit = trim(permit, chunk.records.len());

@@ -355,7 +355,7 @@ async fn a_stalled_subscriber_holds_a_bounded_queue_and_slows_no_one() {
     eprintln!("the reading subscriber took {:?}", started.elapsed());
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (read, mode) = position(&mut producer, "stalled").await.expect("listed");
-    // Queue (8 x 256 KiB) plus what HTTP/2 buffers (a few MiB) is at most
+    // Queue (8 x 64 KiB) plus what HTTP/2 buffers (a few MiB) is at most
     // about 5,000 one-KiB events; reading ahead without bound would be 40,000.
     assert!(
         read <= 10_000,

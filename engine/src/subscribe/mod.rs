@@ -271,15 +271,19 @@ impl Lane {
         }
     }
 
-    /// Consumes the rest of the current run as one raw chunk, checking that
-    /// its records hold the expected offsets densely.
-    fn take_rest(&mut self) -> Result<RawChunk, SubscribeError> {
-        let records = self.run.slice(self.at..);
+    /// Consumes the current run's next records, at most `max_bytes` of them
+    /// (but at least one record), as one raw chunk, checking that they hold
+    /// the expected offsets densely.
+    fn take_records(&mut self, max_bytes: usize) -> Result<RawChunk, SubscribeError> {
+        let rest = self.run.slice(self.at..);
         let shard = self.shard().id;
         let bad = |source| SubscribeError::Record { shard, source };
         let (mut at, mut count, mut first_ts, mut last_ts) = (0, 0u64, 0, 0);
-        while at < records.len() {
-            let (len, offset, ts) = record::peek_position(&records[at..]).map_err(bad)?;
+        while at < rest.len() {
+            let (len, offset, ts) = record::peek_position(&rest[at..]).map_err(bad)?;
+            if count > 0 && at + len > max_bytes {
+                break;
+            }
             if offset != self.next + count {
                 return Err(SubscribeError::Corrupt {
                     shard,
@@ -301,9 +305,9 @@ impl Lane {
             count,
             first_ts,
             last_ts,
-            records,
+            records: rest.slice(..at),
         };
-        self.at = self.run.len();
+        self.at += at;
         self.next += count;
         self.head = None;
         self.seen_ts = self.seen_ts.max(last_ts);
@@ -442,17 +446,18 @@ impl Subscription {
         self.lanes.iter().any(|l| l.reader.below_ring(l.next))
     }
 
-    /// Chunk-mode catch-up: the next sealed run of stored records (a segment
-    /// chunk's body, a sealed ring window, or the unconsumed suffix of
-    /// either), unfiltered, from the shard whose next record is stamped
-    /// earliest. Each record is shipped once; the cursor moves past it.
+    /// Chunk-mode catch-up: the next records of a sealed run (a segment
+    /// chunk's body or a sealed ring window, from the cursor's record
+    /// boundary on), at most `max_bytes` of them but at least one record,
+    /// unfiltered, from the shard whose next record is stamped earliest. Each
+    /// record is shipped once; the cursor moves past it.
     ///
     /// `None` means no shard has a sealed run now: every shard has reached
     /// the ring's open window or the end of what is committed (the live
     /// edge). Continue with [`Subscription::poll`], which picks up exactly
     /// where the chunks ended. `until_ns` does not cut chunks: records past
     /// it are shipped, and the reader drops them.
-    pub fn poll_chunk(&mut self) -> Result<Option<RawChunk>, SubscribeError> {
+    pub fn poll_chunk(&mut self, max_bytes: usize) -> Result<Option<RawChunk>, SubscribeError> {
         let mut best: Option<(i64, usize)> = None;
         for (i, lane) in self.lanes.iter_mut().enumerate() {
             if lane.done || !lane.load()? || !lane.run_sealed {
@@ -466,7 +471,7 @@ impl Subscription {
         let Some((_, i)) = best else {
             return Ok(None);
         };
-        let chunk = self.lanes[i].take_rest()?;
+        let chunk = self.lanes[i].take_records(max_bytes)?;
         self.update_watermark();
         Ok(Some(chunk))
     }
