@@ -59,7 +59,7 @@ pub fn grpc(
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (_stop, stop_rx) = tokio::sync::watch::channel(false);
-        let service = Service::new(engine.clone(), stop_rx);
+        let service = Service::new(engine.clone(), stop_rx, Default::default());
         tokio::spawn(
             ringfeed_proto::tonic::transport::Server::builder()
                 .add_service(RingFeedServer::new(service).max_decoding_message_size(80 << 20))

@@ -77,6 +77,10 @@ mod tests {
         assert_eq!(s.buckets[0], (50e-6, 1));
         assert_eq!(s.buckets[1], (100e-6, 1));
         assert_eq!(*s.buckets.last().unwrap(), (f64::INFINITY, 1));
-        assert!((s.sum_seconds - 60.000101).abs() < 1e-9, "{}", s.sum_seconds);
+        assert!(
+            (s.sum_seconds - 60.000101).abs() < 1e-9,
+            "{}",
+            s.sum_seconds
+        );
     }
 }

@@ -1,10 +1,11 @@
 //! The ringfeed server: the gRPC service over the engine, its configuration,
-//! and the command-line client.
+//! its metrics endpoint, and the command-line client.
 
 #![deny(unsafe_code)]
 
 pub mod cli_client;
 pub mod config;
+pub mod metrics;
 pub mod service;
 
 /// Accepted connections of `listener` with Nagle's algorithm off: small

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ringfeed_engine::{
-    AppendError, Cursor, Delivered, Durability, Engine, Filter, NewEvent, Ordering, Start, Step,
-    SubscribeError, SubscribeRequest, Subscription,
+    AppendError, Cursor, Delivered, Durability, Engine, Filter, NewEvent, Ordering, RateLimit,
+    Start, Step, SubscribeError, SubscribeRequest, Subscription,
 };
 use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::prost::Message;
@@ -26,6 +26,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 
+use crate::metrics::ServerMetrics;
+
 /// Most events and bytes one batch response carries.
 const BATCH_EVENTS: usize = 512;
 const BATCH_BYTES: usize = 1 << 20;
@@ -34,6 +36,10 @@ const SUBSCRIBER_QUEUE: usize = 16;
 /// Default and smallest heartbeat interval.
 const HEARTBEAT_DEFAULT: Duration = Duration::from_secs(1);
 const HEARTBEAT_MIN: Duration = Duration::from_millis(10);
+/// A send that has waited this long on a client that reads nothing is reported.
+const STALLED_AFTER: Duration = Duration::from_secs(10);
+/// Stalled-subscriber warnings of every stream share one limit.
+static STALLED_WARNINGS: RateLimit = RateLimit::new(Duration::from_secs(10));
 
 /// The ringfeed service over one engine. Clones share the engine and registry.
 #[derive(Clone)]
@@ -41,6 +47,7 @@ pub struct Service {
     engine: Arc<Engine>,
     registry: Arc<Registry>,
     shutdown: watch::Receiver<bool>,
+    metrics: Arc<ServerMetrics>,
 }
 
 /// Connected subscription streams.
@@ -60,22 +67,68 @@ impl Registry {
 struct Registered {
     registry: Arc<Registry>,
     id: u64,
+    metrics: Arc<ServerMetrics>,
 }
 
 impl Drop for Registered {
     fn drop(&mut self) {
         self.registry.lock().remove(&self.id);
+        self.metrics.subscriber_disconnected();
+    }
+}
+
+impl Registered {
+    /// Tells the operator a client has stopped reading, what that costs and
+    /// what to do, at most once per 10 s over all streams.
+    fn warn_stalled(&self, waited: Duration) {
+        let Some(suppressed) = STALLED_WARNINGS.check() else {
+            return;
+        };
+        let (name, peer) = self
+            .registry
+            .lock()
+            .get(&self.id)
+            .map(|i| (i.client_name.clone(), i.peer.clone()))
+            .unwrap_or_default();
+        tracing::warn!(
+            suppressed,
+            "subscriber {name:?} at {peer} has read nothing for {} s; it holds a task and up to \
+             {SUBSCRIBER_QUEUE} queued responses (at most {} MiB), never the shards; it will stay \
+             connected and catch up from disk if it reads again: check or restart that client \
+             (`ringfeed status` lists subscribers)",
+            waited.as_secs(),
+            SUBSCRIBER_QUEUE * BATCH_BYTES >> 20
+        );
     }
 }
 
 impl Service {
     /// `shutdown` turning true ends every subscription stream (UNAVAILABLE).
-    pub fn new(engine: Arc<Engine>, shutdown: watch::Receiver<bool>) -> Service {
+    pub fn new(
+        engine: Arc<Engine>,
+        shutdown: watch::Receiver<bool>,
+        metrics: Arc<ServerMetrics>,
+    ) -> Service {
         Service {
             engine,
             registry: Arc::new(Registry::default()),
             shutdown,
+            metrics,
         }
+    }
+
+    pub fn metrics(&self) -> &Arc<ServerMetrics> {
+        &self.metrics
+    }
+
+    /// The largest lag among connected subscribers as of each one's last
+    /// response; 0 with none connected.
+    pub fn max_lag_seconds(&self) -> f64 {
+        self.registry
+            .lock()
+            .values()
+            .map(|s| s.lag_seconds)
+            .fold(0.0, f64::max)
     }
 
     async fn append_batch(&self, request: RawAppendRequest) -> Result<v1::AppendResponse, Status> {
@@ -265,10 +318,10 @@ impl RingFeed for Service {
             .map(|a| a.to_string())
             .unwrap_or_default();
         let r = request.into_inner();
-        let subscription = self
-            .engine
-            .subscribe(engine_request(&r)?)
-            .map_err(subscribe_status)?;
+        let subscription = self.engine.subscribe(engine_request(&r)?).map_err(|e| {
+            self.metrics.subscribe_failed(&e);
+            subscribe_status(e)
+        })?;
         let id = self.registry.next_id.fetch_add(1, AtomicOrdering::Relaxed);
         self.registry.lock().insert(
             id,
@@ -294,9 +347,11 @@ impl RingFeed for Service {
                 ..Default::default()
             },
         );
+        self.metrics.subscriber_connected();
         let registered = Registered {
             registry: self.registry.clone(),
             id,
+            metrics: self.metrics.clone(),
         };
         let heartbeat = r.heartbeats.then(|| {
             match r.heartbeat_interval_ms {
@@ -395,6 +450,7 @@ async fn run_subscriber(
                 if tx.send(Ok(beat)).await.is_err() {
                     return;
                 }
+                registered.metrics.heartbeat_sent();
                 continue;
             }
             _ = shutdown.changed() => {
@@ -407,6 +463,7 @@ async fn run_subscriber(
             Ok(Some(event)) => event,
             Ok(None) => return, // until_ns reached: the stream ends OK
             Err(e) => {
+                registered.metrics.subscribe_failed(&e);
                 let _ = tx.send(Err(subscribe_status(e))).await;
                 return;
             }
@@ -431,7 +488,9 @@ async fn run_subscriber(
                 }
             }
         }
-        sent += events.len() as u64;
+        let count = events.len();
+        sent += count as u64;
+        let lag = ((now_ns() - sub.watermark()).max(0) as f64 / 1e9).min(1e9);
         let cursor: Bytes = sub.cursor().to_bytes().into();
         let item = if events.len() == 1 {
             RawItem::Event(events.pop().expect("one event"))
@@ -441,20 +500,41 @@ async fn run_subscriber(
         if let Some(info) = registered.registry.lock().get_mut(&registered.id) {
             info.cursor = cursor.clone();
             info.events_sent = sent;
-            info.lag_seconds = ((now_ns() - sub.watermark()).max(0) as f64 / 1e9).min(1e9);
+            info.lag_seconds = lag;
         }
         let response = RawSubscribeResponse {
             cursor,
             item: Some(item),
         };
-        if tx.send(Ok(response)).await.is_err() {
+        let bytes = response.encoded_len();
+        if send_watched(&tx, response, &registered).await.is_err() {
             return;
         }
+        registered.metrics.events_sent(count, bytes, lag);
         if let Some(e) = failure {
+            registered.metrics.subscribe_failed(&e);
             let _ = tx.send(Err(subscribe_status(e))).await;
             return;
         }
     }
+}
+
+/// Sends one response; if the client has read nothing for [`STALLED_AFTER`]
+/// meanwhile, says so and goes on waiting.
+async fn send_watched(
+    tx: &mpsc::Sender<Result<RawSubscribeResponse, Status>>,
+    response: RawSubscribeResponse,
+    registered: &Registered,
+) -> Result<(), mpsc::error::SendError<Result<RawSubscribeResponse, Status>>> {
+    let mut send = std::pin::pin!(tx.send(Ok(response)));
+    tokio::select! {
+        // Biased: a send with room completes before any timer is armed.
+        biased;
+        sent = &mut send => return sent,
+        _ = tokio::time::sleep(STALLED_AFTER) => {}
+    }
+    registered.warn_stalled(STALLED_AFTER);
+    send.await
 }
 
 fn heartbeat_message(engine: &Engine, sub: &Subscription) -> RawSubscribeResponse {
