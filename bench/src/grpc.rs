@@ -135,6 +135,13 @@ async fn scrape(at: std::net::SocketAddr) -> Result<usize> {
     Ok(response.len())
 }
 
+/// `median (min-max)` of runs' events/s: the spread says how much of a ratio is noise.
+fn spread(runs: &[f64]) -> String {
+    let min = runs.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = runs.iter().copied().fold(0.0, f64::max);
+    format!("{:.0} ({min:.0}-{max:.0})", crate::median(runs.to_vec()))
+}
+
 /// Append throughput through a server without and with the metrics endpoint
 /// (scraped every `scrape_every`), over one engine, alternating `reps` times
 /// per batch size.
@@ -170,11 +177,11 @@ pub fn metrics_cost(
         let (measured, at) = start_server(&engine, true).await?;
         let at = at.expect("started with metrics");
         let duration = Duration::from_secs_f64(seconds);
-        println!("| batch | events/s without | events/s with | ratio with/without | p99 ack µs without | p99 ack µs with | scrapes | bytes/scrape |");
-        println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+        println!("| batch | events/s without: median (min-max) | events/s with: median (min-max) | ratio of medians with/without | p99 ack µs without | p99 ack µs with | scrapes | µs/scrape (median) | bytes/scrape |");
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for &batch in batches {
             let (mut off, mut on, mut p99_off, mut p99_on) = (vec![], vec![], vec![], vec![]);
-            let (mut scrapes, mut scraped) = (0u64, 0usize);
+            let (mut scrape_us, mut scraped) = (Vec::new(), 0usize);
             for rep in 0..reps {
                 // ABBA order, so a drift in the machine's load weighs on both sides.
                 for with_metrics in [rep % 2 == 1, rep % 2 == 0] {
@@ -187,29 +194,33 @@ pub fn metrics_cost(
                     }
                     let scraper = tokio::spawn(async move {
                         let mut every = tokio::time::interval(scrape_every);
-                        let (mut count, mut bytes) = (0u64, 0usize);
-                        while count as f64 * scrape_every.as_secs_f64() < seconds {
+                        let (mut took, mut bytes) = (Vec::new(), 0usize);
+                        while took.len() as f64 * scrape_every.as_secs_f64() < seconds {
                             every.tick().await;
+                            let t = Instant::now();
                             bytes = scrape(at).await?;
-                            count += 1;
+                            took.push(t.elapsed().as_secs_f64() * 1e6);
                         }
-                        Ok::<_, anyhow::Error>((count, bytes))
+                        Ok::<_, anyhow::Error>((took, bytes))
                     });
                     let (n, secs, hist) =
                         append_load(&measured, batch, clients, duration, event_bytes).await?;
                     on.push(n as f64 / secs);
                     p99_on.push(hist.value_at_quantile(0.99) as f64);
-                    let (count, bytes) = scraper.await??;
-                    scrapes += count;
+                    let (took, bytes) = scraper.await??;
+                    scrape_us.extend(took);
                     scraped = bytes;
                 }
             }
-            let (off, on) = (crate::median(off), crate::median(on));
             println!(
-                "| {batch} | {off:.0} | {on:.0} | {:.3} | {:.0} | {:.0} | {scrapes} | {scraped} |",
-                on / off,
+                "| {batch} | {} | {} | {:.3} | {:.0} | {:.0} | {} | {:.0} | {scraped} |",
+                spread(&off),
+                spread(&on),
+                crate::median(on.clone()) / crate::median(off.clone()),
                 crate::median(p99_off),
-                crate::median(p99_on)
+                crate::median(p99_on),
+                scrape_us.len(),
+                crate::median(scrape_us)
             );
         }
         Ok::<(), anyhow::Error>(())

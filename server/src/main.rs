@@ -198,7 +198,8 @@ fn print_report<T: serde::Serialize>(value: &T, json: bool, human: String) -> Re
 }
 
 /// Logs of `serve` go to stderr: stdout carries the lines tools parse
-/// (`listening on ADDR`).
+/// (`listening on ADDR`). Records of the `log` crate (glommio's warnings)
+/// are routed into the same output.
 fn init_logs(format: LogFormat, level: &str) -> Result<()> {
     use tracing_subscriber::EnvFilter;
     let filter = match std::env::var("RUST_LOG") {
