@@ -2,6 +2,10 @@
 //! (2 shards, 200-byte events): append throughput per batch size and client
 //! count; catch-up of one subscriber over a pre-loaded log; append-to-delivery
 //! latency of a live subscriber at a fixed, open-loop rate.
+//!
+//! `metrics-cost`: the same append load against two servers over one engine,
+//! one with the metrics endpoint scraped as it runs and one without,
+//! alternating; medians and their ratio.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,6 +17,7 @@ use ringfeed_engine::{Engine, EngineConfig};
 use ringfeed_proto::tonic::transport::Channel;
 use ringfeed_proto::v1::subscribe_request::Start;
 use ringfeed_proto::{v1, RingFeedClient, RingFeedServer};
+use ringfeed_server::metrics::Exporter;
 use ringfeed_server::service::Service;
 
 use crate::{fresh_dir, machine};
@@ -29,6 +34,203 @@ fn event(i: u64, payload: usize) -> v1::Event {
         }),
         ..Default::default()
     }
+}
+
+/// Serves `engine` on a free loopback port until the runtime stops; with
+/// `metrics`, also serves its metrics endpoint. Returns the gRPC URL and the
+/// endpoint's address.
+async fn start_server(
+    engine: &Arc<Engine>,
+    metrics: bool,
+) -> Result<(String, Option<std::net::SocketAddr>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    // The sender is dropped: the streams never see a shutdown.
+    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+    let service = Service::new(engine.clone(), stop_rx, Default::default());
+    let metrics_addr = if metrics {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let at = listener.local_addr()?;
+        let exporter = Exporter::new(engine.clone(), service.clone());
+        tokio::spawn(ringfeed_server::metrics::serve(
+            listener,
+            Arc::new(exporter),
+        ));
+        Some(at)
+    } else {
+        None
+    };
+    tokio::spawn(
+        ringfeed_proto::tonic::transport::Server::builder()
+            .add_service(RingFeedServer::new(service).max_decoding_message_size(80 << 20))
+            .serve_with_incoming(ringfeed_server::incoming(listener)),
+    );
+    Ok((format!("http://{addr}"), metrics_addr))
+}
+
+async fn connect(url: &str) -> Result<Client> {
+    RingFeedClient::connect(url.to_owned())
+        .await
+        .map_err(|e| anyhow!("{e}"))
+}
+
+/// `clients` clients appending `batch`-event requests in a closed loop for
+/// `duration`: events appended and ack latency in µs.
+async fn append_load(
+    url: &str,
+    batch: usize,
+    clients: usize,
+    duration: Duration,
+    event_bytes: usize,
+) -> Result<(u64, f64, Histogram<u64>)> {
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let mut client: Client = connect(url).await?;
+        tasks.push(tokio::spawn(async move {
+            let mut hist = Histogram::<u64>::new(3).unwrap();
+            let mut n = 0u64;
+            while started.elapsed() < duration {
+                let events = (0..batch)
+                    .map(|i| event(c as u64 * 1_000_000_000 + n + i as u64, event_bytes))
+                    .collect();
+                let t = Instant::now();
+                client
+                    .append(v1::AppendRequest {
+                        events,
+                        durability: 0,
+                    })
+                    .await
+                    .map_err(|e| anyhow!("{e}"))?;
+                hist.record(t.elapsed().as_micros() as u64).ok();
+                n += batch as u64;
+            }
+            Ok::<_, anyhow::Error>((n, hist))
+        }));
+    }
+    let mut total = 0;
+    let mut hist = Histogram::<u64>::new(3)?;
+    for t in tasks {
+        let (n, h) = t.await??;
+        total += n;
+        hist.add(&h)?;
+    }
+    Ok((total, started.elapsed().as_secs_f64(), hist))
+}
+
+/// Fetches /metrics over a fresh connection, as a scraper would; returns the body size.
+async fn scrape(at: std::net::SocketAddr) -> Result<usize> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(at).await?;
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+        .await?;
+    let mut response = Vec::new();
+    conn.read_to_end(&mut response).await?;
+    if !response.starts_with(b"HTTP/1.1 200") {
+        return Err(anyhow!(
+            "metrics endpoint: {}",
+            String::from_utf8_lossy(&response)
+        ));
+    }
+    Ok(response.len())
+}
+
+/// `median (min-max)` of runs' events/s: the spread says how much of a ratio is noise.
+fn spread(runs: &[f64]) -> String {
+    let min = runs.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = runs.iter().copied().fold(0.0, f64::max);
+    format!("{:.0} ({min:.0}-{max:.0})", crate::median(runs.to_vec()))
+}
+
+/// Append throughput through a server without and with the metrics endpoint
+/// (scraped every `scrape_every`), over one engine, alternating `reps` times
+/// per batch size.
+pub fn metrics_cost(
+    dir: &Path,
+    seconds: f64,
+    reps: usize,
+    batches: &[usize],
+    clients: usize,
+    event_bytes: usize,
+    scrape_every: Duration,
+) -> Result<()> {
+    fresh_dir(dir)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let engine = Arc::new(
+        Engine::open(EngineConfig {
+            data_dir: dir.to_path_buf(),
+            shards: 2,
+            ..EngineConfig::default()
+        })
+        .map_err(|e| anyhow!("{e}"))?,
+    );
+    println!(
+        "# metrics-cost: {}; {clients} gRPC clients, memory acks, {event_bytes}-byte events, {seconds} s per run, {reps} alternating runs per side; scrape every {} ms",
+        machine(),
+        scrape_every.as_millis()
+    );
+    runtime.block_on(async {
+        let (plain, _) = start_server(&engine, false).await?;
+        let (measured, at) = start_server(&engine, true).await?;
+        let at = at.expect("started with metrics");
+        let duration = Duration::from_secs_f64(seconds);
+        println!("| batch | events/s without: median (min-max) | events/s with: median (min-max) | ratio of medians with/without | p99 ack µs without | p99 ack µs with | scrapes | µs/scrape (median) | bytes/scrape |");
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for &batch in batches {
+            let (mut off, mut on, mut p99_off, mut p99_on) = (vec![], vec![], vec![], vec![]);
+            let (mut scrape_us, mut scraped) = (Vec::new(), 0usize);
+            for rep in 0..reps {
+                // ABBA order, so a drift in the machine's load weighs on both sides.
+                for with_metrics in [rep % 2 == 1, rep % 2 == 0] {
+                    if !with_metrics {
+                        let (n, secs, hist) =
+                            append_load(&plain, batch, clients, duration, event_bytes).await?;
+                        off.push(n as f64 / secs);
+                        p99_off.push(hist.value_at_quantile(0.99) as f64);
+                        continue;
+                    }
+                    let scraper = tokio::spawn(async move {
+                        let mut every = tokio::time::interval(scrape_every);
+                        let (mut took, mut bytes) = (Vec::new(), 0usize);
+                        while took.len() as f64 * scrape_every.as_secs_f64() < seconds {
+                            every.tick().await;
+                            let t = Instant::now();
+                            bytes = scrape(at).await?;
+                            took.push(t.elapsed().as_secs_f64() * 1e6);
+                        }
+                        Ok::<_, anyhow::Error>((took, bytes))
+                    });
+                    let (n, secs, hist) =
+                        append_load(&measured, batch, clients, duration, event_bytes).await?;
+                    on.push(n as f64 / secs);
+                    p99_on.push(hist.value_at_quantile(0.99) as f64);
+                    let (took, bytes) = scraper.await??;
+                    scrape_us.extend(took);
+                    scraped = bytes;
+                }
+            }
+            println!(
+                "| {batch} | {} | {} | {:.3} | {:.0} | {:.0} | {} | {:.0} | {scraped} |",
+                spread(&off),
+                spread(&on),
+                crate::median(on.clone()) / crate::median(off.clone()),
+                crate::median(p99_off),
+                crate::median(p99_on),
+                scrape_us.len(),
+                crate::median(scrape_us)
+            );
+        }
+        Ok::<(), anyhow::Error>(())
+    })?;
+    drop(runtime);
+    if let Ok(engine) = Arc::try_unwrap(engine) {
+        engine.shutdown().map_err(|e| anyhow!("{e}"))?;
+    }
+    std::fs::remove_dir_all(dir)?;
+    Ok(())
 }
 
 pub fn grpc(
@@ -56,51 +258,19 @@ pub fn grpc(
         machine()
     );
     runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let (_stop, stop_rx) = tokio::sync::watch::channel(false);
-        let service = Service::new(engine.clone(), stop_rx);
-        tokio::spawn(
-            ringfeed_proto::tonic::transport::Server::builder()
-                .add_service(RingFeedServer::new(service).max_decoding_message_size(80 << 20))
-                .serve_with_incoming(ringfeed_server::incoming(listener)),
-        );
-        let url = format!("http://{addr}");
-        let connect = || async { RingFeedClient::connect(url.clone()).await.map_err(|e| anyhow!("{e}")) };
-
+        let (url, _) = start_server(&engine, false).await?;
         println!("| append batch | clients | events/s | MB/s (payload) | p50 ack µs | p99 ack µs |");
         println!("|---:|---:|---:|---:|---:|---:|");
         for batch in [1usize, 64, 1024] {
             for clients in [1usize, 8] {
-                let duration = Duration::from_secs_f64(seconds);
-                let started = Instant::now();
-                let mut tasks = Vec::new();
-                for c in 0..clients {
-                    let mut client: Client = connect().await?;
-                    tasks.push(tokio::spawn(async move {
-                        let mut hist = Histogram::<u64>::new(3).unwrap();
-                        let mut n = 0u64;
-                        while started.elapsed() < duration {
-                            let events = (0..batch).map(|i| event(c as u64 * 1_000_000_000 + n + i as u64, event_bytes)).collect();
-                            let t = Instant::now();
-                            client
-                                .append(v1::AppendRequest { events, durability: 0 })
-                                .await
-                                .map_err(|e| anyhow!("{e}"))?;
-                            hist.record(t.elapsed().as_micros() as u64).ok();
-                            n += batch as u64;
-                        }
-                        Ok::<_, anyhow::Error>((n, hist))
-                    }));
-                }
-                let mut total = 0;
-                let mut hist = Histogram::<u64>::new(3)?;
-                for t in tasks {
-                    let (n, h) = t.await??;
-                    total += n;
-                    hist.add(&h)?;
-                }
-                let secs = started.elapsed().as_secs_f64();
+                let (total, secs, hist) = append_load(
+                    &url,
+                    batch,
+                    clients,
+                    Duration::from_secs_f64(seconds),
+                    event_bytes,
+                )
+                .await?;
                 println!(
                     "| {batch} | {clients} | {:.0} | {:.1} | {} | {} |",
                     total as f64 / secs,
@@ -112,7 +282,7 @@ pub fn grpc(
         }
 
         // Catch-up: pre-load, then one subscriber from the first pre-loaded event.
-        let mut client: Client = connect().await?;
+        let mut client: Client = connect(&url).await?;
         let mut first_ts = i64::MAX;
         let mut last_ts = 0;
         let mut n = 0;
@@ -172,7 +342,7 @@ pub fn grpc(
             .into_inner();
         let total = (rate as f64 * seconds.max(2.0)) as u64;
         let producer = {
-            let client: Client = connect().await?;
+            let client: Client = connect(&url).await?;
             tokio::spawn(async move {
                 let started = Instant::now();
                 for i in 0..total {

@@ -9,6 +9,9 @@
 //!   O_DIRECT + fdatasync figures of the same disk measured in the same run.
 //! * `subscribe-catchup`: one in-process subscriber catching up from segments
 //!   and from the ring, match-all and a 1% filter.
+//! * `grpc`, `metrics-cost`: see `grpc.rs`.
+//! * `profile-compare`: durable shard appends with the default configuration
+//!   and with a `ringfeed tune profile --write` file, alternating; medians.
 
 mod catchup;
 mod grpc;
@@ -178,6 +181,50 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         event_bytes: usize,
     },
+    /// Append throughput over gRPC without and with the metrics endpoint (scraped
+    /// while it runs), alternating; medians and their ratio.
+    MetricsCost {
+        #[arg(long, default_value = "./bench-scratch")]
+        dir: PathBuf,
+        /// Seconds per run.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// Runs per side and batch size.
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        /// Batch sizes (events per append).
+        #[arg(long, value_delimiter = ',', default_value = "1,64")]
+        batches: Vec<usize>,
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        #[arg(long, default_value_t = 200)]
+        event_bytes: usize,
+        /// Milliseconds between scrapes (Prometheus's default is 15000).
+        #[arg(long, default_value_t = 100)]
+        scrape_ms: u64,
+    },
+    /// Durable in-process appends with the default `serve` configuration and with
+    /// a config file (as `ringfeed tune profile --write` makes), alternating.
+    ProfileCompare {
+        #[arg(long, default_value = "./bench-scratch")]
+        dir: PathBuf,
+        /// The profile to compare with the defaults; its data_dir is replaced by --dir.
+        #[arg(long)]
+        config: PathBuf,
+        /// Batch sizes (events per append).
+        #[arg(long, value_delimiter = ',', default_value = "1,64")]
+        batches: Vec<usize>,
+        #[arg(long, default_value_t = 4)]
+        producers: usize,
+        /// Seconds per run.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// Runs per configuration and batch size.
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+        #[arg(long, default_value_t = 200)]
+        event_bytes: usize,
+    },
 }
 
 fn main() -> Result<()> {
@@ -284,7 +331,130 @@ fn main() -> Result<()> {
             }
             subscribers::fanout(&dir, subscribers, rate, seconds, event_bytes)
         }
+        Command::MetricsCost {
+            dir,
+            seconds,
+            reps,
+            batches,
+            clients,
+            event_bytes,
+            scrape_ms,
+        } => {
+            if seconds <= 0.0 || reps == 0 || batches.contains(&0) || clients == 0 || scrape_ms == 0
+            {
+                bail!("seconds, reps, batches, clients and scrape-ms must be positive");
+            }
+            grpc::metrics_cost(
+                &dir,
+                seconds,
+                reps,
+                &batches,
+                clients,
+                event_bytes,
+                Duration::from_millis(scrape_ms),
+            )
+        }
+        Command::ProfileCompare {
+            dir,
+            config,
+            batches,
+            producers,
+            seconds,
+            reps,
+            event_bytes,
+        } => {
+            if batches.contains(&0) || producers == 0 || seconds <= 0.0 || reps == 0 {
+                bail!("batches, producers, seconds and reps must be positive");
+            }
+            profile_compare(
+                &dir,
+                &config,
+                &batches,
+                producers,
+                Duration::from_secs_f64(seconds),
+                reps,
+                event_bytes,
+            )
+        }
     }
+}
+
+/// Durable appends under the configuration `serve` runs with by default and
+/// under `config`, alternating per repetition: median MB/s and p99 ack latency
+/// of each, and their ratios.
+fn profile_compare(
+    dir: &Path,
+    config: &Path,
+    batches: &[usize],
+    producers: usize,
+    duration: Duration,
+    reps: usize,
+    event_bytes: usize,
+) -> Result<()> {
+    use ringfeed_engine::{Durability, Engine, EngineConfig};
+    use ringfeed_server::config::FileConfig;
+    let data = dir.join("engine");
+    let engine_config = |file: FileConfig| -> Result<EngineConfig> {
+        Ok(EngineConfig {
+            data_dir: data.clone(),
+            ..file.resolve()?.engine
+        })
+    };
+    let sides = [
+        ("default", engine_config(FileConfig::default())?),
+        ("profile", engine_config(FileConfig::load(config)?)?),
+    ];
+    println!(
+        "# profile-compare: {}; {producers} producer threads (closed loop), durable acks, {event_bytes}-byte payloads, {:.1} s per run, {reps} alternating runs per side",
+        machine(),
+        duration.as_secs_f64()
+    );
+    for (name, c) in &sides {
+        println!(
+            "# {name}: shards {}, cpus {:?}, window {} KiB, ring {} MiB, max unflushed {} MiB, flush interval {} ms, segment {} MiB",
+            c.shards,
+            c.cpus,
+            c.window_bytes >> 10,
+            c.ring_bytes >> 20,
+            c.max_unflushed_bytes >> 20,
+            c.flush_interval.as_millis(),
+            c.segment_bytes >> 20
+        );
+    }
+    println!("| batch | MB/s default | MB/s profile | ratio | p99 ack µs default | p99 ack µs profile | ratio |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    for &batch in batches {
+        let mut mb_s = [Vec::new(), Vec::new()];
+        let mut p99 = [Vec::new(), Vec::new()];
+        for rep in 0..reps {
+            // ABBA order, so a drift in the machine's load weighs on both sides.
+            let order = if rep % 2 == 0 { [0, 1] } else { [1, 0] };
+            for side in order {
+                let _ = std::fs::remove_dir_all(&data);
+                let engine = Engine::open(sides[side].1.clone())?;
+                let run = run_appends(
+                    &engine,
+                    batch,
+                    producers,
+                    duration,
+                    event_bytes,
+                    Durability::Durable,
+                )?;
+                engine.shutdown()?;
+                mb_s[side].push(run.bytes as f64 / run.elapsed.as_secs_f64() / 1e6);
+                p99[side].push(run.latency.value_at_quantile(0.99) as f64);
+            }
+        }
+        let [mb_default, mb_profile] = mb_s.map(median);
+        let [p99_default, p99_profile] = p99.map(median);
+        println!(
+            "| {batch} | {mb_default:.1} | {mb_profile:.1} | {:.2} | {p99_default:.0} | {p99_profile:.0} | {:.2} |",
+            mb_profile / mb_default,
+            p99_profile / p99_default
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(())
 }
 
 /// Runs `f` on a fresh, unpinned glommio executor and returns its result.

@@ -21,7 +21,9 @@ use event_listener::Event;
 
 use crate::clock::Clock;
 use crate::event::{AppendError, Durability, Position};
+use crate::latency::LatencyHistogram;
 use crate::log::{ChunkImage, Log, LogConfig, RecoveryReport};
+use crate::rate_limit::RateLimit;
 use crate::record;
 use crate::retention::RetentionPolicy;
 use crate::ring::{Ring, RingView};
@@ -30,6 +32,12 @@ use crate::watermark::Watermarks;
 use crate::RecoveryError;
 
 pub(crate) type Reply<T> = flume::Sender<T>;
+
+/// An fdatasync slower than this is worth a warning: a healthy SSD syncs in
+/// well under a millisecond, and durable acks wait for it.
+const SLOW_FSYNC: Duration = Duration::from_millis(100);
+/// Slow-fsync warnings of every shard share one limit.
+static SLOW_FSYNC_WARNINGS: RateLimit = RateLimit::new(Duration::from_secs(10));
 
 pub(crate) enum Command {
     Append {
@@ -77,11 +85,15 @@ pub struct ShardShared {
     pub(crate) kick: crate::kick::KickTarget,
 }
 
-/// Counters of a shard's work, for status and benchmarks.
+/// Counters of a shard's work, for metrics and benchmarks. Relaxed atomics,
+/// written by the shard's own core only: the append path pays an uncontended
+/// add per batch, never a lock.
 #[derive(Debug, Default)]
 pub struct ShardStats {
     /// Events stamped and made visible.
     pub appended: std::sync::atomic::AtomicU64,
+    /// Framed record bytes of those events.
+    pub appended_bytes: std::sync::atomic::AtomicU64,
     /// Time the command loop spent in the non-yielding stamp-and-publish step, in nanoseconds.
     pub append_ns: std::sync::atomic::AtomicU64,
     /// Commands found waiting by the idle timer instead of delivered by their wake-up.
@@ -92,6 +104,13 @@ pub struct ShardStats {
     pub bytes: std::sync::atomic::AtomicU64,
     /// Time spent writing and syncing, in nanoseconds.
     pub busy_ns: std::sync::atomic::AtomicU64,
+    /// Each flush round: its chunk writes and the fdatasync after them.
+    pub flush_latency: LatencyHistogram,
+    /// The fdatasync that ends each flush round, alone.
+    pub fsync_latency: LatencyHistogram,
+    /// Failed writes and syncs. Each one latches the shard, so this is 0 or 1
+    /// until the engine is reopened.
+    pub io_errors: std::sync::atomic::AtomicU64,
 }
 
 impl ShardShared {
@@ -412,6 +431,10 @@ async fn append(
         .fetch_add(positions.len() as u64, Ordering::Relaxed);
     shared
         .stats
+        .appended_bytes
+        .fetch_add(records.len() as u64, Ordering::Relaxed);
+    shared
+        .stats
         .append_ns
         .fetch_add(step.elapsed().as_nanos() as u64, Ordering::Relaxed);
     let window_full = st.ring.unflushed_bytes() >= config.window_bytes;
@@ -478,10 +501,20 @@ async fn flusher<S: Storage>(
                 .collect();
             let started = Instant::now();
             let result = match log.append_chunks(&images).await {
-                Ok(()) => log.sync().await,
+                Ok(()) => {
+                    let syncing = Instant::now();
+                    let synced = log.sync().await;
+                    let fsync = syncing.elapsed();
+                    shared.stats.fsync_latency.record(fsync);
+                    if fsync >= SLOW_FSYNC {
+                        warn_slow_fsync(shared.id, fsync);
+                    }
+                    synced
+                }
                 Err(e) => Err(e),
             };
             let stats = &shared.stats;
+            stats.flush_latency.record(started.elapsed());
             stats.rounds.fetch_add(1, Ordering::Relaxed);
             stats.bytes.fetch_add(
                 plan.iter().map(|r| (r.to - r.from) as u64).sum(),
@@ -507,7 +540,15 @@ async fn flusher<S: Storage>(
                     }
                 }
                 Err(e) => {
+                    shared.stats.io_errors.fetch_add(1, Ordering::Relaxed);
                     let cause = e.to_string();
+                    tracing::error!(
+                        shard = shared.id,
+                        %cause,
+                        "shard {} stopped on an I/O error: it acknowledges nothing more until the \
+                         server restarts; check the disk (dmesg, SMART) before restarting",
+                        shared.id
+                    );
                     *shared.latched.lock().unwrap_or_else(|p| p.into_inner()) = Some(cause.clone());
                     st.latched = Some(cause.clone());
                     for waiter in st.waiters.drain(..) {
@@ -539,6 +580,22 @@ async fn flusher<S: Storage>(
     let waiters: Vec<_> = state.borrow_mut().waiters.drain(..).collect();
     for waiter in waiters {
         waiter.reply.send_err(AppendError::ShutDown);
+    }
+}
+
+/// Tells the operator the disk is slow and what to look at, at most once per
+/// 10 s over all shards.
+fn warn_slow_fsync(shard: u32, took: Duration) {
+    if let Some(suppressed) = SLOW_FSYNC_WARNINGS.check() {
+        tracing::warn!(
+            shard,
+            fsync_ms = took.as_millis() as u64,
+            suppressed,
+            "disk is slow: fdatasync on shard {shard} took {} ms, and durable acks wait for it; \
+             check the disk's load and health (iostat -x, dmesg), that the data dir is on a \
+             local SSD rather than a network or shared volume, and `ringfeed tune calibrate`",
+            took.as_millis()
+        );
     }
 }
 

@@ -1,11 +1,12 @@
 //! The ringfeed server: the gRPC service over the engine, its configuration,
-//! and the command-line client.
+//! its metrics endpoint, and the command-line client.
 
 #![deny(unsafe_code)]
 
 pub mod cli_client;
 pub mod client;
 pub mod config;
+pub mod metrics;
 pub mod registry;
 pub mod sender;
 pub mod service;

@@ -15,6 +15,7 @@ use ringfeed_engine::storage::DmaStorage;
 use ringfeed_engine::{Engine, Log, LogConfig};
 use ringfeed_proto::RingFeedServer;
 use ringfeed_server::config::{FileConfig, ServerConfig, DEFAULT_DATA_DIR};
+use ringfeed_server::metrics::Exporter;
 use ringfeed_server::service::Service;
 
 #[derive(Parser)]
@@ -33,7 +34,8 @@ enum Command {
     /// Run the server: open (and recover) the data dir, serve gRPC until SIGINT/SIGTERM,
     /// then stop accepting, flush, sync and exit 0.
     ///
-    /// Prints `listening on ADDR` once it accepts connections.
+    /// Prints `listening on ADDR` once it accepts connections (then `metrics on
+    /// http://ADDR/metrics` with --metrics-listen). Logs go to stderr.
     Serve {
         /// Where the logs live; created if missing [default: ./ringfeed-data].
         #[arg(long)]
@@ -47,6 +49,15 @@ enum Command {
         /// A TOML file with any engine and server setting (see README); flags override it.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Serve Prometheus metrics at http://ADDR/metrics; port 0 picks a free port [default: off].
+        #[arg(long)]
+        metrics_listen: Option<String>,
+        /// Log lines as plain text or as one JSON object each.
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
+        /// Least severe level logged; RUST_LOG, when set, overrides it.
+        #[arg(long, default_value = "info", value_parser = ["error", "warn", "info", "debug", "trace", "off"])]
+        log_level: String,
     },
     /// Append events (from flags, or JSON lines on stdin) and print their positions.
     Append(ringfeed_server::cli_client::AppendArgs),
@@ -67,6 +78,12 @@ enum Command {
         #[arg(long, default_value = DEFAULT_DATA_DIR)]
         data_dir: PathBuf,
     },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -106,7 +123,11 @@ fn main() -> std::process::ExitCode {
             listen,
             shards,
             config,
-        } => serve_command(data_dir, listen, shards, config),
+            metrics_listen,
+            log_format,
+            log_level,
+        } => init_logs(log_format, &log_level)
+            .and_then(|()| serve_command(data_dir, listen, shards, config, metrics_listen)),
         Command::Append(args) => client(ringfeed_server::cli_client::append(args)),
         Command::Tail(args) => client(ringfeed_server::cli_client::tail(args)),
         Command::Status(args) => client(ringfeed_server::cli_client::status(args)),
@@ -179,11 +200,34 @@ fn print_report<T: serde::Serialize>(value: &T, json: bool, human: String) -> Re
     Ok(())
 }
 
+/// Logs of `serve` go to stderr: stdout carries the lines tools parse
+/// (`listening on ADDR`). Records of the `log` crate (glommio's warnings)
+/// are routed into the same output.
+fn init_logs(format: LogFormat, level: &str) -> Result<()> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(spec) if !spec.trim().is_empty() => {
+            EnvFilter::try_new(&spec).with_context(|| format!("RUST_LOG={spec}"))?
+        }
+        _ => EnvFilter::try_new(level).with_context(|| format!("--log-level {level}"))?,
+    };
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false);
+    match format {
+        LogFormat::Text => logs.try_init(),
+        LogFormat::Json => logs.json().try_init(),
+    }
+    .map_err(|e| anyhow::anyhow!("starting the log: {e}"))
+}
+
 fn serve_command(
     data_dir: Option<PathBuf>,
     listen: Option<String>,
     shards: Option<u32>,
     config: Option<PathBuf>,
+    metrics_listen: Option<String>,
 ) -> Result<()> {
     let mut file = match &config {
         Some(path) => FileConfig::load(path)?,
@@ -192,6 +236,7 @@ fn serve_command(
     file.data_dir = data_dir.or(file.data_dir);
     file.listen = listen.or(file.listen);
     file.shards = shards.or(file.shards);
+    file.metrics_listen = metrics_listen.or(file.metrics_listen);
     serve(file.resolve()?)
 }
 
@@ -230,9 +275,30 @@ fn serve(config: ServerConfig) -> Result<()> {
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
         let addr = listener.local_addr()?;
+        let metrics = match &config.metrics_listen {
+            Some(at) => Some(
+                tokio::net::TcpListener::bind(at)
+                    .await
+                    .with_context(|| format!("metrics: listening on {at}"))?,
+            ),
+            None => None,
+        };
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let service =
-            Service::with_limits(engine.clone(), stop_rx.clone(), config.subscribers.clone());
+        let service = Service::with_limits(
+            engine.clone(),
+            stop_rx.clone(),
+            config.subscribers.clone(),
+            Arc::default(),
+        );
+        let metrics_addr = match metrics {
+            Some(listener) => {
+                let at = listener.local_addr()?;
+                let exporter = Exporter::new(engine.clone(), service.clone());
+                tokio::spawn(ringfeed_server::metrics::serve(listener, Arc::new(exporter)));
+                Some(at)
+            }
+            None => None,
+        };
         let (health, health_service) = tonic_health::server::health_reporter();
         health.set_serving::<RingFeedServer<Service>>().await;
         // Room for the largest batch the engine accepts, plus framing.
@@ -242,9 +308,7 @@ fn serve(config: ServerConfig) -> Result<()> {
             .max_encoding_message_size(max_message);
         let signal = async move {
             wait_for_signal().await;
-            eprintln!(
-                "ringfeed: stopping: no new connections; ending streams, then flush and sync"
-            );
+            tracing::info!("stopping: no new connections; ending streams, then flush and sync");
             let _ = stop_tx.send(true);
         };
         let server = tonic::transport::Server::builder()
@@ -260,6 +324,9 @@ fn serve(config: ServerConfig) -> Result<()> {
             data_dir.display()
         );
         println!("listening on {addr}");
+        if let Some(at) = metrics_addr {
+            println!("metrics on http://{at}/metrics");
+        }
         // Clients that keep a stream open past shutdown get 10 s to let go.
         let mut stopping = stop_rx;
         let grace = async move {
@@ -268,7 +335,7 @@ fn serve(config: ServerConfig) -> Result<()> {
         };
         tokio::select! {
             result = server => result.context("serving")?,
-            _ = grace => eprintln!("ringfeed: clients still connected after 10 s; closing anyway"),
+            _ = grace => tracing::warn!("clients still connected 10 s after shutdown began; closing their streams anyway"),
         }
         Ok(())
     });

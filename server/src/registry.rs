@@ -123,8 +123,8 @@ impl Registry {
 
 impl Registered {
     /// Updates what `ListSubscribers` shows for this stream.
-    pub fn update(&self, f: impl FnOnce(&mut SubscriberInfo)) {
-        f(&mut lock(&self.info));
+    pub fn update<T>(&self, f: impl FnOnce(&mut SubscriberInfo) -> T) -> T {
+        f(&mut lock(&self.info))
     }
 
     /// Completes when a newer epoch of the same client replaced this stream.

@@ -19,16 +19,18 @@
 //!   Places and bytes are acquired before reading, so waiting holds no
 //!   memory; a cancelled or superseded stream drops what it holds or waits for.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ringfeed_engine::{Delivered, Engine, RawChunk, Step, SubscribeError, Subscription};
+use ringfeed_engine::{Delivered, Engine, RateLimit, RawChunk, Step, SubscribeError, Subscription};
 use ringfeed_proto::bytes::Bytes;
-use ringfeed_proto::tonic::Status;
+use ringfeed_proto::prost::Message;
+use ringfeed_proto::tonic::{Code, Status};
 use ringfeed_proto::{v1, RawEventBatch, RawEventMessage, RawItem, RawSubscribeResponse};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
+use crate::metrics::ServerMetrics;
 use crate::registry::{Registered, SUPERSEDED};
 use crate::service::now_ns;
 
@@ -69,6 +71,10 @@ impl Default for SubscriberLimits {
     }
 }
 
+/// A client that has read nothing for this long gets a warning in the log.
+const STALLED_AFTER: Duration = Duration::from_secs(10);
+static STALLED_WARNINGS: RateLimit = RateLimit::new(Duration::from_secs(10));
+
 /// Budget units are KiB, so a u32 permit count covers any budget.
 const UNIT: usize = 1024;
 
@@ -77,33 +83,31 @@ pub(crate) struct Admission {
     readers: Arc<Semaphore>,
     bytes: Arc<Semaphore>,
     budget_units: usize,
-    /// Streams waiting for a place or for bytes, and streams holding a place.
-    pub waiting: AtomicI64,
-    pub admitted: AtomicI64,
+    /// Counts streams waiting for a place or for bytes, and holding a place.
+    metrics: Arc<ServerMetrics>,
 }
 
 impl Admission {
-    pub fn new(limits: &SubscriberLimits) -> Admission {
+    pub fn new(limits: &SubscriberLimits, metrics: Arc<ServerMetrics>) -> Admission {
         let budget_units = limits.backlog_budget_bytes.div_ceil(UNIT).max(1);
         Admission {
             readers: Arc::new(Semaphore::new(limits.backlog_readers.max(1))),
             bytes: Arc::new(Semaphore::new(budget_units)),
             budget_units,
-            waiting: AtomicI64::new(0),
-            admitted: AtomicI64::new(0),
+            metrics,
         }
     }
 
     /// Waits for a backlog reader's place.
     async fn place(self: &Arc<Self>) -> Place {
-        let _waiting = Waiting::up(&self.waiting);
+        let _waiting = Waiting::new(&self.metrics);
         let permit = self
             .readers
             .clone()
             .acquire_owned()
             .await
             .expect("the semaphore is never closed");
-        self.admitted.fetch_add(1, AtomicOrdering::Relaxed);
+        self.metrics.backlog_reader_admitted();
         Place {
             _permit: permit,
             admission: self.clone(),
@@ -113,7 +117,7 @@ impl Admission {
     /// Waits until `bytes` (at most the whole budget) are free to read.
     async fn bytes(&self, bytes: usize) -> OwnedSemaphorePermit {
         let units = bytes.div_ceil(UNIT).clamp(1, self.budget_units) as u32;
-        let _waiting = Waiting::up(&self.waiting);
+        let _waiting = Waiting::new(&self.metrics);
         self.bytes
             .clone()
             .acquire_many_owned(units)
@@ -130,25 +134,39 @@ struct Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        self.admission
-            .admitted
-            .fetch_sub(1, AtomicOrdering::Relaxed);
+        self.admission.metrics.backlog_reader_finished();
     }
 }
 
 /// Counts a waiter for as long as it waits.
-struct Waiting<'a>(&'a AtomicI64);
+struct Waiting<'a>(&'a ServerMetrics);
 
 impl<'a> Waiting<'a> {
-    fn up(gauge: &'a AtomicI64) -> Waiting<'a> {
-        gauge.fetch_add(1, AtomicOrdering::Relaxed);
-        Waiting(gauge)
+    fn new(metrics: &'a ServerMetrics) -> Waiting<'a> {
+        metrics.backlog_reader_waiting();
+        Waiting(metrics)
     }
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, AtomicOrdering::Relaxed);
+        self.0.backlog_reader_stopped_waiting();
+    }
+}
+
+/// Counts a connected stream for as long as its sender lives.
+pub(crate) struct Connected(Arc<ServerMetrics>);
+
+impl Connected {
+    pub fn new(metrics: Arc<ServerMetrics>) -> Connected {
+        metrics.subscriber_connected();
+        Connected(metrics)
+    }
+}
+
+impl Drop for Connected {
+    fn drop(&mut self) {
+        self.0.subscriber_disconnected();
     }
 }
 
@@ -173,6 +191,7 @@ pub(crate) struct Sender {
     pub registered: Registered,
     /// Events queued so far (shown by ListSubscribers).
     pub sent: AtomicU64,
+    pub metrics: Connected,
 }
 
 /// Why a stream stopped before its end.
@@ -208,6 +227,9 @@ impl Sender {
         };
         // The feed (with any backlog place or bytes it held) is gone by now.
         if let Err(Stop::Failed(status)) = outcome {
+            if status.code() == Code::OutOfRange {
+                self.metrics.0.out_of_range();
+            }
             let _ = self.tx.send((Err(status), None)).await;
         }
     }
@@ -342,16 +364,55 @@ impl Sender {
         let events = match &item {
             RawItem::Event(_) => 1,
             RawItem::Batch(b) => b.events.len() as u64,
-            _ => 0,
+            RawItem::Chunk(c) => u64::from(c.record_count),
+            RawItem::Heartbeat(_) => {
+                self.metrics.0.heartbeat_sent();
+                0
+            }
+            RawItem::ChunkModeEnd(_) => 0,
         };
         let sent = self.sent.fetch_add(events, AtomicOrdering::Relaxed) + events;
         let cursor: Bytes = sub.cursor().to_bytes().into();
         show(&self.registered, sub, &cursor, mode, sent);
         let response = RawSubscribeResponse::new(cursor, item);
-        self.tx
-            .send((Ok(response), permit))
-            .await
-            .map_err(|_| Stop::Gone)
+        let bytes = response.encoded_len();
+        let lag = ((now_ns() - sub.watermark()).max(0) as f64 / 1e9).min(1e9);
+        let mut send = std::pin::pin!(self.tx.send((Ok(response), permit)));
+        let sent = tokio::select! {
+            // Biased: a send with room completes before any timer is armed.
+            biased;
+            sent = &mut send => sent,
+            _ = tokio::time::sleep(STALLED_AFTER) => {
+                self.warn_stalled();
+                send.await
+            }
+        };
+        sent.map_err(|_| Stop::Gone)?;
+        if events > 0 {
+            self.metrics.0.events_sent(events as usize, bytes, lag);
+        }
+        Ok(())
+    }
+
+    /// Tells the operator a client has stopped reading, what that costs and
+    /// what to do, at most once per 10 s over all streams.
+    fn warn_stalled(&self) {
+        let Some(suppressed) = STALLED_WARNINGS.check() else {
+            return;
+        };
+        let (name, peer) = self
+            .registered
+            .update(|i| (i.client_name.clone(), i.peer.clone()));
+        tracing::warn!(
+            suppressed,
+            "subscriber {name:?} at {peer} has read nothing for {} s; it holds a task and up to \
+             {} queued responses (views of stored records, at most {} KiB each), never the shards; \
+             it stays connected and catches up if it reads again: check or restart that client \
+             (`ringfeed subscribers` lists them)",
+            STALLED_AFTER.as_secs(),
+            self.limits.queue_responses,
+            self.limits.batch_max_bytes.max(self.limits.chunk_max_bytes) >> 10
+        );
     }
 }
 

@@ -22,8 +22,9 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 
+use crate::metrics::ServerMetrics;
 use crate::registry::Registry;
-use crate::sender::{Admission, Sender, StreamOptions, SubscriberLimits};
+use crate::sender::{Admission, Connected, Sender, StreamOptions, SubscriberLimits};
 
 /// Responses queued per append stream before it waits on the client.
 const APPEND_QUEUE: usize = 16;
@@ -39,12 +40,17 @@ pub struct Service {
     limits: Arc<SubscriberLimits>,
     admission: Arc<Admission>,
     shutdown: watch::Receiver<bool>,
+    metrics: Arc<ServerMetrics>,
 }
 
 impl Service {
     /// `shutdown` turning true ends every subscription stream (UNAVAILABLE).
-    pub fn new(engine: Arc<Engine>, shutdown: watch::Receiver<bool>) -> Service {
-        Service::with_limits(engine, shutdown, SubscriberLimits::default())
+    pub fn new(
+        engine: Arc<Engine>,
+        shutdown: watch::Receiver<bool>,
+        metrics: Arc<ServerMetrics>,
+    ) -> Service {
+        Service::with_limits(engine, shutdown, SubscriberLimits::default(), metrics)
     }
 
     /// A service whose subscription streams are paced and admitted per `limits`.
@@ -52,14 +58,30 @@ impl Service {
         engine: Arc<Engine>,
         shutdown: watch::Receiver<bool>,
         limits: SubscriberLimits,
+        metrics: Arc<ServerMetrics>,
     ) -> Service {
         Service {
             engine,
             registry: Arc::new(Registry::default()),
-            admission: Arc::new(Admission::new(&limits)),
+            admission: Arc::new(Admission::new(&limits, metrics.clone())),
             limits: Arc::new(limits),
             shutdown,
+            metrics,
         }
+    }
+
+    pub fn metrics(&self) -> &Arc<ServerMetrics> {
+        &self.metrics
+    }
+
+    /// The largest lag among connected subscribers as of each one's last
+    /// response; 0 with none connected.
+    pub fn max_lag_seconds(&self) -> f64 {
+        self.registry
+            .list()
+            .iter()
+            .map(|s| s.lag_seconds)
+            .fold(0.0, f64::max)
     }
 
     async fn append_batch(&self, request: RawAppendRequest) -> Result<v1::AppendResponse, Status> {
@@ -245,11 +267,11 @@ impl RingFeed for Service {
             .map(|a| a.to_string())
             .unwrap_or_default();
         let r = request.into_inner();
-        let subscription = self
-            .engine
-            .subscribe(engine_request(&r)?)
-            .map_err(subscribe_status)?;
-        let (registered, _superseded) = self.registry.register(v1::SubscriberInfo {
+        let subscription = self.engine.subscribe(engine_request(&r)?).map_err(|e| {
+            self.metrics.subscribe_failed(&e);
+            subscribe_status(e)
+        })?;
+        let registration = self.registry.register(v1::SubscriberInfo {
             client_name: r.client_name.clone(),
             client_id: r.client_id,
             client_epoch: r.client_epoch,
@@ -265,7 +287,12 @@ impl RingFeed for Service {
             signature: r.signature,
             ordering: r.ordering,
             ..Default::default()
-        })?;
+        });
+        let (registered, superseded) =
+            registration.inspect_err(|_| self.metrics.subscriber_refused())?;
+        if superseded.is_some() {
+            self.metrics.subscriber_superseded();
+        }
         let options = StreamOptions {
             batching: r.batching,
             heartbeat: r.heartbeats.then(|| {
@@ -285,6 +312,7 @@ impl RingFeed for Service {
             tx,
             registered,
             sent: Default::default(),
+            metrics: Connected::new(self.metrics.clone()),
         };
         tokio::spawn(sender.run(subscription, options, self.shutdown.clone()));
         // A response's backlog bytes are given back as tonic takes it.

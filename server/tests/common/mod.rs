@@ -31,7 +31,8 @@ impl TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stop_rx) = watch::channel(false);
-        let service = Service::with_limits(engine.clone(), stop_rx.clone(), limits);
+        let service =
+            Service::with_limits(engine.clone(), stop_rx.clone(), limits, Default::default());
         let mut stopping = stop_rx;
         let task = tokio::spawn(async move {
             ringfeed_proto::tonic::transport::Server::builder()

@@ -6,7 +6,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -19,6 +19,11 @@ pub struct Server {
     pid: u32,
     /// HOST:PORT from the server's `listening on` line.
     pub addr: String,
+    /// HOST:PORT from the `metrics on http://HOST:PORT/metrics` line, if
+    /// started with `--metrics-listen`.
+    pub metrics: Option<String>,
+    /// What the server wrote to stderr so far, line by line.
+    pub stderr: Arc<Mutex<Vec<String>>>,
     exited: mpsc::Receiver<ExitStatus>,
     stopped: bool,
 }
@@ -27,16 +32,27 @@ impl Server {
     /// Starts a server over `data_dir` with `shards` shards and waits for
     /// its `listening on HOST:PORT` line.
     pub fn start(data_dir: &Path, shards: u32) -> Server {
-        Server::start_on(data_dir, shards, "127.0.0.1:0")
+        Server::start_with(data_dir, shards, &[])
     }
 
     /// [`Server::start`] on a given address (to restart on the same port).
     pub fn start_on(data_dir: &Path, shards: u32, listen: &str) -> Server {
+        Server::spawn(data_dir, shards, listen, &[])
+    }
+
+    /// [`Server::start`] with more `serve` flags; with `--metrics-listen` it
+    /// also waits for the `metrics on` line.
+    pub fn start_with(data_dir: &Path, shards: u32, flags: &[&str]) -> Server {
+        Server::spawn(data_dir, shards, "127.0.0.1:0", flags)
+    }
+
+    fn spawn(data_dir: &Path, shards: u32, listen: &str, flags: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ringfeed"))
             .arg("serve")
             .arg("--data-dir")
             .arg(data_dir)
             .args(["--listen", listen, "--shards", &shards.to_string()])
+            .args(flags)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -46,6 +62,7 @@ impl Server {
         let stdout = child.stdout.take().expect("stdout");
         let stderr = child.stderr.take().expect("stderr");
         let (addr_tx, addr_rx) = mpsc::channel();
+        let (metrics_tx, metrics_rx) = mpsc::channel();
         // Keep draining both pipes for the server's whole life so it never
         // blocks on a full pipe; what it says shows up when the test fails.
         std::thread::spawn(move || {
@@ -54,23 +71,36 @@ impl Server {
                 if let Some(addr) = line.strip_prefix("listening on ") {
                     let _ = addr_tx.send(addr.trim().to_owned());
                 }
+                if let Some(url) = line.strip_prefix("metrics on http://") {
+                    let _ = metrics_tx.send(url.trim().trim_end_matches("/metrics").to_owned());
+                }
             }
         });
+        let stderr_lines = Arc::new(Mutex::new(Vec::new()));
+        let lines = stderr_lines.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 eprintln!("server: {line}");
+                lines.lock().unwrap().push(line);
             }
         });
         let exited = wait_in_background(child);
         let mut server = Server {
             pid,
             addr: String::new(),
+            metrics: None,
+            stderr: stderr_lines,
             exited,
             stopped: false,
         };
         server.addr = addr_rx.recv_timeout(STARTUP).unwrap_or_else(|_| {
             panic!("no `listening on` line from the server within {STARTUP:?}")
         });
+        if flags.contains(&"--metrics-listen") {
+            server.metrics = Some(metrics_rx.recv_timeout(STARTUP).unwrap_or_else(|_| {
+                panic!("no `metrics on` line from the server within {STARTUP:?}")
+            }));
+        }
         server
     }
 

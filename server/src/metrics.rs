@@ -1,0 +1,485 @@
+//! The Prometheus endpoint (`serve --metrics-listen ADDR`, `GET /metrics`) and
+//! the server-level counters behind it.
+//!
+//! Shard gauges (watermarks, memory, latch) and the process's RSS and open
+//! fds are read when a scrape comes, so the append path pays nothing for
+//! them; the shard counters and histograms are the engine's relaxed atomics
+//! ([`ringfeed_engine::ShardStats`]). Every name starts with `ringfeed_`, and
+//! the only label is `shard`, bounded by the shard count: nothing a client
+//! sends (names, peers, paths) ever becomes a label, so the number of series
+//! is fixed by the configuration.
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use ringfeed_engine::{Engine, LatencySnapshot, SubscribeError};
+use ringfeed_proto::bytes::Bytes;
+
+use crate::service::Service;
+
+/// Server-level metrics, shared by every subscription task (`Arc`). Each
+/// update is one atomic add, except the lag histogram's short lock per
+/// response sent (not per event).
+#[derive(Debug)]
+pub struct ServerMetrics {
+    /// Subscription streams open now: +1 when a stream is registered, -1 when
+    /// its task ends, however it ends.
+    subscribers_connected: Gauge,
+    /// Streams ended because their client connected again (same name and id,
+    /// newer epoch): counted where the registry supersedes the older stream.
+    subscribers_superseded: Counter,
+    /// Subscribe calls refused with ALREADY_EXISTS: the same client (name
+    /// and id) is connected with an equal or higher epoch.
+    subscribers_refused: Counter,
+    /// Subscriptions answered OUT_OF_RANGE (a cursor or `since_ns` below the
+    /// oldest retained event), at open or mid-stream.
+    subscribers_out_of_range: Counter,
+    /// Subscriptions reading their backlog from segments now, and those
+    /// waiting to be admitted to: moved by the backlog admission gate.
+    backlog_admitted: Gauge,
+    backlog_waiting: Gauge,
+    events_sent: Counter,
+    /// Encoded bytes of the event responses sent.
+    bytes_sent: Counter,
+    heartbeats_sent: Counter,
+    /// How far behind the newest event a subscriber was when a response went
+    /// out: wall clock minus the subscription's merged watermark.
+    lag_at_send: Histogram,
+}
+
+impl Default for ServerMetrics {
+    fn default() -> Self {
+        ServerMetrics {
+            subscribers_connected: Gauge::default(),
+            subscribers_superseded: Counter::default(),
+            subscribers_refused: Counter::default(),
+            subscribers_out_of_range: Counter::default(),
+            backlog_admitted: Gauge::default(),
+            backlog_waiting: Gauge::default(),
+            events_sent: Counter::default(),
+            bytes_sent: Counter::default(),
+            heartbeats_sent: Counter::default(),
+            // 1 ms to about 17 min: live tails sit at the bottom, catch-ups climb.
+            lag_at_send: Histogram::new(exponential_buckets(0.001, 4.0, 11)),
+        }
+    }
+}
+
+impl ServerMetrics {
+    pub fn subscriber_connected(&self) {
+        self.subscribers_connected.inc();
+    }
+
+    pub fn subscriber_disconnected(&self) {
+        self.subscribers_connected.dec();
+    }
+
+    pub fn subscriber_superseded(&self) {
+        self.subscribers_superseded.inc();
+    }
+
+    pub fn subscriber_refused(&self) {
+        self.subscribers_refused.inc();
+    }
+
+    /// Counts what a failed subscription tells about the server's state;
+    /// only a cursor below retention is counted today.
+    pub fn subscribe_failed(&self, error: &SubscribeError) {
+        if let SubscribeError::BelowRetention { .. } = error {
+            self.out_of_range();
+        }
+    }
+
+    /// A stream ended with OUT_OF_RANGE (retention overtook it).
+    pub fn out_of_range(&self) {
+        self.subscribers_out_of_range.inc();
+    }
+
+    pub fn backlog_reader_admitted(&self) {
+        self.backlog_admitted.inc();
+    }
+
+    pub fn backlog_reader_finished(&self) {
+        self.backlog_admitted.dec();
+    }
+
+    pub fn backlog_reader_waiting(&self) {
+        self.backlog_waiting.inc();
+    }
+
+    pub fn backlog_reader_stopped_waiting(&self) {
+        self.backlog_waiting.dec();
+    }
+
+    /// One response of `events` events, `bytes` encoded bytes, sent while the
+    /// subscriber was `lag_seconds` behind.
+    pub fn events_sent(&self, events: usize, bytes: usize, lag_seconds: f64) {
+        self.events_sent.inc_by(events as u64);
+        self.bytes_sent.inc_by(bytes as u64);
+        self.lag_at_send.observe(lag_seconds);
+    }
+
+    pub fn heartbeat_sent(&self) {
+        self.heartbeats_sent.inc();
+    }
+
+    fn register(&self, registry: &mut Registry) {
+        let r = registry;
+        r.register(
+            "subscribers_connected",
+            "Subscription streams open now",
+            self.subscribers_connected.clone(),
+        );
+        r.register(
+            "subscribers_superseded",
+            "Streams ended because their client reconnected with a newer epoch",
+            self.subscribers_superseded.clone(),
+        );
+        r.register(
+            "subscribers_refused",
+            "Subscribe calls refused because the server was at its subscriber limit",
+            self.subscribers_refused.clone(),
+        );
+        r.register(
+            "subscribers_out_of_range",
+            "Subscriptions answered OUT_OF_RANGE: a start below the oldest retained event",
+            self.subscribers_out_of_range.clone(),
+        );
+        r.register(
+            "backlog_readers_admitted",
+            "Subscriptions reading their backlog from segments now",
+            self.backlog_admitted.clone(),
+        );
+        r.register(
+            "backlog_readers_waiting",
+            "Subscriptions waiting to be admitted to read their backlog",
+            self.backlog_waiting.clone(),
+        );
+        r.register(
+            "subscriber_events_sent",
+            "Events sent to subscribers",
+            self.events_sent.clone(),
+        );
+        r.register(
+            "subscriber_bytes_sent",
+            "Encoded bytes of event responses sent to subscribers",
+            self.bytes_sent.clone(),
+        );
+        r.register(
+            "heartbeats_sent",
+            "Heartbeats sent to subscribers",
+            self.heartbeats_sent.clone(),
+        );
+        r.register(
+            "subscriber_lag_seconds",
+            "How far behind the newest event a subscriber was when a response went out",
+            self.lag_at_send.clone(),
+        );
+    }
+}
+
+/// What a scrape encodes: the server metrics plus collectors that read the
+/// engine, the subscriber registry and the process when the scrape comes.
+pub struct Exporter {
+    registry: Registry,
+}
+
+impl Exporter {
+    pub fn new(engine: Arc<Engine>, service: Service) -> Exporter {
+        let mut registry = Registry::with_prefix("ringfeed");
+        service.metrics().register(&mut registry);
+        registry.register_collector(Box::new(Shards(engine)));
+        registry.register_collector(Box::new(SubscriberLag(service)));
+        registry.register_collector(Box::new(ProcessStats));
+        Exporter { registry }
+    }
+
+    /// The metrics in the Prometheus text format (version 0.0.4).
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        // Writing to a String cannot fail, and every collector here is infallible.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry);
+        text
+    }
+
+    fn respond(&self, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+        let (status, content_type, body) = match (request.method(), request.uri().path()) {
+            (&Method::GET, "/metrics") => (
+                StatusCode::OK,
+                prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+                self.render(),
+            ),
+            (_, "/metrics") => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "text/plain",
+                "use GET\n".into(),
+            ),
+            _ => (
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                "metrics are at /metrics\n".into(),
+            ),
+        };
+        let mut response = Response::new(Full::new(Bytes::from(body)));
+        *response.status_mut() = status;
+        response.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static(content_type),
+        );
+        response
+    }
+}
+
+/// Serves `exporter` over HTTP/1 on `listener` until the runtime stops.
+pub async fn serve(listener: tokio::net::TcpListener, exporter: Arc<Exporter>) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of fds, usually: back off instead of spinning on accept.
+                tracing::warn!(error = %e, "metrics endpoint: accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let exporter = exporter.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let response = exporter.respond(&request);
+                async move { Ok::<_, Infallible>(response) }
+            });
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+            {
+                tracing::debug!(error = %e, "metrics endpoint: connection ended");
+            }
+        });
+    }
+}
+
+/// Per-shard metrics, read from the engine at scrape time.
+struct Shards(Arc<Engine>);
+
+impl std::fmt::Debug for Shards {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Shards")
+    }
+}
+
+/// One shard's values at one scrape.
+struct ShardReading {
+    shard: u32,
+    committed: u64,
+    flushed: u64,
+    evicted: u64,
+    retained: u64,
+    unflushed_bytes: u64,
+    ring_bytes: u64,
+    latched: bool,
+    append_events: u64,
+    append_bytes: u64,
+    flushed_bytes: u64,
+    io_errors: u64,
+    flush: LatencySnapshot,
+    fsync: LatencySnapshot,
+}
+
+impl Shards {
+    fn read(&self) -> Vec<ShardReading> {
+        (0..self.0.shard_count())
+            .map(|id| {
+                let shard = self.0.shard(id);
+                let w = shard.watermarks.snapshot();
+                let stats = shard.stats();
+                ShardReading {
+                    shard: id,
+                    committed: w.committed_next,
+                    flushed: w.flushed_next,
+                    evicted: w.evicted_below,
+                    retained: w.retained_from,
+                    unflushed_bytes: shard.unflushed_bytes() as u64,
+                    ring_bytes: shard.ring_bytes() as u64,
+                    latched: shard.latched().is_some(),
+                    append_events: stats.appended.load(Ordering::Relaxed),
+                    append_bytes: stats.appended_bytes.load(Ordering::Relaxed),
+                    flushed_bytes: stats.bytes.load(Ordering::Relaxed),
+                    io_errors: stats.io_errors.load(Ordering::Relaxed),
+                    flush: stats.flush_latency.snapshot(),
+                    fsync: stats.fsync_latency.snapshot(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Reads one value of a shard's reading.
+type Read = fn(&ShardReading) -> u64;
+type ReadHistogram = fn(&ShardReading) -> &LatencySnapshot;
+
+const SHARD_GAUGES: [(&str, &str, Read); 7] = [
+    (
+        "shard_committed_offset",
+        "Next offset to be committed (events appended and visible so far).",
+        |r| r.committed,
+    ),
+    (
+        "shard_flushed_offset",
+        "Every event below this offset is durable.",
+        |r| r.flushed,
+    ),
+    (
+        "shard_evicted_offset",
+        "The ring no longer holds events below this offset.",
+        |r| r.evicted,
+    ),
+    (
+        "shard_retained_offset",
+        "Oldest offset still on disk.",
+        |r| r.retained,
+    ),
+    (
+        "shard_unflushed_bytes",
+        "Record bytes committed but not yet durable.",
+        |r| r.unflushed_bytes,
+    ),
+    ("shard_ring_bytes", "Window memory the ring holds.", |r| {
+        r.ring_bytes
+    }),
+    (
+        "shard_latched",
+        "1 if the shard stopped on an I/O error and acknowledges nothing more.",
+        |r| u64::from(r.latched),
+    ),
+];
+
+const SHARD_COUNTERS: [(&str, &str, Read); 4] = [
+    (
+        "shard_append_events",
+        "Events appended (stamped and made visible).",
+        |r| r.append_events,
+    ),
+    ("shard_append_bytes", "Framed record bytes appended.", |r| {
+        r.append_bytes
+    }),
+    ("shard_flushed_bytes", "Record bytes made durable.", |r| {
+        r.flushed_bytes
+    }),
+    (
+        "shard_io_errors",
+        "Failed writes and syncs (each one latches the shard).",
+        |r| r.io_errors,
+    ),
+];
+
+const SHARD_HISTOGRAMS: [(&str, &str, ReadHistogram); 2] = [
+    (
+        "shard_flush_seconds",
+        "Flush rounds: chunk writes plus the fdatasync after them.",
+        |r| &r.flush,
+    ),
+    (
+        "shard_fsync_seconds",
+        "The fdatasync ending each flush round.",
+        |r| &r.fsync,
+    ),
+];
+
+impl Collector for Shards {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let readings = self.read();
+        for (name, help, read) in SHARD_GAUGES {
+            let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for r in &readings {
+                let value = ConstGauge::new(read(r) as i64);
+                value.encode(metric.encode_family(&[("shard", r.shard)])?)?;
+            }
+        }
+        for (name, help, read) in SHARD_COUNTERS {
+            let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for r in &readings {
+                ConstCounter::new(read(r)).encode(metric.encode_family(&[("shard", r.shard)])?)?;
+            }
+        }
+        for (name, help, read) in SHARD_HISTOGRAMS {
+            let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+            for r in &readings {
+                let h = read(r);
+                metric
+                    .encode_family(&[("shard", r.shard)])?
+                    .encode_histogram::<NoLabelSet>(h.sum_seconds, h.count, &h.buckets, None)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The largest lag among connected subscribers, from the subscriber registry.
+struct SubscriberLag(Service);
+
+impl std::fmt::Debug for SubscriberLag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SubscriberLag")
+    }
+}
+
+impl Collector for SubscriberLag {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let lag = ConstGauge::new(self.0.max_lag_seconds());
+        lag.encode(encoder.encode_descriptor(
+            "subscriber_lag_max_seconds",
+            "Largest lag among connected subscribers, as of each one's last response (0 if none).",
+            None,
+            lag.metric_type(),
+        )?)
+    }
+}
+
+/// The process's resident memory and open file descriptors, from /proc.
+#[derive(Debug)]
+struct ProcessStats;
+
+impl Collector for ProcessStats {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        if let Some(bytes) = resident_bytes() {
+            let rss = ConstGauge::new(bytes as i64);
+            rss.encode(encoder.encode_descriptor(
+                "process_resident_memory_bytes",
+                "Resident memory of the server process.",
+                None,
+                rss.metric_type(),
+            )?)?;
+        }
+        if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+            let fds = ConstGauge::new(fds.count() as i64);
+            fds.encode(encoder.encode_descriptor(
+                "process_open_fds",
+                "Open file descriptors of the server process.",
+                None,
+                fds.metric_type(),
+            )?)?;
+        }
+        Ok(())
+    }
+}
+
+/// VmRSS from /proc/self/status (reported in kB), so no page size is needed.
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
