@@ -399,7 +399,10 @@ pub fn fanout(
             let mut producer = producer.clone();
             appends.push(tokio::spawn(async move {
                 producer
-                    .append(v1::AppendRequest { events: vec![e], durability: 0 })
+                    .append(v1::AppendRequest {
+                        events: vec![e],
+                        durability: 0,
+                    })
                     .await
                     .map_err(|e| anyhow!("append: {e}"))
             }));

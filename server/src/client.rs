@@ -33,6 +33,7 @@ use ringfeed_proto::v1::{self, subscribe_request::Start, SubscribeRequest};
 use ringfeed_proto::{RawItem, RawSubscribeResponse};
 
 pub use crate::registry::SUPERSEDED;
+use crate::service::START_CURSOR_METADATA;
 
 /// Largest response the follower accepts (a chunk is at most a window).
 const MAX_RESPONSE_BYTES: usize = 256 << 20;
@@ -277,11 +278,21 @@ impl Follower {
             .map_err(|e| Status::unavailable(format!("connecting to {}: {e}", self.server)))?;
         let codec: ProstCodec<SubscribeRequest, RawSubscribeResponse> = ProstCodec::default();
         let path = PathAndQuery::from_static("/ringfeed.v1.RingFeed/Subscribe");
-        let stream = grpc
+        let response = grpc
             .server_streaming(tonic::Request::new(request), path, codec)
-            .await?
-            .into_inner();
-        self.stream = Some(stream);
+            .await?;
+        // Where the stream starts: the checkpoint until the first response
+        // moves it, so a cut before any response resumes exactly too.
+        if self.checkpoint.is_none() {
+            let start = response.metadata().get_bin(START_CURSOR_METADATA);
+            if let Some(cursor) = start
+                .and_then(|v| v.to_bytes().ok())
+                .and_then(|b| Cursor::from_bytes(&b).ok())
+            {
+                self.checkpoint = Some(cursor.offsets().to_vec());
+            }
+        }
+        self.stream = Some(response.into_inner());
         self.in_chunks = self.request.chunk_mode;
         Ok(())
     }

@@ -16,6 +16,7 @@ use ringfeed_engine::{
 };
 use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::prost::Message;
+use ringfeed_proto::tonic::metadata::MetadataValue;
 use ringfeed_proto::tonic::{self, Request, Response, Status, Streaming};
 use ringfeed_proto::{v1, RawAppendRequest, RawSubscribeResponse, RingFeed};
 use tokio::sync::{mpsc, watch};
@@ -25,6 +26,11 @@ use tokio_stream::{Stream, StreamExt};
 use crate::metrics::ServerMetrics;
 use crate::registry::Registry;
 use crate::sender::{Admission, Connected, Sender, StreamOptions, SubscriberLimits};
+
+/// Response metadata (binary) of every Subscribe stream: the cursor where the
+/// stream starts, so a client that is cut off before its first response still
+/// resumes exactly (a start at "now" cannot be repeated later).
+pub const START_CURSOR_METADATA: &str = "ringfeed-start-cursor-bin";
 
 /// Responses queued per append stream before it waits on the client.
 const APPEND_QUEUE: usize = 16;
@@ -314,10 +320,15 @@ impl RingFeed for Service {
             sent: Default::default(),
             metrics: Connected::new(self.metrics.clone()),
         };
+        let start = MetadataValue::from_bytes(&subscription.cursor().to_bytes());
         tokio::spawn(sender.run(subscription, options, self.shutdown.clone()));
         // A response's backlog bytes are given back as tonic takes it.
         let responses = ReceiverStream::new(rx).map(|(response, _bytes)| response);
-        Ok(Response::new(Box::pin(responses)))
+        let mut response = Response::new(Box::pin(responses) as Self::SubscribeStream);
+        response
+            .metadata_mut()
+            .insert_bin(START_CURSOR_METADATA, start);
+        Ok(response)
     }
 
     async fn status(

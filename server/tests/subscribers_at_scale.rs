@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{create, dma_engine, request, TestServer};
 use ringfeed_engine::Cursor;
+use ringfeed_proto::prost::Message;
 use ringfeed_proto::tonic::transport::Channel;
 use ringfeed_proto::tonic::{Code, Streaming};
 use ringfeed_proto::v1::subscribe_request::Start;
@@ -182,6 +183,58 @@ async fn a_higher_epoch_supersedes_at_once_an_equal_or_lower_one_is_refused() {
     epochs.sort();
     assert_eq!(epochs, vec![(0, 0), (0, 0), (7, 6)]);
     drop((second, anon1, anon2));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_cut_off_before_its_first_event_misses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dma_engine(dir.path(), 2)).await;
+    let request = v1::SubscribeRequest {
+        start: Some(Start::Now(true)),
+        ..Default::default()
+    };
+    let mut follower =
+        Follower::new(&server.addr.to_string(), request, Backoff::default()).unwrap();
+    // Connected and waiting at "now"; nothing delivered yet.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), follower.next())
+            .await
+            .is_err()
+    );
+    assert!(
+        follower.cursor().is_some(),
+        "no start cursor from the server"
+    );
+    // The server goes away; events are appended while the follower is cut off.
+    let server = {
+        let engine = server.engine.clone();
+        let restarting = tokio::spawn(server.restart());
+        let events = (0..3)
+            .map(|i| ringfeed_engine::NewEvent {
+                directory: "/gap".into(),
+                new_name: format!("f{i}"),
+                payload: create("/gap", &format!("f{i}")).encode_to_vec(),
+                ..Default::default()
+            })
+            .collect();
+        engine
+            .append(events, ringfeed_engine::Durability::Memory)
+            .await
+            .unwrap();
+        restarting.await.unwrap()
+    };
+    let mut names = Vec::new();
+    for _ in 0..3 {
+        let e = tokio::time::timeout(WAIT, follower.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        names.push(e.decode().unwrap().new_entry.unwrap().name);
+    }
+    assert_eq!(names, ["f0", "f1", "f2"]);
+    assert!(follower.stats.reconnects >= 1);
     server.stop().await;
 }
 

@@ -27,8 +27,23 @@ impl TestServer {
 
     /// A server whose subscription streams are paced and admitted per `limits`.
     pub async fn start_with(engine: Engine, limits: SubscriberLimits) -> TestServer {
-        let engine = Arc::new(engine);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        TestServer::serve(Arc::new(engine), listener, limits)
+    }
+
+    /// Stops serving and serves the same engine again on the same address.
+    pub async fn restart(self) -> TestServer {
+        let (addr, engine) = (self.addr, self.engine.clone());
+        self.stop().await;
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+        TestServer::serve(engine, listener, SubscriberLimits::default())
+    }
+
+    fn serve(
+        engine: Arc<Engine>,
+        listener: tokio::net::TcpListener,
+        limits: SubscriberLimits,
+    ) -> TestServer {
         let addr = listener.local_addr().unwrap();
         let (stop, stop_rx) = watch::channel(false);
         let service =
