@@ -71,6 +71,8 @@ impl Default for SubscriberLimits {
     }
 }
 
+/// How long the final status of a failed stream may wait for queue room.
+const FINAL_STATUS_WAIT: Duration = Duration::from_secs(1);
 /// A client that has read nothing for this long gets a warning in the log.
 const STALLED_AFTER: Duration = Duration::from_secs(10);
 static STALLED_WARNINGS: RateLimit = RateLimit::new(Duration::from_secs(10));
@@ -230,7 +232,10 @@ impl Sender {
             if status.code() == Code::OutOfRange {
                 self.metrics.0.out_of_range();
             }
-            let _ = self.tx.send((Err(status), None)).await;
+            // A client that stopped reading has a full queue: give up after a
+            // moment rather than keep a superseded or shut-down stream alive.
+            let last = self.tx.send((Err(status), None));
+            let _ = tokio::time::timeout(FINAL_STATUS_WAIT, last).await;
         }
     }
 
