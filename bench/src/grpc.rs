@@ -24,7 +24,8 @@ use crate::{fresh_dir, machine};
 
 type Client = RingFeedClient<Channel>;
 
-fn event(i: u64, payload: usize) -> v1::Event {
+/// A create event numbered `i` with `payload` bytes in its entry's attributes.
+pub(crate) fn event(i: u64, payload: usize) -> v1::Event {
     v1::Event {
         directory: format!("/bench/d{}", i % 64),
         new_entry: Some(v1::Entry {

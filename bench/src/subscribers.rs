@@ -24,6 +24,7 @@ use ringfeed_proto::v1::subscribe_request::Start;
 use ringfeed_proto::{v1, RingFeedClient};
 use ringfeed_server::client::{Backoff, Follower};
 
+use crate::grpc::event;
 use crate::{fresh_dir, machine, now_ns};
 
 /// Linux reports process CPU time in USER_HZ ticks, 100 per second on every
@@ -113,18 +114,6 @@ impl Drop for ServerProcess {
             .arg(self.child.id().to_string())
             .status();
         let _ = self.child.wait();
-    }
-}
-
-fn event(i: u64, payload: usize) -> v1::Event {
-    v1::Event {
-        directory: format!("/bench/d{}", i % 64),
-        new_entry: Some(v1::Entry {
-            name: format!("f{i}"),
-            attributes: vec![0x61; payload].into(),
-            ..Default::default()
-        }),
-        ..Default::default()
     }
 }
 

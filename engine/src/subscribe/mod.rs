@@ -211,16 +211,8 @@ impl Lane {
             return Ok(true);
         }
         loop {
-            if self.at >= self.run.len() {
-                match self.reader.read(self.next)? {
-                    Some(run) => {
-                        debug_assert_eq!(run.first_offset, self.next);
-                        self.run = run.bytes;
-                        self.at = 0;
-                        self.run_sealed = run.sealed;
-                    }
-                    None => return Ok(false),
-                }
+            if !self.load()? {
+                return Ok(false);
             }
             let rest = &self.run[self.at..];
             let bad = |source| SubscribeError::Record {
