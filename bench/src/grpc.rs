@@ -24,6 +24,16 @@ use crate::{fresh_dir, machine};
 
 type Client = RingFeedClient<Channel>;
 
+/// A 2-shard engine with the default configuration over `dir`.
+fn open_engine(dir: &Path) -> Result<Arc<Engine>> {
+    let config = EngineConfig {
+        data_dir: dir.to_path_buf(),
+        shards: 2,
+        ..EngineConfig::default()
+    };
+    Ok(Arc::new(Engine::open(config).map_err(|e| anyhow!("{e}"))?))
+}
+
 /// A create event numbered `i` with `payload` bytes in its entry's attributes.
 pub(crate) fn event(i: u64, payload: usize) -> v1::Event {
     v1::Event {
@@ -156,18 +166,8 @@ pub fn metrics_cost(
     scrape_every: Duration,
 ) -> Result<()> {
     fresh_dir(dir)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let engine = Arc::new(
-        Engine::open(EngineConfig {
-            data_dir: dir.to_path_buf(),
-            shards: 2,
-            ..EngineConfig::default()
-        })
-        .map_err(|e| anyhow!("{e}"))?,
-    );
+    let runtime = crate::runtime()?;
+    let engine = open_engine(dir)?;
     println!(
         "# metrics-cost: {}; {clients} gRPC clients, memory acks, {event_bytes}-byte events, {seconds} s per run, {reps} alternating runs per side; scrape every {} ms",
         machine(),
@@ -242,18 +242,8 @@ pub fn grpc(
     event_bytes: usize,
 ) -> Result<()> {
     fresh_dir(dir)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let engine = Arc::new(
-        Engine::open(EngineConfig {
-            data_dir: dir.to_path_buf(),
-            shards: 2,
-            ..EngineConfig::default()
-        })
-        .map_err(|e| anyhow!("{e}"))?,
-    );
+    let runtime = crate::runtime()?;
+    let engine = open_engine(dir)?;
     println!(
         "# grpc: {}; server and clients in one process over 127.0.0.1",
         machine()

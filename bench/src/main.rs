@@ -720,6 +720,15 @@ fn now_ns() -> i64 {
     ringfeed_engine::clock::Clock::now_ns(&ringfeed_engine::clock::SystemClock)
 }
 
+/// The tokio runtime the gRPC benchmarks run their clients (and in-process
+/// servers) on: two workers, one per core of the target machine.
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
 fn machine() -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());

@@ -25,7 +25,7 @@ use ringfeed_proto::{v1, RingFeedClient};
 use ringfeed_server::client::{Backoff, Follower};
 
 use crate::grpc::event;
-use crate::{fresh_dir, machine, now_ns};
+use crate::{fresh_dir, machine, now_ns, runtime};
 
 /// Linux reports process CPU time in USER_HZ ticks, 100 per second on every
 /// architecture's user-space ABI.
@@ -158,13 +158,6 @@ async fn preload(addr: &str, first: u64, count: u64, payload: usize) -> Result<i
         last = last.max(t.await??);
     }
     Ok(last)
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?)
 }
 
 fn request(start: Start, until_ns: i64, chunk_mode: bool) -> v1::SubscribeRequest {

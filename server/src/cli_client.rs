@@ -264,9 +264,7 @@ fn print_acks(out: &mut impl Write, positions: &[Position]) -> Result<()> {
         text.push_str(&ack_line(position));
         text.push('\n');
     }
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .context("writing to stdout")
+    write_out(out, &text).context("writing to stdout")
 }
 
 // ------------------------------------------------------------------ tail
@@ -369,12 +367,10 @@ async fn tail_to(args: TailArgs, out: &mut (impl Write + Send)) -> Result<()> {
         }
         // Write when nothing more is at hand, so a batch is one write.
         if follower.buffered() == 0 || text.len() > 1 << 16 {
-            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-                Ok(()) => text.clear(),
-                // The reader went away (`| head`): that ends the tail cleanly.
-                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
-                Err(e) => return Err(e).context("writing to stdout"),
+            if !write_lines(out, &text)? {
+                return Ok(());
             }
+            text.clear();
         }
         if let Some(line) = progress
             .as_mut()
@@ -383,13 +379,22 @@ async fn tail_to(args: TailArgs, out: &mut (impl Write + Send)) -> Result<()> {
             eprintln!("{line}");
         }
     }
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .or_else(|e| match e.kind() {
-            io::ErrorKind::BrokenPipe => Ok(()),
-            _ => Err(e),
-        })
-        .context("writing to stdout")
+    write_lines(out, &text).map(drop)
+}
+
+/// Writes tail output; `Ok(false)` when the reader went away (`| head`),
+/// which ends the tail cleanly.
+fn write_lines(out: &mut impl Write, text: &str) -> Result<bool> {
+    match write_out(out, text) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(e).context("writing to stdout"),
+    }
+}
+
+/// Writes `text` and flushes.
+fn write_out(out: &mut impl Write, text: &str) -> io::Result<()> {
+    out.write_all(text.as_bytes()).and_then(|()| out.flush())
 }
 
 /// The SubscribeRequest for `args`; `now_ns` anchors `--since <duration>`.
@@ -601,10 +606,7 @@ pub async fn subscribers(args: SubscribersArgs) -> Result<()> {
     } else {
         subscribers_table(&list.subscribers)
     };
-    let mut out = io::stdout();
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .context("writing to stdout")
+    write_out(&mut io::stdout(), &text).context("writing to stdout")
 }
 
 // ---------------------------------------------------------------- status
@@ -638,9 +640,7 @@ pub async fn status(args: StatusArgs) -> Result<()> {
         };
         render_status(&status, subscribers.as_deref())
     };
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .context("writing to stdout")
+    write_out(&mut out, &text).context("writing to stdout")
 }
 
 fn render_status(status: &StatusResponse, subscribers: Option<&[SubscriberInfo]>) -> String {
