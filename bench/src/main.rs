@@ -16,6 +16,7 @@
 mod catchup;
 mod grpc;
 mod subscribers;
+mod systems;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -203,6 +204,21 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         scrape_ms: u64,
     },
+    /// Checks one system's adapter end to end: append, read back from the
+    /// beginning, resume from the middle, receive live events (exactness only).
+    Probe {
+        #[arg(long, default_value = "./bench-scratch")]
+        dir: PathBuf,
+        /// The system to probe (started on loopback in --dir).
+        #[arg(long, value_enum)]
+        system: systems::Kind,
+        /// Events appended (then as many again, one per request).
+        #[arg(long, default_value_t = 1000)]
+        events: u64,
+        /// Payload bytes per event.
+        #[arg(long, default_value_t = 200)]
+        event_bytes: usize,
+    },
     /// Durable in-process appends with the default `serve` configuration and with
     /// a config file (as `ringfeed tune profile --write` makes), alternating.
     ProfileCompare {
@@ -353,6 +369,16 @@ fn main() -> Result<()> {
                 event_bytes,
                 Duration::from_millis(scrape_ms),
             )
+        }
+        Command::Probe {
+            dir,
+            system,
+            events,
+            event_bytes,
+        } => {
+            let result = runtime()?.block_on(systems::probe(system, &dir, events, event_bytes));
+            let _ = std::fs::remove_dir_all(&dir);
+            result
         }
         Command::ProfileCompare {
             dir,

@@ -1,0 +1,310 @@
+//! The systems the scenarios run against, behind one interface, so that
+//! `compare` gives each the same workload: the same events (numbered, same
+//! payload size), the same producers, the same subscribers.
+//!
+//! Every event carries its number and its send time (wall-clock ns) in the
+//! first 16 bytes of its payload ([`stamp`]); a subscriber hands out
+//! [`Delivered`] (number, send time), from which the scenarios check
+//! exactness and measure append-to-delivery latency the same way for all.
+//!
+//! Each system runs on loopback with its data in the scenario's temp dir and
+//! is stopped when dropped. A system whose binary is not installed is
+//! *skipped* ([`System::start`] returns [`Start::Skipped`]), never faked.
+
+pub mod process;
+mod ringfeed;
+
+use std::ops::Range;
+use std::path::Path;
+
+use anyhow::Result;
+use hdrhistogram::Histogram;
+
+pub use process::Process;
+
+/// Which system.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kind {
+    Ringfeed,
+    Seaweedfs,
+    Etcd,
+    Nats,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [Kind::Ringfeed, Kind::Seaweedfs, Kind::Etcd, Kind::Nats];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Ringfeed => "ringfeed",
+            Kind::Seaweedfs => "seaweedfs",
+            Kind::Etcd => "etcd",
+            Kind::Nats => "nats",
+        }
+    }
+}
+
+/// Where a subscriber starts.
+#[derive(Clone, Copy, Debug)]
+pub enum From {
+    /// The first event ever appended.
+    Beginning,
+    /// Only events appended after the subscription is established.
+    Now,
+    /// The event numbered `index`, which was appended after wall-clock
+    /// `wall_ns` (taken just before it was sent): each system resumes from
+    /// its native position for it (a stamp, a revision, a stream sequence).
+    Resume { index: u64, wall_ns: i64 },
+}
+
+/// One event as a subscriber got it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delivered {
+    /// The producer's number for the event.
+    pub index: u64,
+    /// When the producer built the request carrying it (wall-clock ns).
+    pub sent_ns: i64,
+}
+
+/// How a system acknowledges appends, for the tables.
+pub type Durability = &'static str;
+
+/// The bytes every system stores as one event's payload: `index` and
+/// `sent_ns` (little-endian), then filler up to `len` (at least 16).
+pub fn stamp(index: u64, sent_ns: i64, len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len.max(16));
+    v.extend_from_slice(&index.to_le_bytes());
+    v.extend_from_slice(&sent_ns.to_le_bytes());
+    v.resize(len.max(16), 0x61);
+    v
+}
+
+/// The number and send time of a payload made by [`stamp`].
+pub fn unstamp(payload: &[u8]) -> Option<Delivered> {
+    let index = u64::from_le_bytes(payload.get(..8)?.try_into().ok()?);
+    let sent_ns = i64::from_le_bytes(payload.get(8..16)?.try_into().ok()?);
+    Some(Delivered { index, sent_ns })
+}
+
+/// What starting a system gave.
+pub enum Start {
+    Running(System),
+    /// Not installed here (the reason, e.g. "etcd not on PATH").
+    Skipped(String),
+}
+
+/// A running system.
+pub enum System {
+    Ringfeed(ringfeed::Ringfeed),
+}
+
+/// A subscription on a running system.
+pub enum Subscriber {
+    Ringfeed(ringfeed::Subscriber),
+}
+
+/// Options of a ringfeed-side run; the other systems have no equivalent and
+/// ignore them.
+#[derive(Clone, Debug, Default)]
+pub struct RingfeedOptions {
+    /// An already running server ("host:port"); otherwise the bench starts
+    /// `ringfeed serve` (the binary next to the bench's) in the temp dir.
+    pub target: Option<String>,
+    /// Subscribers catch up in chunk mode.
+    pub chunk_mode: bool,
+    /// Shards of the server the bench starts.
+    pub shards: u32,
+}
+
+impl System {
+    /// Starts `kind` on loopback with its data under `dir` (created empty),
+    /// and waits until it accepts appends.
+    pub async fn start(kind: Kind, dir: &Path, options: &RingfeedOptions) -> Result<Start> {
+        crate::fresh_dir(dir)?;
+        match kind {
+            Kind::Ringfeed => Ok(Start::Running(System::Ringfeed(
+                ringfeed::Ringfeed::start(dir, options).await?,
+            ))),
+            other => Ok(Start::Skipped(format!(
+                "{} is not wired into this build",
+                other.name()
+            ))),
+        }
+    }
+
+    pub fn kind(&self) -> Kind {
+        match self {
+            System::Ringfeed(_) => Kind::Ringfeed,
+        }
+    }
+
+    /// The processes the bench started for this system (empty against a
+    /// `--target`): their CPU time and memory are the system's.
+    pub fn processes(&self) -> &[Process] {
+        match self {
+            System::Ringfeed(s) => s.processes(),
+        }
+    }
+
+    /// How acknowledged appends are kept, in words.
+    pub fn durability(&self, durable: bool) -> Durability {
+        match self {
+            System::Ringfeed(_) if durable => "fdatasync before the ack",
+            System::Ringfeed(_) => "in memory (visible to subscribers) before the ack",
+        }
+    }
+
+    /// Appends the events numbered `events`, each with a `payload`-byte
+    /// payload, with `producers` concurrent producers, each sending requests
+    /// of up to `batch` events in a closed loop (systems without batched
+    /// appends send one event per request). `durable` asks ringfeed for
+    /// fdatasync'ed acks. Returns each request's ack latency in µs.
+    pub async fn append(
+        &self,
+        events: Range<u64>,
+        payload: usize,
+        producers: usize,
+        batch: usize,
+        durable: bool,
+    ) -> Result<Histogram<u64>> {
+        match self {
+            System::Ringfeed(s) => s.append(events, payload, producers, batch, durable).await,
+        }
+    }
+
+    /// Appends one event, numbered `index`, stamped now; returns once it is
+    /// acknowledged. For open-loop producers: call it from spawned tasks.
+    pub fn appender(&self) -> Appender {
+        match self {
+            System::Ringfeed(s) => Appender::Ringfeed(s.appender()),
+        }
+    }
+
+    /// A subscription from `from`. It is established (the system has
+    /// accepted it) when this returns, so a `From::Now` subscriber sees every
+    /// event appended afterwards.
+    pub async fn subscribe(&self, from: From) -> Result<Subscriber> {
+        match self {
+            System::Ringfeed(s) => Ok(Subscriber::Ringfeed(s.subscribe(from).await?)),
+        }
+    }
+}
+
+/// A cheap, cloneable handle that appends single events (open-loop producers).
+#[derive(Clone)]
+pub enum Appender {
+    Ringfeed(ringfeed::Appender),
+}
+
+impl Appender {
+    /// Appends event `index` with a `payload`-byte payload stamped with the
+    /// current time; returns when acknowledged.
+    pub async fn append_one(&self, index: u64, payload: usize) -> Result<()> {
+        match self {
+            Appender::Ringfeed(a) => a.append_one(index, payload).await,
+        }
+    }
+}
+
+impl Subscriber {
+    /// The next event, waiting for it; `None` if the system ended the
+    /// subscription cleanly.
+    pub async fn next(&mut self) -> Result<Option<Delivered>> {
+        match self {
+            Subscriber::Ringfeed(s) => s.next().await,
+        }
+    }
+}
+
+/// `probe`: a quick end-to-end check of one system's adapter: append
+/// `events`, read them all back from the beginning (exactly once, in
+/// order), resume from the middle, and receive live events. Prints what it
+/// saw; fails loudly on any difference.
+pub async fn probe(kind: Kind, dir: &Path, events: u64, payload: usize) -> Result<()> {
+    use anyhow::bail;
+    use std::time::{Duration, Instant};
+    let system = match System::start(kind, dir, &RingfeedOptions::default()).await? {
+        Start::Running(s) => s,
+        Start::Skipped(why) => {
+            println!("{}: skipped: {why}", kind.name());
+            return Ok(());
+        }
+    };
+    let t = Instant::now();
+    let acks = system.append(0..events, payload, 4, 64, false).await?;
+    println!(
+        "{}: appended {events} events in {:.3} s (p50 ack {} µs)",
+        kind.name(),
+        t.elapsed().as_secs_f64(),
+        acks.value_at_quantile(0.5)
+    );
+    let mid = crate::now_ns();
+    system.append(events..2 * events, payload, 1, 1, false).await?;
+    let check = |name: &str, got: Vec<u64>, want: Range<u64>| -> Result<()> {
+        if got != want.clone().collect::<Vec<_>>() {
+            bail!(
+                "{name}: got {} events ({:?}..), want {want:?}",
+                got.len(),
+                got.first()
+            );
+        }
+        Ok(())
+    };
+    let read = |mut sub: Subscriber, n: u64| async move {
+        let mut got = Vec::new();
+        while (got.len() as u64) < n {
+            match tokio::time::timeout(Duration::from_secs(30), sub.next()).await {
+                Ok(Ok(Some(d))) => got.push(d.index),
+                Ok(Ok(None)) => break,
+                Ok(Err(e)) => return Err(e),
+                Err(_) => bail!("no event within 30 s after {}", got.len()),
+            }
+        }
+        Ok::<_, anyhow::Error>(got)
+    };
+    let t = Instant::now();
+    let got = read(system.subscribe(From::Beginning).await?, 2 * events).await?;
+    let secs = t.elapsed().as_secs_f64();
+    // ringfeed's merged order interleaves shards by stamp: compare as sets there.
+    let mut sorted = got.clone();
+    sorted.sort_unstable();
+    check("from the beginning", sorted, 0..2 * events)?;
+    println!(
+        "{}: read {} events from the beginning in {secs:.3} s",
+        kind.name(),
+        got.len()
+    );
+    let got = read(
+        system
+            .subscribe(From::Resume {
+                index: events,
+                wall_ns: mid,
+            })
+            .await?,
+        events,
+    )
+    .await?;
+    check("resumed at the middle", got, events..2 * events)?;
+    println!("{}: resumed at event {events}: exact", kind.name());
+    let live = system.subscribe(From::Now).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let appender = system.appender();
+    let reader = tokio::spawn(read(live, 10));
+    for i in 2 * events..2 * events + 10 {
+        appender.append_one(i, payload).await?;
+    }
+    let got = reader.await??;
+    check("live", got, 2 * events..2 * events + 10)?;
+    println!("{}: live: 10 of 10 events", kind.name());
+    for p in system.processes() {
+        println!(
+            "{}: process {} (pid {}): {:.2} CPU s, peak RSS {} MiB",
+            kind.name(),
+            p.name,
+            p.pid(),
+            p.cpu_seconds(),
+            p.memory("VmHWM") >> 20
+        );
+    }
+    Ok(())
+}

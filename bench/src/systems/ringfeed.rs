@@ -1,0 +1,208 @@
+//! ringfeed: `ringfeed serve` (the binary next to the bench's) or a running
+//! server (`--target`); subscribers are the client library's `Follower`.
+
+use std::ops::Range;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Result};
+use hdrhistogram::Histogram;
+use ringfeed_proto::tonic::transport::Channel;
+use ringfeed_proto::v1::subscribe_request::Start;
+use ringfeed_proto::{v1, RingFeedClient};
+use ringfeed_server::client::{Backoff, Follower};
+
+use super::{stamp, unstamp, Delivered, From, Process, RingfeedOptions};
+use crate::now_ns;
+
+pub struct Ringfeed {
+    pub addr: String,
+    chunk_mode: bool,
+    processes: Vec<Process>,
+}
+
+/// The request's durability field for memory and durable acks.
+fn durability(durable: bool) -> i32 {
+    if durable {
+        v1::Durability::Durable as i32
+    } else {
+        v1::Durability::Memory as i32
+    }
+}
+
+/// A create event numbered `index` under a path namespace
+/// (`/bench/dNN/fINDEX`) whose attributes are the stamped payload.
+pub fn event(index: u64, payload: usize) -> v1::Event {
+    v1::Event {
+        directory: format!("/bench/d{}", index % 64),
+        new_entry: Some(v1::Entry {
+            name: format!("f{index}"),
+            attributes: stamp(index, now_ns(), payload).into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+async fn connect(addr: &str) -> Result<RingFeedClient<Channel>> {
+    RingFeedClient::connect(format!("http://{addr}"))
+        .await
+        .map_err(|e| anyhow!("connecting to {addr}: {e}"))
+}
+
+impl Ringfeed {
+    pub async fn start(dir: &Path, options: &RingfeedOptions) -> Result<Ringfeed> {
+        if let Some(addr) = &options.target {
+            // Check it answers before a scenario depends on it.
+            connect(addr).await?;
+            return Ok(Ringfeed {
+                addr: addr.clone(),
+                chunk_mode: options.chunk_mode,
+                processes: Vec::new(),
+            });
+        }
+        let binary = std::env::current_exe()?.with_file_name("ringfeed");
+        if !binary.exists() {
+            bail!(
+                "{} not found: build it with `cargo build --release -p ringfeed-server`",
+                binary.display()
+            );
+        }
+        let mut command = Command::new(&binary);
+        command
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(["--listen", "127.0.0.1:0", "--log-level", "warn"])
+            .args(["--shards", &options.shards.max(1).to_string()]);
+        let (process, addr) = Process::spawn_until_line(
+            "ringfeed",
+            command,
+            "listening on ",
+            Duration::from_secs(120),
+        )?;
+        Ok(Ringfeed {
+            addr,
+            chunk_mode: options.chunk_mode,
+            processes: vec![process],
+        })
+    }
+
+    pub fn processes(&self) -> &[Process] {
+        &self.processes
+    }
+
+    pub async fn append(
+        &self,
+        events: Range<u64>,
+        payload: usize,
+        producers: usize,
+        batch: usize,
+        durable: bool,
+    ) -> Result<Histogram<u64>> {
+        let batch = batch.max(1) as u64;
+        let producers = producers.max(1) as u64;
+        let mut tasks = Vec::new();
+        for p in 0..producers {
+            let mut client = connect(&self.addr).await?;
+            let events = events.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut acks = Histogram::<u64>::new(3)?;
+                // Producer p sends batches p, p + producers, ...
+                let mut first = events.start + p * batch;
+                while first < events.end {
+                    let last = (first + batch).min(events.end);
+                    let request = v1::AppendRequest {
+                        events: (first..last).map(|i| event(i, payload)).collect(),
+                        durability: durability(durable),
+                    };
+                    let sent = Instant::now();
+                    client
+                        .append(request)
+                        .await
+                        .map_err(|e| anyhow!("append: {e}"))?;
+                    acks.record(sent.elapsed().as_micros() as u64)?;
+                    first += batch * producers;
+                }
+                Ok::<_, anyhow::Error>(acks)
+            }));
+        }
+        let mut acks = Histogram::<u64>::new(3)?;
+        for t in tasks {
+            acks.add(&t.await??)?;
+        }
+        Ok(acks)
+    }
+
+    pub fn appender(&self) -> Appender {
+        Appender {
+            addr: self.addr.clone(),
+            client: std::sync::Arc::new(tokio::sync::OnceCell::new()),
+        }
+    }
+
+    pub async fn subscribe(&self, from: From) -> Result<Subscriber> {
+        let start = match from {
+            From::Beginning => Start::Beginning(true),
+            // Stamps are wall-clock ns and only grow, so every event appended
+            // after this point is stamped above it: established at once.
+            From::Now => Start::SinceNs(now_ns()),
+            From::Resume { wall_ns, .. } => Start::SinceNs(wall_ns),
+        };
+        let request = v1::SubscribeRequest {
+            start: Some(start),
+            batching: true,
+            chunk_mode: self.chunk_mode,
+            ..Default::default()
+        };
+        Ok(Subscriber {
+            follower: Follower::new(&self.addr, request, Backoff::default())?,
+        })
+    }
+}
+
+/// Appends single events over one shared connection.
+#[derive(Clone)]
+pub struct Appender {
+    addr: String,
+    client: std::sync::Arc<tokio::sync::OnceCell<RingFeedClient<Channel>>>,
+}
+
+impl Appender {
+    pub async fn append_one(&self, index: u64, payload: usize) -> Result<()> {
+        let mut client = self
+            .client
+            .get_or_try_init(|| connect(&self.addr))
+            .await?
+            .clone();
+        client
+            .append(v1::AppendRequest {
+                events: vec![event(index, payload)],
+                durability: durability(false),
+            })
+            .await
+            .map_err(|e| anyhow!("append: {e}"))?;
+        Ok(())
+    }
+}
+
+pub struct Subscriber {
+    follower: Follower,
+}
+
+impl Subscriber {
+    pub async fn next(&mut self) -> Result<Option<Delivered>> {
+        let Some(e) = self.follower.next().await? else {
+            return Ok(None);
+        };
+        let event = e.decode()?;
+        let attributes = event
+            .new_entry
+            .map(|entry| entry.attributes)
+            .unwrap_or_default();
+        unstamp(&attributes)
+            .map(Some)
+            .ok_or_else(|| anyhow!("an event without the bench's stamp at {}:{}", e.shard, e.offset))
+    }
+}
