@@ -1,8 +1,3 @@
-//! `grpc`: the server over loopback gRPC with its client in the same process
-//! (2 shards, 200-byte events): append throughput per batch size and client
-//! count; catch-up of one subscriber over a pre-loaded log; append-to-delivery
-//! latency of a live subscriber at a fixed, open-loop rate.
-//!
 //! `metrics-cost`: the same append load against two servers over one engine,
 //! one with the metrics endpoint scraped as it runs and one without,
 //! alternating; medians and their ratio.
@@ -15,7 +10,6 @@ use anyhow::{anyhow, Result};
 use hdrhistogram::Histogram;
 use ringfeed_engine::{Engine, EngineConfig};
 use ringfeed_proto::tonic::transport::Channel;
-use ringfeed_proto::v1::subscribe_request::Start;
 use ringfeed_proto::{v1, RingFeedClient, RingFeedServer};
 use ringfeed_server::metrics::Exporter;
 use ringfeed_server::service::Service;
@@ -230,152 +224,6 @@ pub fn metrics_cost(
     if let Ok(engine) = Arc::try_unwrap(engine) {
         engine.shutdown().map_err(|e| anyhow!("{e}"))?;
     }
-    std::fs::remove_dir_all(dir)?;
-    Ok(())
-}
-
-pub fn grpc(
-    dir: &Path,
-    seconds: f64,
-    catchup_events: u64,
-    rate: u64,
-    event_bytes: usize,
-) -> Result<()> {
-    fresh_dir(dir)?;
-    let runtime = crate::runtime()?;
-    let engine = open_engine(dir)?;
-    println!(
-        "# grpc: {}; server and clients in one process over 127.0.0.1",
-        machine()
-    );
-    runtime.block_on(async {
-        let (url, _) = start_server(&engine, false).await?;
-        println!("| append batch | clients | events/s | MB/s (payload) | p50 ack µs | p99 ack µs |");
-        println!("|---:|---:|---:|---:|---:|---:|");
-        for batch in [1usize, 64, 1024] {
-            for clients in [1usize, 8] {
-                let (total, secs, hist) = append_load(
-                    &url,
-                    batch,
-                    clients,
-                    Duration::from_secs_f64(seconds),
-                    event_bytes,
-                )
-                .await?;
-                println!(
-                    "| {batch} | {clients} | {:.0} | {:.1} | {} | {} |",
-                    total as f64 / secs,
-                    total as f64 * event_bytes as f64 / secs / 1e6,
-                    hist.value_at_quantile(0.5),
-                    hist.value_at_quantile(0.99)
-                );
-            }
-        }
-
-        // Catch-up: pre-load, then one subscriber from the first pre-loaded event.
-        let mut client: Client = connect(&url).await?;
-        let mut first_ts = i64::MAX;
-        let mut last_ts = 0;
-        let mut n = 0;
-        while n < catchup_events {
-            let batch = 1024.min(catchup_events - n);
-            let events = (0..batch).map(|i| event(n + i, event_bytes)).collect();
-            let r = client
-                .append(v1::AppendRequest { events, durability: 0 })
-                .await
-                .map_err(|e| anyhow!("{e}"))?
-                .into_inner();
-            for p in r.positions {
-                first_ts = first_ts.min(p.ts_ns);
-                last_ts = last_ts.max(p.ts_ns);
-            }
-            n += batch;
-        }
-        for batching in [false, true] {
-            let started = Instant::now();
-            let mut stream = client
-                .subscribe(v1::SubscribeRequest {
-                    start: Some(Start::SinceNs(first_ts)),
-                    until_ns: last_ts,
-                    batching,
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| anyhow!("{e}"))?
-                .into_inner();
-            let mut got = 0u64;
-            while let Some(r) = stream.message().await.map_err(|e| anyhow!("{e}"))? {
-                match r.item {
-                    Some(v1::subscribe_response::Item::Event(_)) => got += 1,
-                    Some(v1::subscribe_response::Item::Batch(b)) => got += b.events.len() as u64,
-                    _ => {}
-                }
-            }
-            let secs = started.elapsed().as_secs_f64();
-            if got != catchup_events {
-                return Err(anyhow!("catch-up delivered {got} of {catchup_events} events"));
-            }
-            println!(
-                "catch-up ({}): {got} events in {secs:.2} s = {:.0} events/s",
-                if batching { "event mode, batched" } else { "event mode, one event per response" },
-                got as f64 / secs
-            );
-        }
-
-        // Live latency: a subscriber from now; a producer at `rate` events/s, open loop.
-        let mut stream = client
-            .subscribe(v1::SubscribeRequest {
-                start: Some(Start::Now(true)),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| anyhow!("{e}"))?
-            .into_inner();
-        let total = (rate as f64 * seconds.max(2.0)) as u64;
-        let producer = {
-            let client: Client = connect(&url).await?;
-            tokio::spawn(async move {
-                let started = Instant::now();
-                for i in 0..total {
-                    let due = started + Duration::from_secs_f64(i as f64 / rate as f64);
-                    tokio::time::sleep_until(due.into()).await;
-                    let mut e = event(i, event_bytes);
-                    // The send time rides in the entry's mtime.
-                    e.new_entry.as_mut().unwrap().mtime_ns = crate::now_ns();
-                    let mut client = client.clone();
-                    tokio::spawn(async move { client.append(v1::AppendRequest { events: vec![e], durability: 0 }).await });
-                }
-            })
-        };
-        let mut hist = Histogram::<u64>::new(3)?;
-        let mut got = 0;
-        while got < total {
-            let r = tokio::time::timeout(Duration::from_secs(10), stream.message())
-                .await
-                .map_err(|_| anyhow!("live stream stalled after {got} events"))?
-                .map_err(|e| anyhow!("{e}"))?
-                .ok_or_else(|| anyhow!("stream ended"))?;
-            if let Some(v1::subscribe_response::Item::Event(e)) = r.item {
-                let sent = e.event.and_then(|e| e.new_entry).map_or(0, |n| n.mtime_ns);
-                hist.record(((crate::now_ns() - sent).max(0) / 1000) as u64)?;
-                got += 1;
-            }
-        }
-        producer.await?;
-        println!(
-            "live at {rate} events/s ({got} events, merged order): append-to-delivery µs p50 {} p99 {} p99.9 {} max {}",
-            hist.value_at_quantile(0.5),
-            hist.value_at_quantile(0.99),
-            hist.value_at_quantile(0.999),
-            hist.max()
-        );
-        Ok::<(), anyhow::Error>(())
-    })?;
-    drop(runtime);
-    if let Ok(engine) = Arc::try_unwrap(engine) {
-        engine.shutdown().map_err(|e| anyhow!("{e}"))?;
-    }
-    fresh_dir(dir)?;
     std::fs::remove_dir_all(dir)?;
     Ok(())
 }

@@ -14,8 +14,12 @@
 //!   and with a `ringfeed tune profile --write` file, alternating; medians.
 
 mod catchup;
+mod ceiling;
+mod cli;
 mod grpc;
-mod subscribers;
+mod report;
+mod results;
+mod scenarios;
 mod systems;
 
 use std::path::{Path, PathBuf};
@@ -37,6 +41,15 @@ use ringfeed_engine::{Kind, Log, LogConfig, Record, Signatures};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Subcommand)]
+enum CompareCmd {
+    #[command(flatten)]
+    Scenario(cli::ScenarioCmd),
+    /// Every scenario with its defaults (or --quick sizes), plus `ceiling`;
+    /// one JSON result file per scenario in --out (then run `report`).
+    All(report::AllArgs),
 }
 
 #[derive(Subcommand)]
@@ -110,78 +123,22 @@ enum Command {
         #[arg(long)]
         drop_caches: bool,
     },
-    /// The server over loopback gRPC (2 shards): append throughput per batch size and
-    /// client count, catch-up of one subscriber, live append-to-delivery latency.
-    Grpc {
-        #[arg(long, default_value = "./bench-scratch")]
-        dir: PathBuf,
-        /// Seconds per append configuration (and for the live run, at least 2).
-        #[arg(long, default_value_t = 3.0)]
-        seconds: f64,
-        /// Events pre-loaded for the catch-up run.
-        #[arg(long, default_value_t = 1_000_000)]
-        catchup_events: u64,
-        /// Events per second of the live-latency run (open loop).
-        #[arg(long, default_value_t = 10_000)]
-        rate: u64,
-        /// Payload bytes per event (carried in the entry's attributes).
-        #[arg(long, default_value_t = 200)]
-        event_bytes: usize,
+    #[command(flatten)]
+    Scenario(cli::ScenarioCmd),
+    /// The machine's limits in the same run: O_DIRECT write and read
+    /// bandwidth and fdatasync latency of the data disk, memcpy bandwidth, and
+    /// a bare tonic server stream over loopback.
+    Ceiling(cli::CeilingArgs),
+    /// Runs a scenario (or `all`) with the same workload on ringfeed and on
+    /// every other system installed here (SeaweedFS, etcd, NATS JetStream:
+    /// `bench/peers/install.sh` installs them; one that is not installed is
+    /// reported as skipped), and prints each figure with ratios.
+    Compare {
+        #[command(subcommand)]
+        what: CompareCmd,
     },
-    /// One follower (client library) over a pre-loaded log through a `ringfeed serve`
-    /// process: event mode (batched) vs chunk mode; events/s and server CPU.
-    Catchup {
-        #[arg(long, default_value = "./bench-scratch")]
-        dir: PathBuf,
-        /// Events to pre-load (2 shards).
-        #[arg(long, default_value_t = 5_000_000)]
-        events: u64,
-        /// Payload bytes per event.
-        #[arg(long, default_value_t = 100)]
-        event_bytes: usize,
-        /// Catch-ups per mode; medians are reported.
-        #[arg(long, default_value_t = 3)]
-        reps: usize,
-    },
-    /// A reconnect storm: K followers resume at once, each N events behind, over a
-    /// large log; time to first event and to caught up, server peak RSS, exactness.
-    Storm {
-        #[arg(long, default_value = "./bench-scratch")]
-        dir: PathBuf,
-        /// Events on disk before the followers' resume point.
-        #[arg(long, default_value_t = 2_000_000)]
-        backlog: u64,
-        /// Events each follower is behind (appended after its resume point).
-        #[arg(long, default_value_t = 10_000)]
-        behind: u64,
-        /// Followers resuming at once (one connection each).
-        #[arg(long, default_value_t = 2_000)]
-        subscribers: usize,
-        /// Catch up in chunk mode instead of batched events.
-        #[arg(long)]
-        chunk_mode: bool,
-        /// Payload bytes per event.
-        #[arg(long, default_value_t = 100)]
-        event_bytes: usize,
-    },
-    /// K live followers while one producer appends at a fixed rate (open loop):
-    /// append-to-delivery latency p50/p99/p99.9.
-    Fanout {
-        #[arg(long, default_value = "./bench-scratch")]
-        dir: PathBuf,
-        /// Live followers (one connection each).
-        #[arg(long, default_value_t = 1_000)]
-        subscribers: usize,
-        /// Events per second, one append per event.
-        #[arg(long, default_value_t = 1_000)]
-        rate: u64,
-        /// Seconds of producing.
-        #[arg(long, default_value_t = 10.0)]
-        seconds: f64,
-        /// Payload bytes per event.
-        #[arg(long, default_value_t = 100)]
-        event_bytes: usize,
-    },
+    /// Writes BENCHMARKS.md from the JSON results of a `compare all` run.
+    Report(report::ReportArgs),
     /// Append throughput over gRPC without and with the metrics endpoint (scraped
     /// while it runs), alternating; medians and their ratio.
     MetricsCost {
@@ -299,54 +256,18 @@ fn main() -> Result<()> {
             }
             catchup::subscribe_catchup(&dir, events, event_bytes, reps, drop_caches)
         }
-        Command::Grpc {
-            dir,
-            seconds,
-            catchup_events,
-            rate,
-            event_bytes,
-        } => {
-            if seconds <= 0.0 || catchup_events == 0 || rate == 0 {
-                bail!("seconds, catchup-events and rate must be positive");
-            }
-            grpc::grpc(&dir, seconds, catchup_events, rate, event_bytes)
+        Command::Scenario(cmd) => {
+            let kinds = [cmd.common().system];
+            cli::run_scenario(&cmd, &kinds, cmd.common().out.as_deref()).map(drop)
         }
-        Command::Catchup {
-            dir,
-            events,
-            event_bytes,
-            reps,
-        } => {
-            if events == 0 || reps == 0 {
-                bail!("events and reps must be positive");
+        Command::Ceiling(args) => cli::ceiling(&args).map(drop),
+        Command::Compare { what } => match what {
+            CompareCmd::Scenario(cmd) => {
+                cli::run_scenario(&cmd, &systems::Kind::ALL, cmd.common().out.as_deref()).map(drop)
             }
-            subscribers::catchup(&dir, events, event_bytes, reps)
-        }
-        Command::Storm {
-            dir,
-            backlog,
-            behind,
-            subscribers,
-            chunk_mode,
-            event_bytes,
-        } => {
-            if behind == 0 || subscribers == 0 {
-                bail!("behind and subscribers must be positive");
-            }
-            subscribers::storm(&dir, backlog, behind, subscribers, chunk_mode, event_bytes)
-        }
-        Command::Fanout {
-            dir,
-            subscribers,
-            rate,
-            seconds,
-            event_bytes,
-        } => {
-            if subscribers == 0 || rate == 0 || seconds <= 0.0 {
-                bail!("subscribers, rate and seconds must be positive");
-            }
-            subscribers::fanout(&dir, subscribers, rate, seconds, event_bytes)
-        }
+            CompareCmd::All(args) => report::compare_all(&args),
+        },
+        Command::Report(args) => report::report(&args),
         Command::MetricsCost {
             dir,
             seconds,

@@ -29,10 +29,20 @@ pub enum Kind {
     Seaweedfs,
     Etcd,
     Nats,
+    /// Not a system: the machine's own limits (`ceiling`).
+    #[value(skip)]
+    Machine,
 }
 
 impl Kind {
     pub const ALL: [Kind; 4] = [Kind::Ringfeed, Kind::Seaweedfs, Kind::Etcd, Kind::Nats];
+
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::ALL
+            .into_iter()
+            .chain([Kind::Machine])
+            .find(|k| k.name() == name)
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -40,6 +50,7 @@ impl Kind {
             Kind::Seaweedfs => "seaweedfs",
             Kind::Etcd => "etcd",
             Kind::Nats => "nats",
+            Kind::Machine => "machine",
         }
     }
 }
@@ -125,10 +136,19 @@ impl System {
             Kind::Ringfeed => Ok(Start::Running(System::Ringfeed(
                 ringfeed::Ringfeed::start(dir, options).await?,
             ))),
+            Kind::Machine => anyhow::bail!("the machine is not a system to start"),
             other => Ok(Start::Skipped(format!(
                 "{} is not wired into this build",
                 other.name()
             ))),
+        }
+    }
+
+    /// Subscribers made after this catch up in chunk mode (ringfeed only;
+    /// the other systems have no such mode and ignore it).
+    pub fn set_chunk_mode(&mut self, on: bool) {
+        match self {
+            System::Ringfeed(s) => s.chunk_mode = on,
         }
     }
 
@@ -239,7 +259,9 @@ pub async fn probe(kind: Kind, dir: &Path, events: u64, payload: usize) -> Resul
         acks.value_at_quantile(0.5)
     );
     let mid = crate::now_ns();
-    system.append(events..2 * events, payload, 1, 1, false).await?;
+    system
+        .append(events..2 * events, payload, 1, 1, false)
+        .await?;
     let check = |name: &str, got: Vec<u64>, want: Range<u64>| -> Result<()> {
         if got != want.clone().collect::<Vec<_>>() {
             bail!(

@@ -18,7 +18,10 @@ use crate::now_ns;
 
 pub struct Ringfeed {
     pub addr: String,
-    chunk_mode: bool,
+    pub chunk_mode: bool,
+    /// Against a `--target`, "the beginning" is when the bench connected:
+    /// the server may hold older events that are not the bench's.
+    beginning_ns: Option<i64>,
     processes: Vec<Process>,
 }
 
@@ -59,6 +62,7 @@ impl Ringfeed {
             return Ok(Ringfeed {
                 addr: addr.clone(),
                 chunk_mode: options.chunk_mode,
+                beginning_ns: Some(now_ns()),
                 processes: Vec::new(),
             });
         }
@@ -85,6 +89,7 @@ impl Ringfeed {
         Ok(Ringfeed {
             addr,
             chunk_mode: options.chunk_mode,
+            beginning_ns: None,
             processes: vec![process],
         })
     }
@@ -144,7 +149,10 @@ impl Ringfeed {
 
     pub async fn subscribe(&self, from: From) -> Result<Subscriber> {
         let start = match from {
-            From::Beginning => Start::Beginning(true),
+            From::Beginning => match self.beginning_ns {
+                Some(ns) => Start::SinceNs(ns),
+                None => Start::Beginning(true),
+            },
             // Stamps are wall-clock ns and only grow, so every event appended
             // after this point is stamped above it: established at once.
             From::Now => Start::SinceNs(now_ns()),
@@ -201,8 +209,12 @@ impl Subscriber {
             .new_entry
             .map(|entry| entry.attributes)
             .unwrap_or_default();
-        unstamp(&attributes)
-            .map(Some)
-            .ok_or_else(|| anyhow!("an event without the bench's stamp at {}:{}", e.shard, e.offset))
+        unstamp(&attributes).map(Some).ok_or_else(|| {
+            anyhow!(
+                "an event without the bench's stamp at {}:{}",
+                e.shard,
+                e.offset
+            )
+        })
     }
 }

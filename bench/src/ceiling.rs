@@ -1,0 +1,262 @@
+//! `ceiling`: the machine's own limits, measured in the same run as the
+//! scenarios they bound:
+//!
+//! - O_DIRECT sequential write bandwidth of the data disk: 1 MiB writes, one
+//!   fdatasync at the end (as `dd oflag=direct conv=fsync`), and with an
+//!   fdatasync after every write (the floor of a durable ack per write);
+//! - O_DIRECT sequential read bandwidth of the same file;
+//! - fdatasync latency: a 4 KiB O_DIRECT write + fdatasync, repeated;
+//! - memcpy bandwidth (64 MiB buffers; bytes copied, memory traffic is 2×);
+//! - a bare tonic server stream of empty messages over loopback: the most
+//!   messages per second gRPC carries here, with nothing of ringfeed in it.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use glommio::io::DmaFile;
+use hdrhistogram::Histogram;
+use serde_json::json;
+
+use crate::results::{Row, Run, Unit};
+use crate::systems::Kind;
+
+mod pb {
+    tonic::include_proto!("ceiling");
+}
+
+/// Sizes of the measurements.
+pub struct Sizes {
+    /// Bytes written (then read) sequentially.
+    pub write_bytes: u64,
+    /// 4 KiB write + fdatasync repetitions.
+    pub syncs: u64,
+    /// memcpy repetitions of 64 MiB.
+    pub copies: usize,
+    /// Messages of the bare gRPC stream.
+    pub messages: u64,
+}
+
+pub fn ceiling(dir: &Path, sizes: Sizes) -> Result<Run> {
+    let mut run = Run::new(
+        "ceiling",
+        json!({
+            "write_mib": sizes.write_bytes >> 20,
+            "syncs": sizes.syncs,
+            "memcpy_reps": sizes.copies,
+            "grpc_messages": sizes.messages,
+        }),
+    );
+    crate::fresh_dir(dir)?;
+    let write_bytes = sizes.write_bytes;
+    let syncs = sizes.syncs;
+    let path = dir.join("ceiling.dat");
+    let disk = crate::on_glommio(move || async move { disk(&path, write_bytes, syncs).await })?;
+    run.rows.extend(disk);
+    run.rows.push(memcpy(sizes.copies));
+    run.rows.push(grpc_stream(sizes.messages)?);
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(run)
+}
+
+fn io<T>(r: glommio::Result<T, ()>) -> Result<T> {
+    r.map_err(|e| anyhow!("{e}"))
+}
+
+const BLOCK: usize = 1 << 20;
+
+async fn disk(path: &Path, total: u64, syncs: u64) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    // Read and write: `DmaFile::create` opens write-only.
+    let file: DmaFile = io(glommio::io::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .dma_open(path)
+        .await)?;
+    io(file.pre_allocate(total, false).await)?;
+    // Sequential write, one sync at the end.
+    let started = Instant::now();
+    let mut pos = 0;
+    while pos < total {
+        let mut buf = file.alloc_dma_buffer(BLOCK);
+        buf.as_bytes_mut().fill(0x5a);
+        io(file.write_at(buf, pos).await)?;
+        pos += BLOCK as u64;
+    }
+    io(file.fdatasync().await)?;
+    let secs = started.elapsed().as_secs_f64();
+    let mut row = Row::new(Kind::Machine, "O_DIRECT write 1 MiB, one fdatasync", "disk");
+    row.figure("MiB", (total >> 20) as f64)
+        .figure("MB/s", total as f64 / secs / 1e6);
+    rows.push(row);
+
+    // Sequential read of the same file.
+    let secs = direct_read(path, total)?;
+    let mut row = Row::new(Kind::Machine, "O_DIRECT read 1 MiB", "disk");
+    row.figure("MiB", (total >> 20) as f64)
+        .figure("MB/s", total as f64 / secs / 1e6);
+    rows.push(row);
+
+    // Sequential write with an fdatasync after every 1 MiB write.
+    let started = Instant::now();
+    let mut pos = 0;
+    let mut each = Histogram::<u64>::new(3)?;
+    while pos < total {
+        let mut buf = file.alloc_dma_buffer(BLOCK);
+        buf.as_bytes_mut().fill(0x5b);
+        let t = Instant::now();
+        io(file.write_at(buf, pos).await)?;
+        io(file.fdatasync().await)?;
+        each.record(t.elapsed().as_micros() as u64)?;
+        pos += BLOCK as u64;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let mut row = Row::new(
+        Kind::Machine,
+        "O_DIRECT write 1 MiB + fdatasync each",
+        "disk",
+    );
+    row.figure("MiB", (total >> 20) as f64)
+        .figure("MB/s", total as f64 / secs / 1e6)
+        .hist_short("write+sync", each, Unit::MicrosAsMs);
+    rows.push(row);
+
+    // fdatasync latency: 4 KiB writes, each synced.
+    let mut lat = Histogram::<u64>::new(3)?;
+    for i in 0..syncs {
+        let mut buf = file.alloc_dma_buffer(4096);
+        buf.as_bytes_mut().fill(0x5c);
+        let t = Instant::now();
+        io(file.write_at(buf, (i * 4096) % total.max(4096)).await)?;
+        io(file.fdatasync().await)?;
+        lat.record(t.elapsed().as_micros() as u64)?;
+    }
+    let mut row = Row::new(Kind::Machine, "4 KiB O_DIRECT write + fdatasync", "disk");
+    row.figure("syncs/s", 1e6 / lat.mean().max(1.0))
+        .hist_short("write+sync", lat, Unit::Micros);
+    rows.push(row);
+    io(file.close().await)?;
+    std::fs::remove_file(path)?;
+    Ok(rows)
+}
+
+/// Reads `total` bytes of `path` with 1 MiB O_DIRECT `pread`s; seconds taken.
+///
+/// Not through glommio: its DMA reads go to the io_uring poll ring, and on
+/// this machine's virtio disk (no polled queues) every one fails with
+/// EOPNOTSUPP (os error 95). Writes take the main ring and work.
+fn direct_read(path: &Path, total: u64) -> Result<f64> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .with_context(|| format!("opening {} with O_DIRECT", path.display()))?;
+    let layout = std::alloc::Layout::from_size_align(BLOCK, 4096)?;
+    // SAFETY: the layout has a non-zero size; the buffer is freed below and
+    // only used as a byte slice of that size in between.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    if ptr.is_null() {
+        bail!("allocating a {BLOCK}-byte aligned buffer");
+    }
+    // SAFETY: `ptr` is a live, zeroed allocation of `BLOCK` bytes.
+    let buf = unsafe { std::slice::from_raw_parts_mut(ptr, BLOCK) };
+    let started = Instant::now();
+    let mut pos = 0;
+    let result = loop {
+        if pos >= total {
+            break Ok(started.elapsed().as_secs_f64());
+        }
+        match file.read_at(buf, pos) {
+            Ok(0) => break Err(anyhow!("{} ended at {pos}", path.display())),
+            Ok(n) => pos += n as u64,
+            Err(e) => break Err(anyhow!("O_DIRECT read of {}: {e}", path.display())),
+        }
+    };
+    // SAFETY: allocated above with the same layout, not used after this.
+    unsafe { std::alloc::dealloc(ptr, layout) };
+    result
+}
+
+fn memcpy(reps: usize) -> Row {
+    const SIZE: usize = 64 << 20;
+    let src = vec![0x5du8; SIZE];
+    let mut dst = vec![0u8; SIZE];
+    dst.copy_from_slice(&src); // fault the pages in before timing
+    let mut rates = Vec::new();
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&mut dst);
+        rates.push(SIZE as f64 / t.elapsed().as_secs_f64() / 1e9);
+    }
+    let best = rates.iter().copied().fold(0.0, f64::max);
+    let mut row = Row::new(Kind::Machine, "memcpy 64 MiB", "memory");
+    row.figure("GB/s median", crate::median(rates))
+        .figure("GB/s best", best);
+    row
+}
+
+struct Streamer;
+
+#[tonic::async_trait]
+impl pb::ceiling_server::Ceiling for Streamer {
+    type StreamStream =
+        tokio_stream::Iter<std::iter::Take<std::iter::Repeat<Result<pb::Empty, tonic::Status>>>>;
+
+    async fn stream(
+        &self,
+        request: tonic::Request<pb::Count>,
+    ) -> Result<tonic::Response<Self::StreamStream>, tonic::Status> {
+        let n = request.into_inner().messages as usize;
+        Ok(tonic::Response::new(tokio_stream::iter(
+            std::iter::repeat(Ok(pb::Empty {})).take(n),
+        )))
+    }
+}
+
+fn grpc_stream(messages: u64) -> Result<Row> {
+    crate::runtime()?.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(pb::ceiling_server::CeilingServer::new(Streamer))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let mut client = pb::ceiling_client::CeilingClient::connect(format!("http://{addr}"))
+            .await
+            .map_err(|e| anyhow!("{e}"))?;
+        let mut rates = Vec::new();
+        for _ in 0..3 {
+            let started = Instant::now();
+            let mut stream = client
+                .stream(pb::Count { messages })
+                .await
+                .map_err(|e| anyhow!("{e}"))?
+                .into_inner();
+            let mut n = 0u64;
+            while let Some(_m) = tokio::time::timeout(Duration::from_secs(30), stream.message())
+                .await
+                .map_err(|_| anyhow!("the bare stream stalled"))?
+                .map_err(|e| anyhow!("{e}"))?
+            {
+                n += 1;
+            }
+            if n != messages {
+                return Err(anyhow!("the bare stream gave {n} of {messages} messages"));
+            }
+            rates.push(n as f64 / started.elapsed().as_secs_f64());
+        }
+        let mut row = Row::new(
+            Kind::Machine,
+            "tonic server stream, empty messages",
+            "loopback",
+        );
+        row.figure("messages", messages as f64)
+            .figure("messages/s median of 3", crate::median(rates));
+        Ok(row)
+    })
+}

@@ -1,0 +1,498 @@
+//! `compare all` (every scenario on every system, one JSON result file each,
+//! plus `ceiling`) and `report` (BENCHMARKS.md from those files, so anyone can
+//! regenerate it from the results of their own run).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context, Result};
+use clap::Args;
+use serde_json::Value;
+
+use crate::cli::{AppendArgs, CatchupArgs, CeilingArgs, Common, LiveArgs, ScenarioCmd, StormArgs};
+use crate::results::{format_figure, Row, Run};
+use crate::scenarios::headlines;
+use crate::systems::Kind;
+
+/// The scenarios of `compare all`, in the order they run and are reported.
+const SCENARIOS: [&str; 5] = ["append", "catchup", "tail", "storm", "fanout"];
+
+#[derive(Args, Clone, Debug)]
+pub struct AllArgs {
+    /// Scratch directory for the systems' data (on the disk to measure, not
+    /// tmpfs). Emptied first, removed afterwards.
+    #[arg(long, default_value = "./bench-scratch")]
+    pub dir: PathBuf,
+    /// Directory for the JSON result files (SCENARIO.json) and histograms.
+    #[arg(long, default_value = "bench/results")]
+    pub out: PathBuf,
+    /// Quick mode: every scenario with its small sizes (seconds each).
+    #[arg(long)]
+    pub quick: bool,
+    /// Shards of the ringfeed server the bench starts.
+    #[arg(long, default_value_t = 2)]
+    pub shards: u32,
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct ReportArgs {
+    /// Directory holding the JSON result files of a `compare all` run.
+    #[arg(long, default_value = "bench/results")]
+    pub results: PathBuf,
+    /// The file to write.
+    #[arg(long, default_value = "BENCHMARKS.md")]
+    pub output: PathBuf,
+    /// Hand-written analysis (what limits ringfeed where it falls short),
+    /// included verbatim if it exists.
+    #[arg(long, default_value = "bench/analysis.md")]
+    pub analysis: PathBuf,
+}
+
+pub fn compare_all(args: &AllArgs) -> Result<()> {
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let common = Common {
+        dir: args.dir.clone(),
+        out: None,
+        quick: args.quick,
+        target: None,
+        shards: args.shards,
+        system: Kind::Ringfeed,
+    };
+    crate::cli::ceiling(&CeilingArgs {
+        dir: args.dir.clone(),
+        out: Some(args.out.join("ceiling.json")),
+        quick: args.quick,
+        write_mib: None,
+        syncs: None,
+        messages: None,
+    })?;
+    let live = LiveArgs {
+        common: common.clone(),
+        rate: None,
+        seconds: None,
+        subscribers: None,
+        event_bytes: None,
+    };
+    let commands = [
+        ScenarioCmd::Append(AppendArgs {
+            common: common.clone(),
+            events: None,
+            producers: None,
+            batches: None,
+            event_bytes: None,
+            durability: None,
+        }),
+        ScenarioCmd::Catchup(CatchupArgs {
+            common: common.clone(),
+            events: None,
+            subscribers: None,
+            event_bytes: None,
+        }),
+        ScenarioCmd::Tail(live.clone()),
+        ScenarioCmd::Storm(StormArgs {
+            common: common.clone(),
+            backlog: None,
+            behind: None,
+            subscribers: None,
+            event_bytes: None,
+        }),
+        ScenarioCmd::Fanout(live),
+    ];
+    let mut failed = Vec::new();
+    for cmd in commands {
+        let name = cmd.scenario().name();
+        let out = args.out.join(format!("{name}.json"));
+        println!();
+        if let Err(e) = crate::cli::run_scenario(&cmd, &Kind::ALL, Some(&out)) {
+            eprintln!("{name}: FAILED: {e:#}");
+            failed.push(format!("{name}: {e:#}"));
+        }
+    }
+    println!(
+        "\nresults in {}; `ringfeed-bench report --results {}` writes BENCHMARKS.md",
+        args.out.display(),
+        args.out.display()
+    );
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(anyhow!("{}", failed.join("\n")))
+    }
+}
+
+/// A result file read back: the run (figures only) and the raw document.
+struct Loaded {
+    run: Run,
+    doc: Value,
+}
+
+fn load(path: &Path) -> Result<Option<Loaded>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let doc: Value =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let scenario = doc["scenario"]
+        .as_str()
+        .and_then(|s| {
+            SCENARIOS
+                .iter()
+                .chain(["ceiling"].iter())
+                .find(|x| **x == s)
+        })
+        .ok_or_else(|| anyhow!("{}: unknown scenario", path.display()))?;
+    let mut run = Run::new(scenario, doc["params"].clone());
+    run.started = doc["started_utc"].as_str().unwrap_or_default().to_owned();
+    for r in doc["rows"].as_array().into_iter().flatten() {
+        let kind = Kind::from_name(r["system"].as_str().unwrap_or_default())
+            .ok_or_else(|| anyhow!("{}: unknown system {}", path.display(), r["system"]))?;
+        let mut row = Row::new(
+            kind,
+            r["case"].as_str().unwrap_or_default(),
+            r["variant"].as_str().unwrap_or_default(),
+        );
+        for (k, v) in r["figures"].as_object().into_iter().flatten() {
+            row.figure(k, v.as_f64().unwrap_or(f64::NAN));
+        }
+        run.rows.push(row);
+    }
+    for s in doc["skipped"].as_array().into_iter().flatten() {
+        if let Some(kind) = Kind::from_name(s["system"].as_str().unwrap_or_default()) {
+            run.skipped
+                .push((kind, s["reason"].as_str().unwrap_or_default().to_owned()));
+        }
+    }
+    Ok(Some(Loaded { run, doc }))
+}
+
+/// A goal's verdict line.
+struct Goal {
+    goal: String,
+    measured: String,
+    met: Option<bool>,
+}
+
+fn find<'a>(run: &'a Run, system: Kind, case: &str, variant: Option<&str>) -> Vec<&'a Row> {
+    run.rows
+        .iter()
+        .filter(|r| r.system == system && r.case == case && variant.is_none_or(|v| r.variant == v))
+        .collect()
+}
+
+/// ringfeed's best figure over its variants (highest or lowest).
+fn best(rows: &[&Row], key: &str, higher_is_better: bool) -> Option<(f64, String)> {
+    rows.iter()
+        .filter_map(|r| r.get(key).map(|v| (v, r.variant.clone())))
+        .reduce(|a, b| {
+            if (b.0 > a.0) == higher_is_better {
+                b
+            } else {
+                a
+            }
+        })
+}
+
+fn goals(runs: &[(&str, Option<Loaded>)], ceiling: Option<&Loaded>) -> Vec<Goal> {
+    let get = |name: &str| {
+        runs.iter()
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, l)| l.as_ref())
+            .map(|l| &l.run)
+    };
+    let mut goals = Vec::new();
+    // Each goal: ringfeed's best variant against each other system's figure.
+    let mut versus = |run: Option<&Run>,
+                      case: &str,
+                      key: &str,
+                      higher: bool,
+                      targets: &[(Kind, f64)],
+                      what: &str| {
+        let Some(run) = run else {
+            goals.push(Goal {
+                goal: what.to_owned(),
+                measured: "not run".into(),
+                met: None,
+            });
+            return;
+        };
+        let ours = best(&find(run, Kind::Ringfeed, case, None), key, higher);
+        for &(kind, need) in targets {
+            let theirs = find(run, kind, case, None).first().and_then(|r| r.get(key));
+            // A need of 1 means "better than": strictly above 1.
+            let goal = if need == 1.0 {
+                format!("{what}: better than {}", kind.name())
+            } else {
+                format!("{what}: ≥ {need}× {}", kind.name())
+            };
+            match (&ours, theirs) {
+                (Some((mine, variant)), Some(t)) => {
+                    let ratio = if higher { mine / t } else { t / mine };
+                    goals.push(Goal {
+                        goal,
+                        measured: format!(
+                            "{ratio:.2}× (ringfeed {variant} {} vs {})",
+                            format_figure(*mine),
+                            format_figure(t)
+                        ),
+                        met: Some(if need == 1.0 {
+                            ratio > 1.0
+                        } else {
+                            ratio >= need
+                        }),
+                    });
+                }
+                _ => {
+                    let why = run
+                        .skipped
+                        .iter()
+                        .find(|(k, _)| *k == kind)
+                        .map_or("no figure".to_owned(), |(_, w)| w.clone());
+                    goals.push(Goal {
+                        goal,
+                        measured: format!("not measured: {why}"),
+                        met: None,
+                    });
+                }
+            }
+        }
+    };
+    let catchup = get("catchup");
+    let catch_case = catchup
+        .and_then(|r| {
+            r.rows
+                .iter()
+                .find(|row| row.get("subscribers") == Some(1.0))
+        })
+        .map_or("K=1".to_owned(), |r| r.case.clone());
+    versus(
+        catchup,
+        &catch_case,
+        "events/s",
+        true,
+        &[
+            (Kind::Seaweedfs, 20.0),
+            (Kind::Etcd, 5.0),
+            (Kind::Nats, 3.0),
+        ],
+        "catch-up events/s, one subscriber",
+    );
+    let tail = get("tail");
+    let tail_case = tail
+        .and_then(|r| r.rows.first())
+        .map_or("-".to_owned(), |r| r.case.clone());
+    versus(
+        tail,
+        &tail_case,
+        "latency p99 ms",
+        false,
+        &[(Kind::Seaweedfs, 5.0), (Kind::Etcd, 5.0), (Kind::Nats, 5.0)],
+        &format!("live append-to-delivery p99 ({tail_case}), lower"),
+    );
+    let storm = get("storm");
+    let storm_cases: Vec<String> = storm
+        .map(|r| {
+            let mut c: Vec<String> = r
+                .rows
+                .iter()
+                .filter(|row| row.system == Kind::Ringfeed)
+                .map(|row| row.case.clone())
+                .collect();
+            c.dedup();
+            c
+        })
+        .unwrap_or_default();
+    for case in &storm_cases {
+        for (key, what) in [
+            ("all caught up s", "storm time to all caught up"),
+            ("server peak RSS MiB", "storm server peak RSS"),
+        ] {
+            versus(
+                storm,
+                case,
+                key,
+                false,
+                &[(Kind::Seaweedfs, 1.0), (Kind::Etcd, 1.0), (Kind::Nats, 1.0)],
+                &format!("{what} ({case}), lower"),
+            );
+        }
+    }
+    // Durable append MB/s against the disk's raw O_DIRECT write bandwidth.
+    let raw = ceiling.and_then(|c| {
+        c.run
+            .rows
+            .iter()
+            .find(|r| r.case.starts_with("O_DIRECT write 1 MiB, one fdatasync"))
+            .and_then(|r| r.get("MB/s"))
+    });
+    let durable = get("append").and_then(|run| {
+        run.rows
+            .iter()
+            .filter(|r| r.system == Kind::Ringfeed && r.variant == "durable")
+            .filter_map(|r| r.get("MB/s").map(|v| (v, r.case.clone())))
+            .reduce(|a, b| if b.0 > a.0 { b } else { a })
+    });
+    goals.push(match (durable, raw) {
+        (Some((mb, case)), Some(raw)) => Goal {
+            goal: "durable append MB/s ≥ 0.85 × raw O_DIRECT write (ceiling)".into(),
+            measured: format!(
+                "{:.2} ({} MB/s, {case}, vs {} MB/s)",
+                mb / raw,
+                format_figure(mb),
+                format_figure(raw)
+            ),
+            met: Some(mb / raw >= 0.85),
+        },
+        _ => Goal {
+            goal: "durable append MB/s ≥ 0.85 × raw O_DIRECT write (ceiling)".into(),
+            measured: "not run".into(),
+            met: None,
+        },
+    });
+    goals
+}
+
+pub fn report(args: &ReportArgs) -> Result<()> {
+    let ceiling = load(&args.results.join("ceiling.json"))?;
+    let runs: Vec<(&str, Option<Loaded>)> = SCENARIOS
+        .iter()
+        .map(|s| Ok((*s, load(&args.results.join(format!("{s}.json")))?)))
+        .collect::<Result<_>>()?;
+    if ceiling.is_none() && runs.iter().all(|(_, l)| l.is_none()) {
+        return Err(anyhow!(
+            "no result files in {}: run `ringfeed-bench compare all --out {}` first",
+            args.results.display(),
+            args.results.display()
+        ));
+    }
+    let any = ceiling
+        .as_ref()
+        .or_else(|| runs.iter().find_map(|(_, l)| l.as_ref()))
+        .expect("checked above");
+    let machine = &any.doc["machine"];
+    let mut md = String::new();
+    let _ = writeln!(md, "# ringfeed benchmarks\n");
+    let _ = writeln!(
+        md,
+        "Generated by `ringfeed-bench report --results {}` from the JSON result files of one \
+         `ringfeed-bench compare all` run; do not edit by hand (the analysis comes from `{}`). \
+         Every system ran on this machine, on loopback, with its data on the same disk, one \
+         after another with the same workload.\n",
+        args.results.display(),
+        args.analysis.display()
+    );
+    let _ = writeln!(md, "## Machine\n");
+    let _ = writeln!(
+        md,
+        "{} cores ({}), {} GiB, kernel {}, data disk {}.\n",
+        machine["cores"],
+        machine["cpu"].as_str().unwrap_or("?"),
+        machine["memory_gib"],
+        machine["kernel"].as_str().unwrap_or("?"),
+        machine["disk"].as_str().unwrap_or("?")
+    );
+    let _ = writeln!(md, "## How to reproduce\n");
+    let _ = writeln!(md, "```sh");
+    let _ = writeln!(
+        md,
+        "bench/peers/install.sh          # etcd, NATS, SeaweedFS"
+    );
+    let _ = writeln!(
+        md,
+        "cargo build --release -p ringfeed-server -p ringfeed-bench"
+    );
+    let _ = writeln!(
+        md,
+        "target/release/ringfeed-bench compare all --out bench/results"
+    );
+    let _ = writeln!(
+        md,
+        "target/release/ringfeed-bench report --results bench/results"
+    );
+    let _ = writeln!(md, "```\n");
+    let _ = writeln!(md, "{METHOD}");
+    let _ = writeln!(md, "## Goals\n");
+    let _ = writeln!(md, "| goal | measured | verdict |");
+    let _ = writeln!(md, "|---|---|---|");
+    for g in goals(&runs, ceiling.as_ref()) {
+        let verdict = match g.met {
+            Some(true) => "met",
+            Some(false) => "**not met**",
+            None => "not measured",
+        };
+        let _ = writeln!(md, "| {} | {} | {verdict} |", g.goal, g.measured);
+    }
+    let _ = writeln!(md);
+    if let Ok(analysis) = std::fs::read_to_string(&args.analysis) {
+        let _ = writeln!(md, "{}\n", analysis.trim_end());
+    }
+    if let Some(c) = &ceiling {
+        let _ = writeln!(md, "## ceiling: the machine's limits\n");
+        let _ = writeln!(
+            md,
+            "`{}` ({})\n",
+            c.doc["command"].as_str().unwrap_or(""),
+            c.run.started
+        );
+        let _ = writeln!(md, "{}", c.run.table());
+    }
+    for (name, loaded) in &runs {
+        let Some(l) = loaded else {
+            let _ = writeln!(md, "## {name}\n\nNot run.\n");
+            continue;
+        };
+        let _ = writeln!(md, "## {name}\n");
+        let _ = writeln!(
+            md,
+            "`{}` ({}); parameters: `{}`\n",
+            l.doc["command"].as_str().unwrap_or(""),
+            l.run.started,
+            l.doc["params"]
+        );
+        let _ = writeln!(
+            md,
+            "Side by side (ratio = how many times better ringfeed is; above 1 is better):\n"
+        );
+        let _ = writeln!(md, "{}", l.run.comparison(headlines(name)));
+        for (kind, why) in &l.run.skipped {
+            let _ = writeln!(md, "- {}: {why}", kind.name());
+        }
+        if !l.run.skipped.is_empty() {
+            let _ = writeln!(md);
+        }
+        let _ = writeln!(md, "<details><summary>All figures</summary>\n");
+        let _ = writeln!(md, "{}", l.run.table());
+        let _ = writeln!(md, "</details>\n");
+    }
+    std::fs::write(&args.output, md)
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    println!("wrote {}", args.output.display());
+    Ok(())
+}
+
+const METHOD: &str = "## Method
+
+- Each scenario starts each system fresh on loopback with its data in a temp
+  dir on the data disk, runs the same workload, and stops it. Clients run in
+  the bench process, on the same 2 cores as the server.
+- Every event is a namespace mutation carrying its number and send time in
+  the first 16 bytes of its payload: a ringfeed create event under
+  `/bench/dNN/`, a SeaweedFS filer entry created under `/bench/dNN/`, an etcd
+  Put of `/bench/dNN/fN`, a NATS JetStream publish to `bench.dNN`.
+- Subscribers: ringfeed's client library (`Follower`, event mode with
+  batching, and chunk mode); SeaweedFS's `SubscribeMetadata` gRPC stream;
+  etcd Watch from a revision; a NATS JetStream push consumer per subscriber.
+- Every subscriber is checked exact: it must get each event it should, once.
+- Durability differs by system and is named in each row's variant: ringfeed
+  runs both memory acks (visible to subscribers) and durable acks
+  (fdatasync'ed); etcd fsyncs its WAL; NATS syncs periodically; the SeaweedFS
+  filer does not sync.
+- Latency is append-to-delivery: from when the producer built the request to
+  when the subscriber had the event, the same wall clock on both ends.
+  Producers of `tail` and `fanout` are open loop.
+- Latency histograms are HdrHistogram's (3 significant digits), written
+  beside each JSON file in its percentile-distribution text form (`.hgrm`).
+- Figures are from one run on a shared machine; expect ±20% between runs.
+";

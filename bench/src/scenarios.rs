@@ -1,0 +1,599 @@
+//! The scenarios, written once against [`System`], so `compare` runs exactly
+//! the same workload on every system: the same numbered events of the same
+//! size, the same producers, the same subscribers and start points.
+//!
+//! - `append`: producers × batch × event size × durability; events/s, MB/s,
+//!   ack latency.
+//! - `catchup`: N events pre-loaded, then K subscribers from the beginning;
+//!   events/s, MB/s, server CPU, time to caught up.
+//! - `tail` and `fanout`: K live subscribers while one producer appends at a
+//!   fixed rate, open loop (every tick sends, whether or not earlier appends
+//!   were acknowledged, so a slow system shows up as latency, not as a lower
+//!   rate); append-to-delivery latency over all subscribers, server CPU.
+//! - `storm`: K subscribers resume at once, each W events behind, over a
+//!   backlog; time to first event and to caught up, server peak RSS.
+//!
+//! Every subscriber of every scenario is checked exact: it must get each
+//! event it should, once. A row's `inexact` figure counts the subscribers
+//! that did not; the run fails (after printing and writing its results) if
+//! any did.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Result};
+use hdrhistogram::Histogram;
+use serde_json::json;
+
+use crate::results::{Headline, Row, Run, Unit};
+use crate::systems::{From, Kind, RingfeedOptions, Start, Subscriber, System};
+
+/// How long a subscriber may wait for its next event before the scenario
+/// calls it stalled (a failure, not a figure).
+const STALL: Duration = Duration::from_secs(120);
+
+/// Producers and batch size used to pre-load backlogs (not measured).
+const PRELOAD_PRODUCERS: usize = 64;
+const PRELOAD_BATCH: usize = 1024;
+
+/// Where and how a scenario runs.
+pub struct Setup {
+    pub dir: std::path::PathBuf,
+    pub ringfeed: RingfeedOptions,
+}
+
+/// A scenario with its parameters.
+#[derive(Clone, Debug)]
+pub enum Scenario {
+    Append {
+        events: u64,
+        producers: Vec<usize>,
+        batches: Vec<usize>,
+        event_bytes: Vec<usize>,
+        /// Durabilities to run ringfeed with (`true` = durable); the other
+        /// systems have one, their own, and run once.
+        durable: Vec<bool>,
+    },
+    Catchup {
+        events: u64,
+        subscribers: Vec<usize>,
+        event_bytes: usize,
+    },
+    Live {
+        /// "tail" or "fanout": the same measurement, different defaults.
+        name: &'static str,
+        rate: u64,
+        seconds: f64,
+        subscribers: Vec<usize>,
+        event_bytes: usize,
+    },
+    Storm {
+        backlog: u64,
+        behind: u64,
+        subscribers: Vec<usize>,
+        event_bytes: usize,
+    },
+}
+
+impl Scenario {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Scenario::Append { .. } => "append",
+            Scenario::Catchup { .. } => "catchup",
+            Scenario::Live { name, .. } => name,
+            Scenario::Storm { .. } => "storm",
+        }
+    }
+
+    fn params(&self) -> serde_json::Value {
+        match self {
+            Scenario::Append {
+                events,
+                producers,
+                batches,
+                event_bytes,
+                durable,
+            } => json!({
+                "events_per_case": events, "producers": producers, "batches": batches,
+                "event_bytes": event_bytes,
+                "ringfeed_durability": durable.iter().map(|d| variant_of(*d)).collect::<Vec<_>>(),
+            }),
+            Scenario::Catchup {
+                events,
+                subscribers,
+                event_bytes,
+            } => json!({"events": events, "subscribers": subscribers, "event_bytes": event_bytes}),
+            Scenario::Live {
+                rate,
+                seconds,
+                subscribers,
+                event_bytes,
+                ..
+            } => {
+                json!({"rate": rate, "seconds": seconds, "subscribers": subscribers, "event_bytes": event_bytes})
+            }
+            Scenario::Storm {
+                backlog,
+                behind,
+                subscribers,
+                event_bytes,
+            } => {
+                json!({"backlog": backlog, "behind": behind, "subscribers": subscribers, "event_bytes": event_bytes})
+            }
+        }
+    }
+
+    pub fn headlines(&self) -> &'static [Headline] {
+        headlines(self.name())
+    }
+
+    /// Runs the scenario on each of `kinds` in turn, each system started
+    /// fresh in its own directory under `setup.dir` and stopped after.
+    pub fn run(&self, kinds: &[Kind], setup: &Setup) -> Result<Run> {
+        let mut run = Run::new(self.name(), self.params());
+        let runtime = crate::runtime()?;
+        for &kind in kinds {
+            let dir = setup.dir.join(kind.name());
+            let started = runtime.block_on(System::start(kind, &dir, &setup.ringfeed));
+            let mut system = match started {
+                Ok(Start::Running(system)) => system,
+                Ok(Start::Skipped(why)) => {
+                    eprintln!("{}: skipped: {why}", kind.name());
+                    run.skipped.push((kind, why));
+                    continue;
+                }
+                Err(e) if kind == Kind::Ringfeed => return Err(e.context("starting ringfeed")),
+                Err(e) => {
+                    let why = format!("failed to start: {e:#}");
+                    eprintln!("{}: {why}", kind.name());
+                    run.skipped.push((kind, why));
+                    continue;
+                }
+            };
+            eprintln!("# {}: {} ...", self.name(), kind.name());
+            let rows = runtime.block_on(self.on(&mut system));
+            drop(system);
+            let _ = std::fs::remove_dir_all(&dir);
+            match rows {
+                Ok(rows) => run.rows.extend(rows),
+                Err(e) if kind == Kind::Ringfeed => return Err(e),
+                // Another system's failure is reported as such (the run goes
+                // on, so ringfeed's figures and the others' are not lost).
+                Err(e) => {
+                    let why = format!("failed: {e:#}");
+                    eprintln!("{}: {why}", kind.name());
+                    run.skipped.push((kind, why));
+                }
+            }
+        }
+        Ok(run)
+    }
+
+    async fn on(&self, system: &mut System) -> Result<Vec<Row>> {
+        match self {
+            Scenario::Append {
+                events,
+                producers,
+                batches,
+                event_bytes,
+                durable,
+            } => append(system, *events, producers, batches, event_bytes, durable).await,
+            Scenario::Catchup {
+                events,
+                subscribers,
+                event_bytes,
+            } => catchup(system, *events, subscribers, *event_bytes).await,
+            Scenario::Live {
+                rate,
+                seconds,
+                subscribers,
+                event_bytes,
+                ..
+            } => live(system, *rate, *seconds, subscribers, *event_bytes).await,
+            Scenario::Storm {
+                backlog,
+                behind,
+                subscribers,
+                event_bytes,
+            } => storm(system, *backlog, *behind, subscribers, *event_bytes).await,
+        }
+    }
+}
+
+const fn h(key: &'static str, higher_is_better: bool) -> Headline {
+    Headline {
+        key,
+        higher_is_better,
+    }
+}
+
+const APPEND: &[Headline] = &[
+    h("events/s", true),
+    h("MB/s", true),
+    h("ack p99 ms", false),
+    h("server CPU µs/event", false),
+];
+const CATCHUP: &[Headline] = &[
+    h("events/s", true),
+    h("all caught up s", false),
+    h("server CPU s", false),
+];
+const LIVE: &[Headline] = &[
+    h("latency p50 ms", false),
+    h("latency p99 ms", false),
+    h("latency p99.9 ms", false),
+    h("server CPU s", false),
+];
+const STORM: &[Headline] = &[
+    h("all caught up s", false),
+    h("server peak RSS MiB", false),
+    h("first event p99 ms", false),
+];
+
+/// The figures `compare` puts side by side for a scenario, by name.
+pub fn headlines(scenario: &str) -> &'static [Headline] {
+    match scenario {
+        "append" => APPEND,
+        "catchup" => CATCHUP,
+        "tail" | "fanout" => LIVE,
+        "storm" => STORM,
+        _ => &[],
+    }
+}
+
+fn variant_of(durable: bool) -> &'static str {
+    if durable {
+        "durable"
+    } else {
+        "memory"
+    }
+}
+
+/// CPU seconds of the system's processes so far (0 against a `--target`).
+fn cpu(system: &System) -> f64 {
+    system.processes().iter().map(|p| p.cpu_seconds()).sum()
+}
+
+/// Sum over the system's processes of a `/proc/PID/status` memory line, MiB.
+fn memory_mib(system: &System, key: &str) -> f64 {
+    system
+        .processes()
+        .iter()
+        .map(|p| p.memory(key) as f64)
+        .sum::<f64>()
+        / f64::from(1 << 20)
+}
+
+/// Adds the server's CPU and memory figures, when the bench started it.
+fn server_figures(row: &mut Row, system: &System, cpu_s: f64) {
+    if !system.processes().is_empty() {
+        row.figure("server CPU s", cpu_s);
+        row.figure("server peak RSS MiB", memory_mib(system, "VmHWM"));
+    }
+}
+
+async fn append(
+    system: &mut System,
+    events: u64,
+    producers: &[usize],
+    batches: &[usize],
+    sizes: &[usize],
+    durabilities: &[bool],
+) -> Result<Vec<Row>> {
+    let kind = system.kind();
+    let mut rows = Vec::new();
+    let mut next = 0u64;
+    for &p in producers {
+        for &batch in batches {
+            // Only ringfeed appends batches; the others run the batch-1 case.
+            if kind != Kind::Ringfeed && batch != 1 {
+                continue;
+            }
+            for &size in sizes {
+                for &durable in durabilities {
+                    if kind != Kind::Ringfeed && !durable {
+                        continue;
+                    }
+                    let cpu0 = cpu(system);
+                    let started = Instant::now();
+                    let acks = system
+                        .append(next..next + events, size, p, batch, durable)
+                        .await?;
+                    let secs = started.elapsed().as_secs_f64();
+                    let cpu_s = cpu(system) - cpu0;
+                    next += events;
+                    let variant = if kind == Kind::Ringfeed {
+                        variant_of(durable).to_owned()
+                    } else {
+                        system.durability(true).to_owned()
+                    };
+                    let mut row = Row::new(
+                        kind,
+                        format!("{p} producers × batch {batch} × {size} B"),
+                        variant,
+                    );
+                    row.figure("events", events as f64)
+                        .figure("s", secs)
+                        .figure("events/s", events as f64 / secs)
+                        .figure("MB/s", events as f64 * size as f64 / secs / 1e6)
+                        .hist("ack", acks, Unit::MicrosAsMs);
+                    if !system.processes().is_empty() {
+                        row.figure("server CPU µs/event", cpu_s * 1e6 / events as f64);
+                    }
+                    server_figures(&mut row, system, cpu_s);
+                    rows.push(row);
+                }
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// The ringfeed variants a subscriber scenario runs (event mode and chunk
+/// mode); the other systems run one, named by how they are read.
+fn subscriber_variants(kind: Kind) -> Vec<(&'static str, bool)> {
+    if kind == Kind::Ringfeed {
+        vec![("events", false), ("chunks", true)]
+    } else {
+        vec![("consumer", false)]
+    }
+}
+
+/// What one subscriber saw.
+struct Followed {
+    /// Since the subscribers were started.
+    first: Duration,
+    done: Duration,
+    exact: bool,
+    /// Append-to-delivery latencies, µs (live scenarios only).
+    latency: Option<Histogram<u64>>,
+}
+
+/// Reads `want` events from `sub` and checks it got each of `want` exactly
+/// once (in any order across ringfeed's shards).
+async fn follow(
+    mut sub: Subscriber,
+    want: std::ops::Range<u64>,
+    t0: Instant,
+    measure_latency: bool,
+) -> Result<Followed> {
+    let n = (want.end - want.start) as usize;
+    let mut seen = vec![false; n];
+    let (mut got, mut first, mut exact) = (0usize, None, true);
+    let mut latency = measure_latency
+        .then(|| Histogram::<u64>::new(3))
+        .transpose()?;
+    while got < n {
+        let d = match tokio::time::timeout(STALL, sub.next()).await {
+            Ok(Ok(Some(d))) => d,
+            Ok(Ok(None)) => bail!("the subscription ended after {got} of {n} events"),
+            Ok(Err(e)) => return Err(e.context(format!("after {got} of {n} events"))),
+            Err(_) => bail!("no event for {STALL:?} after {got} of {n}"),
+        };
+        if let Some(h) = latency.as_mut() {
+            h.record(((crate::now_ns() - d.sent_ns).max(0) / 1000) as u64)?;
+        }
+        first.get_or_insert_with(|| t0.elapsed());
+        got += 1;
+        match d.index.checked_sub(want.start).map(|i| i as usize) {
+            Some(i) if i < n && !seen[i] => seen[i] = true,
+            _ => exact = false,
+        }
+    }
+    Ok(Followed {
+        first: first.unwrap_or_default(),
+        done: t0.elapsed(),
+        exact,
+        latency,
+    })
+}
+
+/// Starts `k` subscribers from `from` at once, each following `want`.
+async fn subscribers(
+    system: &System,
+    k: usize,
+    from: From,
+    want: std::ops::Range<u64>,
+    measure_latency: bool,
+) -> Result<(Vec<tokio::task::JoinHandle<Result<Followed>>>, Instant)> {
+    let t0 = Instant::now();
+    // Subscribe concurrently, so a storm really is one.
+    let subs: Vec<Subscriber> =
+        futures_util::future::try_join_all((0..k).map(|_| system.subscribe(from))).await?;
+    let tasks = subs
+        .into_iter()
+        .map(|s| tokio::spawn(follow(s, want.clone(), t0, measure_latency)))
+        .collect();
+    Ok((tasks, t0))
+}
+
+async fn catchup(system: &mut System, events: u64, ks: &[usize], size: usize) -> Result<Vec<Row>> {
+    let kind = system.kind();
+    let loaded = Instant::now();
+    system
+        .append(0..events, size, PRELOAD_PRODUCERS, PRELOAD_BATCH, false)
+        .await?;
+    eprintln!(
+        "  pre-loaded {events} events in {:.1} s",
+        loaded.elapsed().as_secs_f64()
+    );
+    let mut rows = Vec::new();
+    for (variant, chunk_mode) in subscriber_variants(kind) {
+        system.set_chunk_mode(chunk_mode);
+        for &k in ks {
+            let cpu0 = cpu(system);
+            let (tasks, _) = subscribers(system, k, From::Beginning, 0..events, false).await?;
+            let mut row = Row::new(kind, format!("K={k}"), variant);
+            let (done, inexact) = collect(tasks, &mut row).await?;
+            let secs = done.as_secs_f64();
+            let total = events as f64 * k as f64;
+            row.figures.insert(0, ("subscribers".into(), k as f64));
+            row.figures.insert(1, ("events each".into(), events as f64));
+            row.figure("all caught up s", secs)
+                .figure("events/s", total / secs)
+                .figure("MB/s", total * size as f64 / secs / 1e6)
+                .figure("inexact", inexact as f64);
+            server_figures(&mut row, system, cpu(system) - cpu0);
+            rows.push(row);
+        }
+    }
+    Ok(rows)
+}
+
+/// Waits for every subscriber; adds their first-event and caught-up
+/// histograms (ms) to `row`. Returns when the last was caught up and how
+/// many were inexact.
+async fn collect(
+    tasks: Vec<tokio::task::JoinHandle<Result<Followed>>>,
+    row: &mut Row,
+) -> Result<(Duration, usize)> {
+    let (mut first, mut done) = (Histogram::<u64>::new(3)?, Histogram::<u64>::new(3)?);
+    let mut latency = Histogram::<u64>::new(3)?;
+    let (mut last, mut inexact) = (Duration::ZERO, 0);
+    for t in tasks {
+        let f = t.await.map_err(|e| anyhow!("subscriber task: {e}"))??;
+        first.record(f.first.as_millis() as u64)?;
+        done.record(f.done.as_millis() as u64)?;
+        last = last.max(f.done);
+        inexact += usize::from(!f.exact);
+        if let Some(h) = f.latency {
+            latency.add(&h)?;
+        }
+    }
+    if !latency.is_empty() {
+        row.hist("latency", latency, Unit::MicrosAsMs);
+    }
+    row.hist_short("first event", first, Unit::Ms);
+    row.hist_short("caught up", done, Unit::Ms);
+    Ok((last, inexact))
+}
+
+async fn live(
+    system: &mut System,
+    rate: u64,
+    seconds: f64,
+    ks: &[usize],
+    size: usize,
+) -> Result<Vec<Row>> {
+    let kind = system.kind();
+    let total = (rate as f64 * seconds).round().max(1.0) as u64;
+    let mut rows = Vec::new();
+    let mut next = 0u64;
+    for &k in ks {
+        let want = next..next + total;
+        next += total;
+        let (tasks, _) = subscribers(system, k, From::Now, want.clone(), true).await?;
+        // Let every subscriber connect and reach the live edge first.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let cpu0 = cpu(system);
+        let appender = system.appender();
+        let period = Duration::from_secs_f64(1.0 / rate as f64);
+        let started = Instant::now();
+        let mut acks = Vec::with_capacity(total as usize);
+        for i in want.clone() {
+            // Open loop: send on schedule, never wait for earlier acks.
+            let due = started + period.mul_f64((i - want.start) as f64);
+            tokio::time::sleep_until(due.into()).await;
+            let appender = appender.clone();
+            acks.push(tokio::spawn(
+                async move { appender.append_one(i, size).await },
+            ));
+        }
+        let produced = started.elapsed().as_secs_f64();
+        for a in acks {
+            a.await.map_err(|e| anyhow!("append task: {e}"))??;
+        }
+        let mut row = Row::new(kind, format!("K={k} at {rate}/s"), "live");
+        let (_, inexact) = collect(tasks, &mut row).await?;
+        // The time histograms of a live run say nothing; keep latency only.
+        row.hists.retain(|h| h.name == "latency");
+        row.figures.retain(|(key, _)| key.starts_with("latency"));
+        row.figures.insert(0, ("subscribers".into(), k as f64));
+        row.figures
+            .insert(1, ("sent events/s".into(), total as f64 / produced));
+        row.figures
+            .insert(2, ("deliveries".into(), total as f64 * k as f64));
+        row.figure("inexact", inexact as f64);
+        server_figures(&mut row, system, cpu(system) - cpu0);
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+async fn storm(
+    system: &mut System,
+    backlog: u64,
+    behind: u64,
+    ks: &[usize],
+    size: usize,
+) -> Result<Vec<Row>> {
+    let kind = system.kind();
+    let loaded = Instant::now();
+    if backlog > 0 {
+        system
+            .append(0..backlog, size, PRELOAD_PRODUCERS, PRELOAD_BATCH, false)
+            .await?;
+    }
+    // The resume window: one producer, so the event numbered `backlog` is
+    // the first of it on every system (see `From::Resume`).
+    let wall_ns = crate::now_ns();
+    system
+        .append(backlog..backlog + behind, size, 1, PRELOAD_BATCH, false)
+        .await?;
+    eprintln!(
+        "  pre-loaded {} events in {:.1} s",
+        backlog + behind,
+        loaded.elapsed().as_secs_f64()
+    );
+    let from = From::Resume {
+        index: backlog,
+        wall_ns,
+    };
+    let mut rows = Vec::new();
+    for (variant, chunk_mode) in subscriber_variants(kind) {
+        system.set_chunk_mode(chunk_mode);
+        for &k in ks {
+            for p in system.processes() {
+                p.reset_peak();
+            }
+            let rss_before = memory_mib(system, "VmRSS");
+            let cpu0 = cpu(system);
+            let (tasks, _) = subscribers(system, k, from, backlog..backlog + behind, false).await?;
+            let mut row = Row::new(kind, format!("K={k}"), variant);
+            let (done, inexact) = collect(tasks, &mut row).await?;
+            row.figures.insert(0, ("subscribers".into(), k as f64));
+            row.figures.insert(1, ("events each".into(), behind as f64));
+            row.figure("all caught up s", done.as_secs_f64())
+                .figure("inexact", inexact as f64);
+            if !system.processes().is_empty() {
+                row.figure("server RSS before MiB", rss_before);
+            }
+            server_figures(&mut row, system, cpu(system) - cpu0);
+            rows.push(row);
+        }
+    }
+    Ok(rows)
+}
+
+/// Fails if any row counted inexact subscribers: a subscriber that missed or
+/// repeated an event is a failure, never a figure to shrug at.
+pub fn check_exact(run: &Run) -> Result<()> {
+    let bad: Vec<String> = run
+        .rows
+        .iter()
+        .filter(|r| r.get("inexact").is_some_and(|n| n > 0.0))
+        .map(|r| {
+            format!(
+                "{} {} {}: {} subscribers missed or repeated events",
+                r.system.name(),
+                r.case,
+                r.variant,
+                r.get("inexact").unwrap_or(0.0)
+            )
+        })
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        bail!("NOT EXACT: {}", bad.join("; "))
+    }
+}
