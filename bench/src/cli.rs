@@ -24,7 +24,7 @@ pub struct Common {
     pub dir: PathBuf,
     /// Also write the results as JSON to FILE, and each latency histogram
     /// beside it in HdrHistogram's percentile-distribution text form
-    /// (FILE-STEM.SYSTEM.ROW.NAME.hgrm). `compare` takes a directory instead.
+    /// (FILE-STEM.SYSTEM.ROW.NAME.hgrm).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
     /// Quick mode: small sizes that finish in seconds, to prove the scenario

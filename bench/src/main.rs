@@ -74,6 +74,7 @@ enum Command {
     },
     /// In-process appends through the shards: events/s and ack latency, memory and durable.
     ShardAppend {
+        /// Scratch directory on the disk to measure (not tmpfs); removed afterwards.
         #[arg(long, default_value = "./bench-scratch")]
         dir: PathBuf,
         /// Batch sizes (events per append).
@@ -94,6 +95,7 @@ enum Command {
     },
     /// Time to open (recover) a log holding the given amount of data.
     LogRecovery {
+        /// Scratch directory on the disk to measure (not tmpfs); removed afterwards.
         #[arg(long, default_value = "./bench-scratch")]
         dir: PathBuf,
         /// Log size in MiB.
@@ -102,12 +104,14 @@ enum Command {
         /// Segment size in MiB.
         #[arg(long, default_value_t = 256)]
         segment_mib: u64,
+        /// Times the log is reopened; the median is reported.
         #[arg(long, default_value_t = 3)]
         reps: usize,
     },
     /// One subscriber catching up over a pre-loaded log (in process, no gRPC):
     /// from segments (ring cold) and from the ring, match-all and a 1% filter.
     SubscribeCatchup {
+        /// Scratch directory on the disk to measure (not tmpfs); removed afterwards.
         #[arg(long, default_value = "./bench-scratch")]
         dir: PathBuf,
         /// Events to pre-load (2 shards).
@@ -142,6 +146,7 @@ enum Command {
     /// Append throughput over gRPC without and with the metrics endpoint (scraped
     /// while it runs), alternating; medians and their ratio.
     MetricsCost {
+        /// Scratch directory on the disk to measure (not tmpfs); removed afterwards.
         #[arg(long, default_value = "./bench-scratch")]
         dir: PathBuf,
         /// Seconds per run.
@@ -153,8 +158,10 @@ enum Command {
         /// Batch sizes (events per append).
         #[arg(long, value_delimiter = ',', default_value = "1,64")]
         batches: Vec<usize>,
+        /// Concurrent gRPC clients appending in a closed loop.
         #[arg(long, default_value_t = 8)]
         clients: usize,
+        /// Payload bytes per event.
         #[arg(long, default_value_t = 200)]
         event_bytes: usize,
         /// Milliseconds between scrapes (Prometheus's default is 15000).
@@ -164,6 +171,7 @@ enum Command {
     /// Checks one system's adapter end to end: append, read back from the
     /// beginning, resume from the middle, receive live events (exactness only).
     Probe {
+        /// Scratch directory on the disk to measure (not tmpfs); removed afterwards.
         #[arg(long, default_value = "./bench-scratch")]
         dir: PathBuf,
         /// The system to probe (started on loopback in --dir).
@@ -179,6 +187,7 @@ enum Command {
     /// Durable in-process appends with the default `serve` configuration and with
     /// a config file (as `ringfeed tune profile --write` makes), alternating.
     ProfileCompare {
+        /// Scratch directory on the disk to measure (not tmpfs); removed afterwards.
         #[arg(long, default_value = "./bench-scratch")]
         dir: PathBuf,
         /// The profile to compare with the defaults; its data_dir is replaced by --dir.
@@ -187,6 +196,7 @@ enum Command {
         /// Batch sizes (events per append).
         #[arg(long, value_delimiter = ',', default_value = "1,64")]
         batches: Vec<usize>,
+        /// Producer threads, each appending in a closed loop.
         #[arg(long, default_value_t = 4)]
         producers: usize,
         /// Seconds per run.
@@ -195,6 +205,7 @@ enum Command {
         /// Runs per configuration and batch size.
         #[arg(long, default_value_t = 3)]
         reps: usize,
+        /// Payload bytes per event.
         #[arg(long, default_value_t = 200)]
         event_bytes: usize,
     },

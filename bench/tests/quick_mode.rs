@@ -1,0 +1,183 @@
+//! Every scenario's quick mode still works end to end (CI runs these; no
+//! speed is asserted): the binary exits 0, prints its table, and writes a
+//! JSON result file whose rows carry figures, whose subscribers were all
+//! exact, and whose histograms exist beside it as percentile-distribution
+//! text. Then `report` turns those files into a BENCHMARKS.md.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn bench() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ringfeed-bench"))
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ringfeed-bench-quick-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// Runs `args` and returns the JSON it wrote to `out`.
+fn run(args: &[&str], dir: &Path, out: &Path) -> Value {
+    let output = bench()
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("running ringfeed-bench");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{args:?} failed: {}\nstdout:\n{stdout}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("| "), "{args:?} printed no table:\n{stdout}");
+    assert!(!dir.exists(), "{args:?} left its scratch dir {}", dir.display());
+    serde_json::from_str(&std::fs::read_to_string(out).expect("result file")).expect("JSON")
+}
+
+fn check_rows(doc: &Value, out: &Path, figure: &str) {
+    let rows = doc["rows"].as_array().expect("rows");
+    assert!(!rows.is_empty(), "no rows in {doc}");
+    for row in rows {
+        let figures = &row["figures"];
+        assert!(
+            figures[figure].as_f64().is_some_and(|v| v > 0.0),
+            "row without a positive {figure:?}: {row}"
+        );
+        if let Some(inexact) = figures["inexact"].as_f64() {
+            assert_eq!(inexact, 0.0, "inexact subscribers: {row}");
+        }
+        for (name, h) in row["histograms"].as_object().expect("histograms") {
+            assert!(h["count"].as_u64().is_some_and(|c| c > 0), "empty {name}: {row}");
+            let file = out.with_file_name(h["file"].as_str().expect("file name"));
+            let text = std::fs::read_to_string(&file).expect("hgrm file");
+            assert!(text.contains("Percentile") && text.contains("#[Max"), "{text}");
+        }
+    }
+    assert!(doc["machine"]["cores"].as_u64().is_some_and(|c| c > 0));
+}
+
+#[test]
+fn every_scenario_runs_in_quick_mode_and_report_writes_benchmarks_md() {
+    let results = scratch("results");
+    let cases: [(&str, &[&str], &str); 6] = [
+        ("ceiling", &["ceiling", "--quick"], "MB/s"),
+        ("append", &["append", "--quick"], "events/s"),
+        ("catchup", &["catchup", "--quick"], "events/s"),
+        ("tail", &["tail", "--quick"], "latency p99 ms"),
+        ("storm", &["storm", "--quick"], "all caught up s"),
+        ("fanout", &["fanout", "--quick"], "latency p99 ms"),
+    ];
+    for (name, args, figure) in cases {
+        let out = results.join(format!("{name}.json"));
+        let doc = run(args, &scratch(name), &out);
+        assert_eq!(doc["scenario"], name);
+        if name == "ceiling" {
+            assert!(doc["rows"].as_array().is_some_and(|r| r.len() >= 5), "{doc}");
+            continue;
+        }
+        check_rows(&doc, &out, figure);
+        let systems: Vec<&str> = doc["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r["system"].as_str())
+            .collect();
+        assert!(systems.iter().all(|s| *s == "ringfeed"), "{systems:?}");
+    }
+    let md = results.join("BENCHMARKS.md");
+    let status = bench()
+        .args(["report", "--results"])
+        .arg(&results)
+        .arg("--output")
+        .arg(&md)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let md = std::fs::read_to_string(&md).unwrap();
+    for section in ["## Goals", "## ceiling", "## append", "## catchup", "## tail", "## storm", "## fanout"] {
+        assert!(md.contains(section), "BENCHMARKS.md lacks {section}:\n{md}");
+    }
+    std::fs::remove_dir_all(&results).unwrap();
+}
+
+/// `compare` runs ringfeed and every other system: each either has rows or
+/// is reported skipped (not installed) with its reason; none is silently
+/// missing, and the comparison table has a ratio column per system.
+#[test]
+fn compare_accounts_for_every_system() {
+    let results = scratch("compare");
+    let out = results.join("catchup.json");
+    let output = bench()
+        .args(["compare", "catchup", "--quick", "--dir"])
+        .arg(scratch("compare-data"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for system in ["seaweedfs", "etcd", "nats"] {
+        assert!(stdout.contains(&format!("ringfeed ÷ {system}")), "{stdout}");
+    }
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    check_rows(&doc, &out, "events/s");
+    for system in ["ringfeed", "seaweedfs", "etcd", "nats"] {
+        let has_rows = doc["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["system"] == system);
+        let skipped = doc["skipped"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["system"] == system && s["reason"].as_str().is_some_and(|r| !r.is_empty()));
+        assert!(has_rows != skipped, "{system}: rows {has_rows}, skipped {skipped}: {doc}");
+    }
+    std::fs::remove_dir_all(&results).unwrap();
+}
+
+#[test]
+fn help_explains_every_scenario_and_flag() {
+    let top = bench().arg("--help").output().unwrap();
+    let top = String::from_utf8_lossy(&top.stdout);
+    for scenario in ["append", "catchup", "tail", "storm", "fanout", "ceiling", "compare", "report"] {
+        assert!(top.contains(scenario), "--help lacks {scenario}:\n{top}");
+    }
+    for scenario in ["append", "catchup", "tail", "storm", "fanout", "ceiling"] {
+        let help = bench().args([scenario, "--help"]).output().unwrap();
+        let help = String::from_utf8_lossy(&help.stdout);
+        for flag in ["--dir", "--out", "--quick"] {
+            assert!(help.contains(flag), "{scenario} --help lacks {flag}:\n{help}");
+        }
+    }
+    let subcommands = [
+        "append", "catchup", "tail", "storm", "fanout", "ceiling", "compare all",
+        "compare storm", "report", "log-append", "shard-append", "log-recovery",
+        "subscribe-catchup", "metrics-cost", "profile-compare", "probe",
+    ];
+    for scenario in subcommands {
+        let help = bench()
+            .args(scenario.split(' '))
+            .arg("--help")
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&help.stdout);
+        // Every flag has an explanation after it on its line.
+        for line in help.lines().map(str::trim_start).filter(|l| l.starts_with('-')) {
+            let text = line.split_once("  ").map_or("", |(_, t)| t.trim());
+            assert!(!text.is_empty(), "{scenario}: a flag without help: {line}");
+        }
+    }
+}
