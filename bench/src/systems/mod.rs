@@ -12,6 +12,7 @@
 //! *skipped* ([`System::start`] returns [`Start::Skipped`]), never faked.
 
 mod etcd;
+mod nats;
 pub mod process;
 mod ringfeed;
 
@@ -109,12 +110,14 @@ pub enum Start {
 pub enum System {
     Ringfeed(ringfeed::Ringfeed),
     Etcd(etcd::Etcd),
+    Nats(nats::Nats),
 }
 
 /// A subscription on a running system.
 pub enum Subscriber {
     Ringfeed(ringfeed::Subscriber),
     Etcd(etcd::Subscriber),
+    Nats(nats::Subscriber),
 }
 
 /// Options of a ringfeed-side run; the other systems have no equivalent and
@@ -145,6 +148,12 @@ impl System {
                 }
                 None => Start::Skipped(not_installed("etcd")),
             }),
+            Kind::Nats => Ok(match find_binary("nats-server") {
+                Some(binary) => {
+                    Start::Running(System::Nats(nats::Nats::start(&binary, dir).await?))
+                }
+                None => Start::Skipped(not_installed("nats-server")),
+            }),
             other => Ok(Start::Skipped(format!(
                 "{} is not wired into this build",
                 other.name()
@@ -156,6 +165,7 @@ impl System {
         match self {
             System::Ringfeed(_) => Kind::Ringfeed,
             System::Etcd(_) => Kind::Etcd,
+            System::Nats(_) => Kind::Nats,
         }
     }
 
@@ -165,6 +175,7 @@ impl System {
         match self {
             System::Ringfeed(s) => s.processes(),
             System::Etcd(s) => s.processes(),
+            System::Nats(s) => s.processes(),
         }
     }
 
@@ -174,6 +185,9 @@ impl System {
             System::Ringfeed(_) if durable => "fdatasync before the ack",
             System::Ringfeed(_) => "in memory (visible to subscribers) before the ack",
             System::Etcd(_) => "WAL fsync before the ack",
+            System::Nats(_) => {
+                "stored in the stream's file before the ack; fsync periodic (default 2 min)"
+            }
         }
     }
 
@@ -195,6 +209,7 @@ impl System {
         match self {
             System::Ringfeed(s) => s.append(events, payload, producers, batch, durable).await,
             System::Etcd(s) => s.append(events, payload, producers).await,
+            System::Nats(s) => s.append(events, payload, producers, batch).await,
         }
     }
 
@@ -204,6 +219,7 @@ impl System {
         match self {
             System::Ringfeed(s) => Appender::Ringfeed(s.appender()),
             System::Etcd(s) => Appender::Etcd(s.appender()),
+            System::Nats(s) => Appender::Nats(s.appender()),
         }
     }
 
@@ -214,6 +230,7 @@ impl System {
         match self {
             System::Ringfeed(s) => Ok(Subscriber::Ringfeed(s.subscribe(from).await?)),
             System::Etcd(s) => Ok(Subscriber::Etcd(s.subscribe(from).await?)),
+            System::Nats(s) => Ok(Subscriber::Nats(s.subscribe(from).await?)),
         }
     }
 }
@@ -223,6 +240,7 @@ impl System {
 pub enum Appender {
     Ringfeed(ringfeed::Appender),
     Etcd(etcd::Appender),
+    Nats(nats::Appender),
 }
 
 impl Appender {
@@ -232,6 +250,7 @@ impl Appender {
         match self {
             Appender::Ringfeed(a) => a.append_one(index, payload).await,
             Appender::Etcd(a) => a.append_one(index, payload).await,
+            Appender::Nats(a) => a.append_one(index, payload).await,
         }
     }
 }
@@ -243,6 +262,7 @@ impl Subscriber {
         match self {
             Subscriber::Ringfeed(s) => s.next().await,
             Subscriber::Etcd(s) => s.next().await,
+            Subscriber::Nats(s) => s.next().await,
         }
     }
 }
