@@ -1,13 +1,33 @@
 //! Generates the bench's gRPC bindings: the `ceiling` scenario's bare stream
-//! (client and server), and minimal client-side schemas of the systems
-//! `compare` measures against. protoc comes from `protoc-bin-vendored`.
+//! (client and server), and tonic clients for the parts of the other
+//! systems' APIs `compare` talks (`peers/proto/`, minimal schemas with the
+//! real packages, services and field numbers). protoc comes from
+//! `protoc-bin-vendored`, as in the proto crate, so building needs no system
+//! protoc.
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    std::env::set_var("PROTOC", protoc_bin_vendored::protoc_bin_path()?);
-    println!("cargo:rerun-if-changed=proto");
+use std::error::Error;
+
+const CEILING: &str = "proto/ceiling.proto";
+const PEERS: &[&str] = &["peers/proto/etcd.proto"];
+
+fn config() -> Result<prost_build::Config, Box<dyn Error>> {
+    let mut config = prost_build::Config::new();
+    config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    Ok(config)
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    println!("cargo:rerun-if-changed=build.rs");
+    for proto in PEERS.iter().chain([&CEILING]) {
+        println!("cargo:rerun-if-changed={proto}");
+    }
     tonic_build::configure()
         .build_client(true)
         .build_server(true)
-        .compile_protos(&["proto/ceiling.proto"], &["proto"])?;
+        .compile_protos_with_config(config()?, &[CEILING], &["proto"])?;
+    tonic_build::configure()
+        .build_client(true)
+        .build_server(false)
+        .compile_protos_with_config(config()?, PEERS, &["peers/proto"])?;
     Ok(())
 }

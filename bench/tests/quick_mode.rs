@@ -14,7 +14,10 @@ fn bench() -> Command {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ringfeed-bench-quick-{}-{name}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "ringfeed-bench-quick-{}-{name}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     dir
 }
@@ -36,8 +39,15 @@ fn run(args: &[&str], dir: &Path, out: &Path) -> Value {
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(stdout.contains("| "), "{args:?} printed no table:\n{stdout}");
-    assert!(!dir.exists(), "{args:?} left its scratch dir {}", dir.display());
+    assert!(
+        stdout.contains("| "),
+        "{args:?} printed no table:\n{stdout}"
+    );
+    assert!(
+        !dir.exists(),
+        "{args:?} left its scratch dir {}",
+        dir.display()
+    );
     serde_json::from_str(&std::fs::read_to_string(out).expect("result file")).expect("JSON")
 }
 
@@ -54,10 +64,16 @@ fn check_rows(doc: &Value, out: &Path, figure: &str) {
             assert_eq!(inexact, 0.0, "inexact subscribers: {row}");
         }
         for (name, h) in row["histograms"].as_object().expect("histograms") {
-            assert!(h["count"].as_u64().is_some_and(|c| c > 0), "empty {name}: {row}");
+            assert!(
+                h["count"].as_u64().is_some_and(|c| c > 0),
+                "empty {name}: {row}"
+            );
             let file = out.with_file_name(h["file"].as_str().expect("file name"));
             let text = std::fs::read_to_string(&file).expect("hgrm file");
-            assert!(text.contains("Percentile") && text.contains("#[Max"), "{text}");
+            assert!(
+                text.contains("Percentile") && text.contains("#[Max"),
+                "{text}"
+            );
         }
     }
     assert!(doc["machine"]["cores"].as_u64().is_some_and(|c| c > 0));
@@ -79,7 +95,10 @@ fn every_scenario_runs_in_quick_mode_and_report_writes_benchmarks_md() {
         let doc = run(args, &scratch(name), &out);
         assert_eq!(doc["scenario"], name);
         if name == "ceiling" {
-            assert!(doc["rows"].as_array().is_some_and(|r| r.len() >= 5), "{doc}");
+            assert!(
+                doc["rows"].as_array().is_some_and(|r| r.len() >= 5),
+                "{doc}"
+            );
             continue;
         }
         check_rows(&doc, &out, figure);
@@ -101,7 +120,15 @@ fn every_scenario_runs_in_quick_mode_and_report_writes_benchmarks_md() {
         .unwrap();
     assert!(status.success());
     let md = std::fs::read_to_string(&md).unwrap();
-    for section in ["## Goals", "## ceiling", "## append", "## catchup", "## tail", "## storm", "## fanout"] {
+    for section in [
+        "## Goals",
+        "## ceiling",
+        "## append",
+        "## catchup",
+        "## tail",
+        "## storm",
+        "## fanout",
+    ] {
         assert!(md.contains(section), "BENCHMARKS.md lacks {section}:\n{md}");
     }
     std::fs::remove_dir_all(&results).unwrap();
@@ -138,12 +165,14 @@ fn compare_accounts_for_every_system() {
             .unwrap()
             .iter()
             .any(|r| r["system"] == system);
-        let skipped = doc["skipped"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|s| s["system"] == system && s["reason"].as_str().is_some_and(|r| !r.is_empty()));
-        assert!(has_rows != skipped, "{system}: rows {has_rows}, skipped {skipped}: {doc}");
+        let skipped =
+            doc["skipped"].as_array().unwrap().iter().any(|s| {
+                s["system"] == system && s["reason"].as_str().is_some_and(|r| !r.is_empty())
+            });
+        assert!(
+            has_rows != skipped,
+            "{system}: rows {has_rows}, skipped {skipped}: {doc}"
+        );
     }
     std::fs::remove_dir_all(&results).unwrap();
 }
@@ -152,20 +181,38 @@ fn compare_accounts_for_every_system() {
 fn help_explains_every_scenario_and_flag() {
     let top = bench().arg("--help").output().unwrap();
     let top = String::from_utf8_lossy(&top.stdout);
-    for scenario in ["append", "catchup", "tail", "storm", "fanout", "ceiling", "compare", "report"] {
+    for scenario in [
+        "append", "catchup", "tail", "storm", "fanout", "ceiling", "compare", "report",
+    ] {
         assert!(top.contains(scenario), "--help lacks {scenario}:\n{top}");
     }
     for scenario in ["append", "catchup", "tail", "storm", "fanout", "ceiling"] {
         let help = bench().args([scenario, "--help"]).output().unwrap();
         let help = String::from_utf8_lossy(&help.stdout);
         for flag in ["--dir", "--out", "--quick"] {
-            assert!(help.contains(flag), "{scenario} --help lacks {flag}:\n{help}");
+            assert!(
+                help.contains(flag),
+                "{scenario} --help lacks {flag}:\n{help}"
+            );
         }
     }
     let subcommands = [
-        "append", "catchup", "tail", "storm", "fanout", "ceiling", "compare all",
-        "compare storm", "report", "log-append", "shard-append", "log-recovery",
-        "subscribe-catchup", "metrics-cost", "profile-compare", "probe",
+        "append",
+        "catchup",
+        "tail",
+        "storm",
+        "fanout",
+        "ceiling",
+        "compare all",
+        "compare storm",
+        "report",
+        "log-append",
+        "shard-append",
+        "log-recovery",
+        "subscribe-catchup",
+        "metrics-cost",
+        "profile-compare",
+        "probe",
     ];
     for scenario in subcommands {
         let help = bench()
@@ -175,7 +222,11 @@ fn help_explains_every_scenario_and_flag() {
             .unwrap();
         let help = String::from_utf8_lossy(&help.stdout);
         // Every flag has an explanation after it on its line.
-        for line in help.lines().map(str::trim_start).filter(|l| l.starts_with('-')) {
+        for line in help
+            .lines()
+            .map(str::trim_start)
+            .filter(|l| l.starts_with('-'))
+        {
             let text = line.split_once("  ").map_or("", |(_, t)| t.trim());
             assert!(!text.is_empty(), "{scenario}: a flag without help: {line}");
         }

@@ -11,13 +11,18 @@
 //! is stopped when dropped. A system whose binary is not installed is
 //! *skipped* ([`System::start`] returns [`Start::Skipped`]), never faked.
 
+mod etcd;
+mod nats;
 pub mod process;
 mod ringfeed;
 
+use std::collections::BTreeMap;
+use std::future::Future;
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{anyhow, bail, Result};
 use hdrhistogram::Histogram;
 
 pub use process::Process;
@@ -65,6 +70,14 @@ pub enum From {
     /// The event numbered `index`, which was appended after wall-clock
     /// `wall_ns` (taken just before it was sent): each system resumes from
     /// its native position for it (a stamp, a revision, a stream sequence).
+    ///
+    /// Contract: `index` is the first event of a [`System::append`] call
+    /// (the scenarios append the resume window in a call of its own). etcd
+    /// and NATS number events by their own counters in arrival order, which
+    /// concurrent producers shuffle; what is exact is that every event of an
+    /// `append` call lands after every event of the calls before it, so each
+    /// call's lowest revision / stream sequence ([`ResumePoints`]) is where
+    /// its first event's successors start.
     Resume { index: u64, wall_ns: i64 },
 }
 
@@ -107,11 +120,15 @@ pub enum Start {
 /// A running system.
 pub enum System {
     Ringfeed(ringfeed::Ringfeed),
+    Etcd(etcd::Etcd),
+    Nats(nats::Nats),
 }
 
 /// A subscription on a running system.
 pub enum Subscriber {
     Ringfeed(ringfeed::Subscriber),
+    Etcd(etcd::Subscriber),
+    Nats(nats::Subscriber),
 }
 
 /// Options of a ringfeed-side run; the other systems have no equivalent and
@@ -137,6 +154,18 @@ impl System {
                 ringfeed::Ringfeed::start(dir, options).await?,
             ))),
             Kind::Machine => anyhow::bail!("the machine is not a system to start"),
+            Kind::Etcd => Ok(match find_binary("etcd") {
+                Some(binary) => {
+                    Start::Running(System::Etcd(etcd::Etcd::start(&binary, dir).await?))
+                }
+                None => Start::Skipped(not_installed("etcd")),
+            }),
+            Kind::Nats => Ok(match find_binary("nats-server") {
+                Some(binary) => {
+                    Start::Running(System::Nats(nats::Nats::start(&binary, dir).await?))
+                }
+                None => Start::Skipped(not_installed("nats-server")),
+            }),
             other => Ok(Start::Skipped(format!(
                 "{} is not wired into this build",
                 other.name()
@@ -149,12 +178,15 @@ impl System {
     pub fn set_chunk_mode(&mut self, on: bool) {
         match self {
             System::Ringfeed(s) => s.chunk_mode = on,
+            System::Etcd(_) | System::Nats(_) => {}
         }
     }
 
     pub fn kind(&self) -> Kind {
         match self {
             System::Ringfeed(_) => Kind::Ringfeed,
+            System::Etcd(_) => Kind::Etcd,
+            System::Nats(_) => Kind::Nats,
         }
     }
 
@@ -163,6 +195,8 @@ impl System {
     pub fn processes(&self) -> &[Process] {
         match self {
             System::Ringfeed(s) => s.processes(),
+            System::Etcd(s) => s.processes(),
+            System::Nats(s) => s.processes(),
         }
     }
 
@@ -171,14 +205,20 @@ impl System {
         match self {
             System::Ringfeed(_) if durable => "fdatasync before the ack",
             System::Ringfeed(_) => "in memory (visible to subscribers) before the ack",
+            System::Etcd(_) => "WAL fsync before the ack",
+            System::Nats(_) => {
+                "stored in the stream's file before the ack; fsync periodic (default 2 min)"
+            }
         }
     }
 
     /// Appends the events numbered `events`, each with a `payload`-byte
     /// payload, with `producers` concurrent producers, each sending requests
-    /// of up to `batch` events in a closed loop (systems without batched
-    /// appends send one event per request). `durable` asks ringfeed for
-    /// fdatasync'ed acks. Returns each request's ack latency in µs.
+    /// of up to `batch` events in a closed loop (etcd, without batched
+    /// appends, sends one event per request; NATS, whose publishes are single
+    /// events, pipelines `batch` of them and waits for all their acks).
+    /// `durable` asks ringfeed for fdatasync'ed acks. Returns each request's
+    /// (NATS: each publish's) ack latency in µs.
     pub async fn append(
         &self,
         events: Range<u64>,
@@ -189,6 +229,8 @@ impl System {
     ) -> Result<Histogram<u64>> {
         match self {
             System::Ringfeed(s) => s.append(events, payload, producers, batch, durable).await,
+            System::Etcd(s) => s.append(events, payload, producers).await,
+            System::Nats(s) => s.append(events, payload, producers, batch).await,
         }
     }
 
@@ -197,6 +239,8 @@ impl System {
     pub fn appender(&self) -> Appender {
         match self {
             System::Ringfeed(s) => Appender::Ringfeed(s.appender()),
+            System::Etcd(s) => Appender::Etcd(s.appender()),
+            System::Nats(s) => Appender::Nats(s.appender()),
         }
     }
 
@@ -206,6 +250,8 @@ impl System {
     pub async fn subscribe(&self, from: From) -> Result<Subscriber> {
         match self {
             System::Ringfeed(s) => Ok(Subscriber::Ringfeed(s.subscribe(from).await?)),
+            System::Etcd(s) => Ok(Subscriber::Etcd(s.subscribe(from).await?)),
+            System::Nats(s) => Ok(Subscriber::Nats(s.subscribe(from).await?)),
         }
     }
 }
@@ -214,6 +260,8 @@ impl System {
 #[derive(Clone)]
 pub enum Appender {
     Ringfeed(ringfeed::Appender),
+    Etcd(etcd::Appender),
+    Nats(nats::Appender),
 }
 
 impl Appender {
@@ -222,6 +270,8 @@ impl Appender {
     pub async fn append_one(&self, index: u64, payload: usize) -> Result<()> {
         match self {
             Appender::Ringfeed(a) => a.append_one(index, payload).await,
+            Appender::Etcd(a) => a.append_one(index, payload).await,
+            Appender::Nats(a) => a.append_one(index, payload).await,
         }
     }
 }
@@ -232,7 +282,152 @@ impl Subscriber {
     pub async fn next(&mut self) -> Result<Option<Delivered>> {
         match self {
             Subscriber::Ringfeed(s) => s.next().await,
+            Subscriber::Etcd(s) => s.next().await,
+            Subscriber::Nats(s) => s.next().await,
         }
+    }
+}
+
+/// Where a peer's binary is: on PATH, else in /usr/sbin, where Debian's
+/// nats-server package puts it (not on an ordinary user's PATH).
+fn find_binary(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin")])
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}
+
+fn not_installed(binary: &str) -> String {
+    format!("{binary} not installed (bench/peers/install.sh installs it)")
+}
+
+/// A loopback TCP port free at the moment of the call (bound to port 0, then
+/// released), for a peer that must be told its port. Another process could
+/// take it before the peer binds it; the peer then fails to start and says
+/// so in its log.
+fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// How long a started peer may take to accept its first request.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Retries `attempt` every 100 ms until it succeeds, for at most
+/// [`READY_TIMEOUT`], and gives up at once if `process` exits: a peer has
+/// started when it answers a real request, not when its port opens.
+async fn wait_ready<T, F, Fut>(process: &mut Process, log: &Path, mut attempt: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        let last = match tokio::time::timeout(Duration::from_secs(5), attempt()).await {
+            Ok(Ok(ready)) => return Ok(ready),
+            Ok(Err(e)) => e,
+            Err(_) => anyhow!("no answer within 5 s"),
+        };
+        if !process.running() {
+            bail!(
+                "{} exited during start; see {}",
+                process.name,
+                log.display()
+            );
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "{} not ready within {READY_TIMEOUT:?} ({last:#}); see {}",
+                process.name,
+                log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The events producer `p` of `producers` sends when `events` are cut into
+/// requests of `batch` events dealt round-robin: requests p, p + producers, …
+fn producer_batches(
+    events: Range<u64>,
+    producers: u64,
+    batch: u64,
+    p: u64,
+) -> impl Iterator<Item = Range<u64>> {
+    let (batch, producers) = (batch.max(1), producers.max(1));
+    (events.start + p * batch..events.end)
+        .step_by((batch * producers) as usize)
+        .map(move |first| first..(first + batch).min(events.end))
+}
+
+/// For peers that number events by their own counter (etcd's revision,
+/// a JetStream stream sequence): the lowest position each `append` call got,
+/// keyed by the call's first event, which is where [`From::Resume`] at that
+/// event starts (see its contract).
+#[derive(Default)]
+struct ResumePoints(std::sync::Mutex<BTreeMap<u64, u64>>);
+
+impl ResumePoints {
+    fn record(&self, first_event: u64, position: u64) {
+        self.0
+            .lock()
+            .expect("resume points poisoned")
+            .insert(first_event, position);
+    }
+
+    fn get(&self, system: &str, index: u64) -> Result<u64> {
+        let points = self.0.lock().expect("resume points poisoned");
+        points.get(&index).copied().ok_or_else(|| {
+            anyhow!(
+                "{system} cannot resume at event {index}: it is not the first event of an \
+                 append call (those are {:?}), the only events whose {system} position is known",
+                points.keys().collect::<Vec<_>>()
+            )
+        })
+    }
+}
+
+/// One producer's share of an `append` call: its ack latencies and the
+/// lowest position (revision, stream sequence) it was given.
+struct Acks {
+    latencies: Histogram<u64>,
+    lowest: Option<u64>,
+}
+
+impl Acks {
+    fn new() -> Result<Acks> {
+        Ok(Acks {
+            latencies: Histogram::new(3)?,
+            lowest: None,
+        })
+    }
+
+    fn record(&mut self, sent: Instant, position: u64) -> Result<()> {
+        self.latencies.record(sent.elapsed().as_micros() as u64)?;
+        self.lowest = Some(self.lowest.map_or(position, |l| l.min(position)));
+        Ok(())
+    }
+
+    /// Waits for every producer, records the call's lowest position for
+    /// resuming at `events.start`, and returns all ack latencies.
+    async fn join(
+        producers: Vec<tokio::task::JoinHandle<Result<Acks>>>,
+        events: Range<u64>,
+        resume: &ResumePoints,
+    ) -> Result<Histogram<u64>> {
+        let mut all = Acks::new()?;
+        for producer in producers {
+            let acks = producer.await??;
+            all.latencies.add(&acks.latencies)?;
+            if let Some(l) = acks.lowest {
+                all.lowest = Some(all.lowest.map_or(l, |a| a.min(l)));
+            }
+        }
+        if let Some(lowest) = all.lowest {
+            resume.record(events.start, lowest);
+        }
+        Ok(all.latencies)
     }
 }
 

@@ -13,7 +13,7 @@ use ringfeed_proto::v1::subscribe_request::Start;
 use ringfeed_proto::{v1, RingFeedClient};
 use ringfeed_server::client::{Backoff, Follower};
 
-use super::{stamp, unstamp, Delivered, From, Process, RingfeedOptions};
+use super::{producer_batches, stamp, unstamp, Delivered, From, Process, RingfeedOptions};
 use crate::now_ns;
 
 pub struct Ringfeed {
@@ -114,12 +114,9 @@ impl Ringfeed {
             let events = events.clone();
             tasks.push(tokio::spawn(async move {
                 let mut acks = Histogram::<u64>::new(3)?;
-                // Producer p sends batches p, p + producers, ...
-                let mut first = events.start + p * batch;
-                while first < events.end {
-                    let last = (first + batch).min(events.end);
+                for request in producer_batches(events, producers, batch, p) {
                     let request = v1::AppendRequest {
-                        events: (first..last).map(|i| event(i, payload)).collect(),
+                        events: request.map(|i| event(i, payload)).collect(),
                         durability: durability(durable),
                     };
                     let sent = Instant::now();
@@ -128,7 +125,6 @@ impl Ringfeed {
                         .await
                         .map_err(|e| anyhow!("append: {e}"))?;
                     acks.record(sent.elapsed().as_micros() as u64)?;
-                    first += batch * producers;
                 }
                 Ok::<_, anyhow::Error>(acks)
             }));
@@ -165,7 +161,7 @@ impl Ringfeed {
             ..Default::default()
         };
         Ok(Subscriber {
-            follower: Follower::new(&self.addr, request, Backoff::default())?,
+            follower: Box::new(Follower::new(&self.addr, request, Backoff::default())?),
         })
     }
 }
@@ -196,7 +192,8 @@ impl Appender {
 }
 
 pub struct Subscriber {
-    follower: Follower,
+    /// Boxed: a `Follower` is over a KiB, and `systems::Subscriber` holds this.
+    follower: Box<Follower>,
 }
 
 impl Subscriber {

@@ -1,0 +1,291 @@
+//! NATS JetStream 2.9 on loopback: the events go to one file-backed stream
+//! (`BENCH`, subjects `bench.>`; event i is published on `bench.dNN`, NN =
+//! i % 64) as acknowledged publishes; a subscriber is an ephemeral push
+//! consumer with flow control, on a connection of its own. Spoken through a
+//! minimal hand-written client ([`client`], which says why).
+
+mod client;
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{anyhow, bail, Context, Result};
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+
+use self::client::{new_inbox, wait_reply, Msg, Op, Reader, Requester, Writer, REPLY_TIMEOUT};
+use super::{
+    free_port, producer_batches, stamp, unstamp, wait_ready, Acks, Delivered, From, Process,
+    ResumePoints,
+};
+use crate::now_ns;
+
+const STREAM: &str = "BENCH";
+
+/// Server-to-consumer heartbeat interval when idle (ns, as JetStream's JSON
+/// durations are). Flow control requires heartbeats.
+const IDLE_HEARTBEAT_NS: u64 = 5_000_000_000;
+
+fn event(index: u64, payload: usize) -> (String, Vec<u8>) {
+    (
+        format!("bench.d{}", index % 64),
+        stamp(index, now_ns(), payload),
+    )
+}
+
+/// The JSON of a JetStream API reply or publish ack, or why it failed.
+fn js_reply(msg: &Msg) -> Result<Value> {
+    if msg.status() == Some(503) {
+        bail!(
+            "no responders on {} (JetStream not ready, or no stream for the subject)",
+            msg.subject
+        );
+    }
+    let reply: Value = serde_json::from_slice(&msg.payload).with_context(|| {
+        format!(
+            "a JetStream reply that is not JSON: {:?}",
+            String::from_utf8_lossy(&msg.payload)
+        )
+    })?;
+    if let Some(error) = reply.get("error") {
+        bail!("JetStream said: {error}");
+    }
+    Ok(reply)
+}
+
+/// The stream sequence a publish ack (`{"stream":"BENCH","seq":N}`) gives.
+fn ack_seq(msg: &Msg) -> Result<u64> {
+    let ack = js_reply(msg)?;
+    ack.get("seq")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| anyhow!("a JetStream publish ack without seq: {ack}"))
+}
+
+pub struct Nats {
+    addr: String,
+    resume: ResumePoints,
+    processes: Vec<Process>,
+}
+
+impl Nats {
+    pub async fn start(binary: &Path, dir: &Path) -> Result<Nats> {
+        let port = free_port()?;
+        let addr = format!("127.0.0.1:{port}");
+        let mut command = Command::new(binary);
+        command.arg("-js").arg("-sd").arg(dir.join("nats")).args([
+            "-a",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ]);
+        let log = dir.join("nats-server.log");
+        let mut process = Process::spawn("nats-server", command, &log)?;
+        let config = json!({
+            "name": STREAM,
+            "subjects": ["bench.>"],
+            "storage": "file",
+            "retention": "limits",
+            "discard": "old",
+            "max_msgs": -1,
+            "max_bytes": -1,
+            "num_replicas": 1,
+        });
+        // Creating the stream is the readiness check: it needs JetStream up,
+        // not just the port. Creating it again with the same config is a no-op.
+        wait_ready(&mut process, &log, || async {
+            let api = Requester::connect(&addr).await?;
+            let reply = api
+                .request(
+                    &format!("$JS.API.STREAM.CREATE.{STREAM}"),
+                    config.to_string().into_bytes(),
+                )
+                .await?;
+            js_reply(&reply).map(drop)
+        })
+        .await?;
+        Ok(Nats {
+            addr,
+            resume: ResumePoints::default(),
+            processes: vec![process],
+        })
+    }
+
+    pub fn processes(&self) -> &[Process] {
+        &self.processes
+    }
+
+    /// Each producer has a connection of its own and up to `batch`
+    /// publishes in flight: it sends `batch` events in one write and waits
+    /// for all their acks (each publish's latency runs from that write to
+    /// its own ack).
+    pub async fn append(
+        &self,
+        events: Range<u64>,
+        payload: usize,
+        producers: usize,
+        batch: usize,
+    ) -> Result<Histogram<u64>> {
+        let producers = producers.max(1) as u64;
+        let mut tasks = Vec::new();
+        for p in 0..producers {
+            let connection = Requester::connect(&self.addr).await?;
+            let mine = producer_batches(events.clone(), producers, batch as u64, p);
+            tasks.push(tokio::spawn(async move {
+                let mut acks = Acks::new()?;
+                for request in mine {
+                    let sent = Instant::now();
+                    let replies = connection
+                        .send_all(request.map(|i| event(i, payload)))
+                        .await?;
+                    for reply in replies {
+                        acks.record(sent, ack_seq(&wait_reply(reply).await?)?)?;
+                    }
+                }
+                Ok(acks)
+            }));
+        }
+        Acks::join(tasks, events, &self.resume).await
+    }
+
+    pub fn appender(&self) -> Appender {
+        Appender {
+            addr: self.addr.clone(),
+            connection: Arc::new(tokio::sync::OnceCell::new()),
+        }
+    }
+
+    pub async fn subscribe(&self, from: From) -> Result<Subscriber> {
+        let (reader, mut writer) = client::connect(&self.addr).await?;
+        let deliver = new_inbox();
+        let api_inbox = new_inbox();
+        let mut config = json!({
+            "deliver_subject": deliver,
+            "ack_policy": "none",
+            "replay_policy": "instant",
+            "flow_control": true,
+            "idle_heartbeat": IDLE_HEARTBEAT_NS,
+        });
+        match from {
+            From::Beginning => config["deliver_policy"] = json!("all"),
+            // From the stream's last sequence + 1 at creation.
+            From::Now => config["deliver_policy"] = json!("new"),
+            From::Resume { index, .. } => {
+                config["deliver_policy"] = json!("by_start_sequence");
+                config["opt_start_seq"] = json!(self.resume.get("nats", index)?);
+            }
+        }
+        let request = json!({ "stream_name": STREAM, "config": config });
+        // Subscribed to the deliveries before the consumer exists, so none
+        // is published to a subject nobody listens on.
+        writer.subscribe(&deliver, DELIVERIES).await?;
+        writer.subscribe(&api_inbox, API_REPLY).await?;
+        writer
+            .publish(
+                &format!("$JS.API.CONSUMER.CREATE.{STREAM}"),
+                Some(&api_inbox),
+                request.to_string().as_bytes(),
+            )
+            .await?;
+        writer.flush().await?;
+        let mut subscriber = Subscriber {
+            reader,
+            writer,
+            early: VecDeque::new(),
+        };
+        // Deliveries may overtake the create reply: keep them for next().
+        let deadline = Instant::now() + REPLY_TIMEOUT;
+        loop {
+            let op = tokio::time::timeout_at(deadline.into(), subscriber.reader.next())
+                .await
+                .map_err(|_| {
+                    anyhow!("NATS did not answer the consumer create within {REPLY_TIMEOUT:?}")
+                })??;
+            match op {
+                Op::Msg(msg) if msg.sid == API_REPLY => {
+                    js_reply(&msg).context("creating the consumer")?;
+                    return Ok(subscriber);
+                }
+                Op::Msg(msg) => subscriber.early.push_back(msg),
+                Op::Ping => subscriber.writer.pong().await?,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The subscriber connection's subscription ids.
+const DELIVERIES: u64 = 1;
+const API_REPLY: u64 = 2;
+
+/// Publishes single events over one shared connection (opened on first use).
+#[derive(Clone)]
+pub struct Appender {
+    addr: String,
+    connection: Arc<tokio::sync::OnceCell<Requester>>,
+}
+
+impl Appender {
+    pub async fn append_one(&self, index: u64, payload: usize) -> Result<()> {
+        let connection = self
+            .connection
+            .get_or_try_init(|| Requester::connect(&self.addr))
+            .await?;
+        let (subject, payload) = event(index, payload);
+        ack_seq(&connection.request(&subject, payload).await?)?;
+        Ok(())
+    }
+}
+
+pub struct Subscriber {
+    reader: Reader,
+    writer: Writer,
+    /// Deliveries read while waiting for the consumer's creation.
+    early: VecDeque<Msg>,
+}
+
+impl Subscriber {
+    pub async fn next(&mut self) -> Result<Option<Delivered>> {
+        loop {
+            let msg = match self.early.pop_front() {
+                Some(msg) => msg,
+                None => match self.reader.next().await? {
+                    Op::Msg(msg) => msg,
+                    Op::Ping => {
+                        self.writer.pong().await?;
+                        continue;
+                    }
+                    _ => continue,
+                },
+            };
+            if msg.sid != DELIVERIES {
+                continue;
+            }
+            if msg.status().is_some() {
+                self.answer_status(&msg).await?;
+                continue;
+            }
+            return unstamp(&msg.payload)
+                .map(Some)
+                .ok_or_else(|| anyhow!("a message without the bench's stamp on {}", msg.subject));
+        }
+    }
+
+    /// JetStream's status messages on the deliver subject (status 100, no
+    /// payload). A flow control request carries a reply subject, answered
+    /// when the subscriber reaches it, i.e. once it has taken everything
+    /// sent before: that is what lets the server send more. Surprise: an
+    /// idle heartbeat may also carry `Nats-Consumer-Stalled: SUBJECT` when the
+    /// server is still waiting for a flow control answer it believes lost;
+    /// it too must be answered, or the consumer stays stalled.
+    async fn answer_status(&mut self, msg: &Msg) -> Result<()> {
+        let stalled = msg.header("Nats-Consumer-Stalled").map(str::to_owned);
+        for subject in msg.reply.iter().chain(stalled.iter()) {
+            self.writer.publish(subject, None, b"").await?;
+        }
+        self.writer.flush().await
+    }
+}
