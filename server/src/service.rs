@@ -34,6 +34,13 @@ pub const START_CURSOR_METADATA: &str = "ringfeed-start-cursor-bin";
 
 /// Responses queued per append stream before it waits on the client.
 const APPEND_QUEUE: usize = 16;
+/// Most events of queued `AppendStream` requests appended as one engine
+/// batch: enough to turn a pipelined single-event producer's requests into
+/// one trip to each shard, small enough to keep each ack prompt.
+/// (A group over the engine's configured batch limits is refused whole and
+/// its requests appended one by one: correct, only slower.)
+const STREAM_GROUP_EVENTS: usize = 1024;
+const STREAM_GROUP_BYTES: usize = 1 << 20;
 /// Default and smallest heartbeat interval.
 const HEARTBEAT_DEFAULT: Duration = Duration::from_secs(1);
 const HEARTBEAT_MIN: Duration = Duration::from_millis(10);
@@ -91,22 +98,15 @@ impl Service {
     }
 
     async fn append_batch(&self, request: RawAppendRequest) -> Result<v1::AppendResponse, Status> {
-        let durability = match v1::Durability::try_from(request.durability) {
-            Ok(v1::Durability::Durable) => Durability::Durable,
-            Ok(_) => Durability::Memory,
-            Err(_) => {
-                return Err(Status::invalid_argument(format!(
-                    "durability: unknown value {}",
-                    request.durability
-                )))
-            }
-        };
-        let events = request
-            .events
-            .into_iter()
-            .enumerate()
-            .map(|(i, bytes)| new_event(i, bytes))
-            .collect::<Result<Vec<_>, Status>>()?;
+        let (durability, events) = decode_request(request)?;
+        self.append_decoded(events, durability).await
+    }
+
+    async fn append_decoded(
+        &self,
+        events: Vec<NewEvent>,
+        durability: Durability,
+    ) -> Result<v1::AppendResponse, Status> {
         let positions = self
             .engine
             .append(events, durability)
@@ -123,6 +123,85 @@ impl Service {
                 .collect(),
         })
     }
+
+    /// Appends requests of one `AppendStream` that were queued together as
+    /// one engine batch (one trip to each shard instead of one per request),
+    /// and answers each with its own positions, in order.
+    ///
+    /// If the batch is refused for its content (an invalid event, a batch
+    /// over the limits), nothing of it was appended (the engine validates
+    /// and frames before it sends anything), and the requests are appended
+    /// one by one instead, so the refusal names the request and event at
+    /// fault and the requests before it stay appended, as without grouping.
+    async fn append_group(
+        &self,
+        group: Vec<RawAppendRequest>,
+    ) -> Vec<Result<v1::AppendResponse, Status>> {
+        let decoded: Result<Vec<(Durability, Vec<NewEvent>)>, Status> =
+            group.iter().cloned().map(decode_request).collect();
+        let merged = decoded.ok().filter(|d| d.iter().all(|(dur, _)| *dur == d[0].0));
+        if let Some(decoded) = merged {
+            let durability = decoded[0].0;
+            let counts: Vec<usize> = decoded.iter().map(|(_, e)| e.len()).collect();
+            let events: Vec<NewEvent> = decoded.into_iter().flat_map(|(_, e)| e).collect();
+            match self.engine.append(events, durability).await {
+                Ok(positions) => {
+                    let mut positions = positions.into_iter().map(|p| v1::Position {
+                        shard: p.shard,
+                        offset: p.offset,
+                        ts_ns: p.ts,
+                    });
+                    return counts
+                        .into_iter()
+                        .map(|n| {
+                            Ok(v1::AppendResponse {
+                                positions: positions.by_ref().take(n).collect(),
+                            })
+                        })
+                        .collect();
+                }
+                Err(
+                    AppendError::Invalid { .. }
+                    | AppendError::Frame(_)
+                    | AppendError::BatchTooLarge { .. },
+                ) => {}
+                // Not about the content: the first request gets the error,
+                // which ends the stream.
+                Err(e) => return vec![Err(append_status(e))],
+            }
+        }
+        let mut results = Vec::with_capacity(group.len());
+        for request in group {
+            let result = self.append_batch(request).await;
+            let failed = result.is_err();
+            results.push(result);
+            if failed {
+                break;
+            }
+        }
+        results
+    }
+}
+
+/// The durability and events of one append request, each event decoded.
+fn decode_request(request: RawAppendRequest) -> Result<(Durability, Vec<NewEvent>), Status> {
+    let durability = match v1::Durability::try_from(request.durability) {
+        Ok(v1::Durability::Durable) => Durability::Durable,
+        Ok(_) => Durability::Memory,
+        Err(_) => {
+            return Err(Status::invalid_argument(format!(
+                "durability: unknown value {}",
+                request.durability
+            )))
+        }
+    };
+    let events = request
+        .events
+        .into_iter()
+        .enumerate()
+        .map(|(i, bytes)| new_event(i, bytes))
+        .collect::<Result<Vec<_>, Status>>()?;
+    Ok((durability, events))
 }
 
 /// Decodes one stored-to-be event to validate it and read its header fields.
@@ -240,22 +319,57 @@ impl RingFeed for Service {
         let service = self.clone();
         let mut shutdown = self.shutdown.clone();
         tokio::spawn(async move {
+            // The request read ahead that did not fit the last group.
+            let mut carried: Option<Option<Result<RawAppendRequest, Status>>> = None;
             loop {
-                let next = tokio::select! {
-                    next = inbound.next() => next,
-                    _ = shutdown.changed() => {
-                        let _ = tx.send(Err(Status::unavailable("the server is shutting down"))).await;
+                let next = match carried.take() {
+                    Some(next) => next,
+                    None => tokio::select! {
+                        next = inbound.next() => next,
+                        _ = shutdown.changed() => {
+                            let _ = tx.send(Err(Status::unavailable("the server is shutting down"))).await;
+                            return;
+                        }
+                    },
+                };
+                let first = match next {
+                    None => return,
+                    Some(Err(status)) => {
+                        let _ = tx.send(Err(status)).await;
                         return;
                     }
+                    Some(Ok(batch)) => batch,
                 };
-                let result = match next {
-                    None => return,
-                    Some(Err(status)) => Err(status),
-                    Some(Ok(batch)) => service.append_batch(batch).await,
+                // Group the requests already received behind it (never
+                // waiting for more), of the same durability, up to a cap.
+                let size = |r: &RawAppendRequest| r.events.iter().map(Bytes::len).sum::<usize>();
+                let (mut events, mut bytes) = (first.events.len(), size(&first));
+                let durability = first.durability;
+                let mut group = vec![first];
+                while events < STREAM_GROUP_EVENTS && bytes < STREAM_GROUP_BYTES {
+                    match futures_lite::future::poll_once(inbound.next()).await {
+                        None => break,
+                        Some(Some(Ok(batch))) if batch.durability == durability => {
+                            events += batch.events.len();
+                            bytes += size(&batch);
+                            group.push(batch);
+                        }
+                        Some(other) => {
+                            carried = Some(other);
+                            break;
+                        }
+                    }
+                }
+                let results = if group.len() == 1 {
+                    vec![service.append_batch(group.pop().expect("one")).await]
+                } else {
+                    service.append_group(group).await
                 };
-                let failed = result.is_err();
-                if tx.send(result).await.is_err() || failed {
-                    return;
+                for result in results {
+                    let failed = result.is_err();
+                    if tx.send(result).await.is_err() || failed {
+                        return;
+                    }
                 }
             }
         });

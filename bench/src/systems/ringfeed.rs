@@ -139,7 +139,7 @@ impl Ringfeed {
     pub fn appender(&self) -> Appender {
         Appender {
             addr: self.addr.clone(),
-            client: std::sync::Arc::new(tokio::sync::OnceCell::new()),
+            stream: std::sync::Arc::new(tokio::sync::OnceCell::new()),
         }
     }
 
@@ -166,28 +166,75 @@ impl Ringfeed {
     }
 }
 
-/// Appends single events over one shared connection.
+/// Appends single events, each as its own request on one `AppendStream`
+/// (ringfeed's pipelined producer stream: one response per request, in
+/// order), as a steady producer would; opened on first use.
 #[derive(Clone)]
 pub struct Appender {
     addr: String,
-    client: std::sync::Arc<tokio::sync::OnceCell<RingFeedClient<Channel>>>,
+    stream: std::sync::Arc<tokio::sync::OnceCell<AppendStream>>,
+}
+
+/// The sending half of an open `AppendStream`: requests go out in the order
+/// they are queued, with the sender of their ack.
+type AppendStream =
+    tokio::sync::mpsc::UnboundedSender<(v1::AppendRequest, tokio::sync::oneshot::Sender<()>)>;
+
+async fn open_append_stream(addr: &str) -> Result<AppendStream> {
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+    let mut client = connect(addr).await?;
+    let (queue, mut queued) = tokio::sync::mpsc::unbounded_channel::<(
+        v1::AppendRequest,
+        tokio::sync::oneshot::Sender<()>,
+    )>();
+    let (requests, outgoing) = tokio::sync::mpsc::unbounded_channel();
+    // Acks come back in request order: each pops the oldest waiting sender.
+    let waiting: Arc<Mutex<VecDeque<tokio::sync::oneshot::Sender<()>>>> = Arc::default();
+    let forward = waiting.clone();
+    tokio::spawn(async move {
+        while let Some((request, ack)) = queued.recv().await {
+            forward.lock().expect("ack queue").push_back(ack);
+            if requests.send(request).is_err() {
+                return;
+            }
+        }
+    });
+    let mut responses = client
+        .append_stream(tokio_stream::wrappers::UnboundedReceiverStream::new(outgoing))
+        .await
+        .map_err(|e| anyhow!("append stream: {e}"))?
+        .into_inner();
+    tokio::spawn(async move {
+        // A failed stream drops the waiting senders: their appends then fail.
+        while let Ok(Some(_)) = responses.message().await {
+            let ack = waiting.lock().expect("ack queue").pop_front();
+            if let Some(ack) = ack {
+                let _ = ack.send(());
+            }
+        }
+        waiting.lock().expect("ack queue").clear();
+    });
+    Ok(queue)
 }
 
 impl Appender {
     pub async fn append_one(&self, index: u64, payload: usize) -> Result<()> {
-        let mut client = self
-            .client
-            .get_or_try_init(|| connect(&self.addr))
-            .await?
-            .clone();
-        client
-            .append(v1::AppendRequest {
-                events: vec![event(index, payload)],
-                durability: durability(false),
-            })
+        let stream = self
+            .stream
+            .get_or_try_init(|| open_append_stream(&self.addr))
+            .await?;
+        let (ack, acked) = tokio::sync::oneshot::channel();
+        let request = v1::AppendRequest {
+            events: vec![event(index, payload)],
+            durability: durability(false),
+        };
+        stream
+            .send((request, ack))
+            .map_err(|_| anyhow!("the append stream has ended"))?;
+        acked
             .await
-            .map_err(|e| anyhow!("append: {e}"))?;
-        Ok(())
+            .map_err(|_| anyhow!("the append stream ended before event {index} was acknowledged"))
     }
 }
 
