@@ -22,7 +22,8 @@ impl Process {
     /// `log` (a file in the system's temp dir), so a failing start can be
     /// diagnosed; the bench's own output stays clean.
     pub fn spawn(name: &str, mut command: Command, log: &Path) -> Result<Process> {
-        let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        let out =
+            std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let child = command
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)

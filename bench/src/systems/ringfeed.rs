@@ -201,8 +201,12 @@ impl Subscriber {
             .new_entry
             .map(|entry| entry.attributes)
             .unwrap_or_default();
-        unstamp(&attributes)
-            .map(Some)
-            .ok_or_else(|| anyhow!("an event without the bench's stamp at {}:{}", e.shard, e.offset))
+        unstamp(&attributes).map(Some).ok_or_else(|| {
+            anyhow!(
+                "an event without the bench's stamp at {}:{}",
+                e.shard,
+                e.offset
+            )
+        })
     }
 }
