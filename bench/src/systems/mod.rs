@@ -13,6 +13,7 @@
 
 pub mod process;
 mod ringfeed;
+mod seaweedfs;
 
 use std::ops::Range;
 use std::path::Path;
@@ -96,11 +97,13 @@ pub enum Start {
 /// A running system.
 pub enum System {
     Ringfeed(ringfeed::Ringfeed),
+    Seaweedfs(seaweedfs::Seaweedfs),
 }
 
 /// A subscription on a running system.
 pub enum Subscriber {
     Ringfeed(ringfeed::Subscriber),
+    Seaweedfs(seaweedfs::Subscriber),
 }
 
 /// Options of a ringfeed-side run; the other systems have no equivalent and
@@ -125,6 +128,14 @@ impl System {
             Kind::Ringfeed => Ok(Start::Running(System::Ringfeed(
                 ringfeed::Ringfeed::start(dir, options).await?,
             ))),
+            Kind::Seaweedfs => match seaweedfs::installed() {
+                Some(weed) => Ok(Start::Running(System::Seaweedfs(
+                    seaweedfs::Seaweedfs::start(&weed, dir).await?,
+                ))),
+                None => Ok(Start::Skipped(
+                    "weed not installed (bench/peers/install.sh installs it)".into(),
+                )),
+            },
             other => Ok(Start::Skipped(format!(
                 "{} is not wired into this build",
                 other.name()
@@ -135,6 +146,7 @@ impl System {
     pub fn kind(&self) -> Kind {
         match self {
             System::Ringfeed(_) => Kind::Ringfeed,
+            System::Seaweedfs(_) => Kind::Seaweedfs,
         }
     }
 
@@ -143,6 +155,7 @@ impl System {
     pub fn processes(&self) -> &[Process] {
         match self {
             System::Ringfeed(s) => s.processes(),
+            System::Seaweedfs(s) => s.processes(),
         }
     }
 
@@ -151,6 +164,9 @@ impl System {
         match self {
             System::Ringfeed(_) if durable => "fdatasync before the ack",
             System::Ringfeed(_) => "in memory (visible to subscribers) before the ack",
+            System::Seaweedfs(_) => {
+                "filer store write, no fsync; metadata log flushed to the volume server about once a minute"
+            }
         }
     }
 
@@ -169,6 +185,7 @@ impl System {
     ) -> Result<Histogram<u64>> {
         match self {
             System::Ringfeed(s) => s.append(events, payload, producers, batch, durable).await,
+            System::Seaweedfs(s) => s.append(events, payload, producers).await,
         }
     }
 
@@ -177,6 +194,7 @@ impl System {
     pub fn appender(&self) -> Appender {
         match self {
             System::Ringfeed(s) => Appender::Ringfeed(s.appender()),
+            System::Seaweedfs(s) => Appender::Seaweedfs(s.appender()),
         }
     }
 
@@ -186,6 +204,7 @@ impl System {
     pub async fn subscribe(&self, from: From) -> Result<Subscriber> {
         match self {
             System::Ringfeed(s) => Ok(Subscriber::Ringfeed(s.subscribe(from).await?)),
+            System::Seaweedfs(s) => Ok(Subscriber::Seaweedfs(s.subscribe(from).await?)),
         }
     }
 }
@@ -194,6 +213,7 @@ impl System {
 #[derive(Clone)]
 pub enum Appender {
     Ringfeed(ringfeed::Appender),
+    Seaweedfs(seaweedfs::Appender),
 }
 
 impl Appender {
@@ -202,6 +222,7 @@ impl Appender {
     pub async fn append_one(&self, index: u64, payload: usize) -> Result<()> {
         match self {
             Appender::Ringfeed(a) => a.append_one(index, payload).await,
+            Appender::Seaweedfs(a) => a.append_one(index, payload).await,
         }
     }
 }
@@ -212,6 +233,7 @@ impl Subscriber {
     pub async fn next(&mut self) -> Result<Option<Delivered>> {
         match self {
             Subscriber::Ringfeed(s) => s.next().await,
+            Subscriber::Seaweedfs(s) => s.next().await,
         }
     }
 }
@@ -239,7 +261,9 @@ pub async fn probe(kind: Kind, dir: &Path, events: u64, payload: usize) -> Resul
         acks.value_at_quantile(0.5)
     );
     let mid = crate::now_ns();
-    system.append(events..2 * events, payload, 1, 1, false).await?;
+    system
+        .append(events..2 * events, payload, 1, 1, false)
+        .await?;
     let check = |name: &str, got: Vec<u64>, want: Range<u64>| -> Result<()> {
         if got != want.clone().collect::<Vec<_>>() {
             bail!(
