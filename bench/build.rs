@@ -8,7 +8,7 @@
 use std::error::Error;
 
 const CEILING: &str = "proto/ceiling.proto";
-const PEERS: &[&str] = &["peers/proto/etcd.proto"];
+const PEERS: &[&str] = &["peers/proto/etcd.proto", "peers/proto/filer.proto"];
 
 fn config() -> Result<prost_build::Config, Box<dyn Error>> {
     let mut config = prost_build::Config::new();

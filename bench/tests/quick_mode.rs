@@ -178,7 +178,11 @@ fn compare_accounts_for_every_system() {
     // failed is a broken adapter (or a broken peer), not a skip.
     for s in doc["skipped"].as_array().unwrap() {
         let reason = s["reason"].as_str().unwrap_or_default();
-        assert!(reason.contains("not installed"), "{}: {reason}", s["system"]);
+        assert!(
+            reason.contains("not installed"),
+            "{}: {reason}",
+            s["system"]
+        );
     }
     std::fs::remove_dir_all(&results).unwrap();
 }

@@ -15,7 +15,10 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
-use super::{free_port, stamp, unstamp, wait_ready, Acks, Delivered, From, Process, ResumePoints};
+use super::{
+    free_ports, stamp, unstamp, wait_ready, Acks, Delivered, From, Process, ResumePoints,
+    READY_TIMEOUT,
+};
 use crate::now_ns;
 
 mod pb {
@@ -64,8 +67,9 @@ pub struct Etcd {
 
 impl Etcd {
     pub async fn start(binary: &Path, dir: &Path) -> Result<Etcd> {
-        let client_url = format!("http://127.0.0.1:{}", free_port()?);
-        let peer_url = format!("http://127.0.0.1:{}", free_port()?);
+        let ports = free_ports(2)?;
+        let client_url = format!("http://127.0.0.1:{}", ports[0]);
+        let peer_url = format!("http://127.0.0.1:{}", ports[1]);
         let mut command = Command::new(binary);
         command
             .arg("--name=bench")
@@ -79,15 +83,20 @@ impl Etcd {
         let log = dir.join("etcd.log");
         let mut process = Process::spawn("etcd", command, &log)?;
         let endpoint = Endpoint::from_shared(client_url)?.tcp_nodelay(true);
-        wait_ready(&mut process, &log, || async {
-            let mut kv = KvClient::new(endpoint.connect().await?);
-            kv.put(pb::PutRequest {
-                key: READY_KEY.to_vec(),
-                value: Vec::new(),
-            })
-            .await?;
-            Ok(())
-        })
+        wait_ready(
+            std::slice::from_mut(&mut process),
+            &log.display().to_string(),
+            READY_TIMEOUT,
+            || async {
+                let mut kv = KvClient::new(endpoint.connect().await?);
+                kv.put(pb::PutRequest {
+                    key: READY_KEY.to_vec(),
+                    value: Vec::new(),
+                })
+                .await?;
+                Ok(())
+            },
+        )
         .await?;
         Ok(Etcd {
             endpoint: Box::new(endpoint),

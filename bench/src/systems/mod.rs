@@ -15,6 +15,7 @@ mod etcd;
 mod nats;
 pub mod process;
 mod ringfeed;
+mod seaweedfs;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -122,6 +123,7 @@ pub enum System {
     Ringfeed(ringfeed::Ringfeed),
     Etcd(etcd::Etcd),
     Nats(nats::Nats),
+    Seaweedfs(seaweedfs::Seaweedfs),
 }
 
 /// A subscription on a running system.
@@ -129,6 +131,7 @@ pub enum Subscriber {
     Ringfeed(ringfeed::Subscriber),
     Etcd(etcd::Subscriber),
     Nats(nats::Subscriber),
+    Seaweedfs(seaweedfs::Subscriber),
 }
 
 /// Options of a ringfeed-side run; the other systems have no equivalent and
@@ -166,10 +169,12 @@ impl System {
                 }
                 None => Start::Skipped(not_installed("nats-server")),
             }),
-            other => Ok(Start::Skipped(format!(
-                "{} is not wired into this build",
-                other.name()
-            ))),
+            Kind::Seaweedfs => Ok(match find_binary("weed") {
+                Some(weed) => Start::Running(System::Seaweedfs(
+                    seaweedfs::Seaweedfs::start(&weed, dir).await?,
+                )),
+                None => Start::Skipped(not_installed("weed")),
+            }),
         }
     }
 
@@ -178,7 +183,7 @@ impl System {
     pub fn set_chunk_mode(&mut self, on: bool) {
         match self {
             System::Ringfeed(s) => s.chunk_mode = on,
-            System::Etcd(_) | System::Nats(_) => {}
+            System::Etcd(_) | System::Nats(_) | System::Seaweedfs(_) => {}
         }
     }
 
@@ -187,6 +192,7 @@ impl System {
             System::Ringfeed(_) => Kind::Ringfeed,
             System::Etcd(_) => Kind::Etcd,
             System::Nats(_) => Kind::Nats,
+            System::Seaweedfs(_) => Kind::Seaweedfs,
         }
     }
 
@@ -197,6 +203,7 @@ impl System {
             System::Ringfeed(s) => s.processes(),
             System::Etcd(s) => s.processes(),
             System::Nats(s) => s.processes(),
+            System::Seaweedfs(s) => s.processes(),
         }
     }
 
@@ -208,6 +215,9 @@ impl System {
             System::Etcd(_) => "WAL fsync before the ack",
             System::Nats(_) => {
                 "stored in the stream's file before the ack; fsync periodic (default 2 min)"
+            }
+            System::Seaweedfs(_) => {
+                "filer store write, no fsync; metadata log flushed to the volume server about once a minute"
             }
         }
     }
@@ -231,6 +241,7 @@ impl System {
             System::Ringfeed(s) => s.append(events, payload, producers, batch, durable).await,
             System::Etcd(s) => s.append(events, payload, producers).await,
             System::Nats(s) => s.append(events, payload, producers, batch).await,
+            System::Seaweedfs(s) => s.append(events, payload, producers).await,
         }
     }
 
@@ -241,6 +252,7 @@ impl System {
             System::Ringfeed(s) => Appender::Ringfeed(s.appender()),
             System::Etcd(s) => Appender::Etcd(s.appender()),
             System::Nats(s) => Appender::Nats(s.appender()),
+            System::Seaweedfs(s) => Appender::Seaweedfs(s.appender()),
         }
     }
 
@@ -252,6 +264,7 @@ impl System {
             System::Ringfeed(s) => Ok(Subscriber::Ringfeed(s.subscribe(from).await?)),
             System::Etcd(s) => Ok(Subscriber::Etcd(s.subscribe(from).await?)),
             System::Nats(s) => Ok(Subscriber::Nats(s.subscribe(from).await?)),
+            System::Seaweedfs(s) => Ok(Subscriber::Seaweedfs(s.subscribe(from).await?)),
         }
     }
 }
@@ -262,6 +275,7 @@ pub enum Appender {
     Ringfeed(ringfeed::Appender),
     Etcd(etcd::Appender),
     Nats(nats::Appender),
+    Seaweedfs(seaweedfs::Appender),
 }
 
 impl Appender {
@@ -272,6 +286,7 @@ impl Appender {
             Appender::Ringfeed(a) => a.append_one(index, payload).await,
             Appender::Etcd(a) => a.append_one(index, payload).await,
             Appender::Nats(a) => a.append_one(index, payload).await,
+            Appender::Seaweedfs(a) => a.append_one(index, payload).await,
         }
     }
 }
@@ -284,6 +299,7 @@ impl Subscriber {
             Subscriber::Ringfeed(s) => s.next().await,
             Subscriber::Etcd(s) => s.next().await,
             Subscriber::Nats(s) => s.next().await,
+            Subscriber::Seaweedfs(s) => s.next().await,
         }
     }
 }
@@ -302,45 +318,55 @@ fn not_installed(binary: &str) -> String {
     format!("{binary} not installed (bench/peers/install.sh installs it)")
 }
 
-/// A loopback TCP port free at the moment of the call (bound to port 0, then
-/// released), for a peer that must be told its port. Another process could
-/// take it before the peer binds it; the peer then fails to start and says
-/// so in its log.
-fn free_port() -> Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
+/// `n` distinct loopback ports that were free a moment ago (all bound at
+/// once, so none repeats, then released), for peers that must be told their
+/// ports. Another process could take one before the peer binds it; the peer
+/// then fails to start and says so in its log.
+fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    listeners
+        .iter()
+        .map(|l| Ok(l.local_addr()?.port()))
+        .collect()
 }
 
 /// How long a started peer may take to accept its first request.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Retries `attempt` every 100 ms until it succeeds, for at most
-/// [`READY_TIMEOUT`], and gives up at once if `process` exits: a peer has
-/// started when it answers a real request, not when its port opens.
-async fn wait_ready<T, F, Fut>(process: &mut Process, log: &Path, mut attempt: F) -> Result<T>
+/// Retries `attempt` every 100 ms until it succeeds, for at most `timeout`,
+/// and gives up at once if one of `processes` exits: a peer has started when
+/// it answers a real request, not when its port opens. `logs` names where
+/// to look when it does not.
+async fn wait_ready<T, F, Fut>(
+    processes: &mut [Process],
+    logs: &str,
+    timeout: Duration,
+    mut attempt: F,
+) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
-    let deadline = Instant::now() + READY_TIMEOUT;
+    let deadline = Instant::now() + timeout;
     loop {
         let last = match tokio::time::timeout(Duration::from_secs(5), attempt()).await {
             Ok(Ok(ready)) => return Ok(ready),
             Ok(Err(e)) => e,
             Err(_) => anyhow!("no answer within 5 s"),
         };
-        if !process.running() {
-            bail!(
-                "{} exited during start; see {}",
-                process.name,
-                log.display()
-            );
+        if let Some(p) = processes
+            .iter_mut()
+            .find_map(|p| (!p.running()).then_some(p))
+        {
+            bail!("{} exited during start; see {logs}", p.name);
         }
         if Instant::now() >= deadline {
+            let names: Vec<&str> = processes.iter().map(|p| p.name.as_str()).collect();
             bail!(
-                "{} not ready within {READY_TIMEOUT:?} ({last:#}); see {}",
-                process.name,
-                log.display()
+                "{} not ready within {timeout:?} ({last:#}); see {logs}",
+                names.join(", ")
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -19,8 +19,8 @@ use serde_json::{json, Value};
 
 use self::client::{new_inbox, wait_reply, Msg, Op, Reader, Requester, Writer, REPLY_TIMEOUT};
 use super::{
-    free_port, producer_batches, stamp, unstamp, wait_ready, Acks, Delivered, From, Process,
-    ResumePoints,
+    free_ports, producer_batches, stamp, unstamp, wait_ready, Acks, Delivered, From, Process,
+    ResumePoints, READY_TIMEOUT,
 };
 use crate::now_ns;
 
@@ -73,7 +73,7 @@ pub struct Nats {
 
 impl Nats {
     pub async fn start(binary: &Path, dir: &Path) -> Result<Nats> {
-        let port = free_port()?;
+        let port = free_ports(1)?[0];
         let addr = format!("127.0.0.1:{port}");
         let mut command = Command::new(binary);
         command.arg("-js").arg("-sd").arg(dir.join("nats")).args([
@@ -96,16 +96,21 @@ impl Nats {
         });
         // Creating the stream is the readiness check: it needs JetStream up,
         // not just the port. Creating it again with the same config is a no-op.
-        wait_ready(&mut process, &log, || async {
-            let api = Requester::connect(&addr).await?;
-            let reply = api
-                .request(
-                    &format!("$JS.API.STREAM.CREATE.{STREAM}"),
-                    config.to_string().into_bytes(),
-                )
-                .await?;
-            js_reply(&reply).map(drop)
-        })
+        wait_ready(
+            std::slice::from_mut(&mut process),
+            &log.display().to_string(),
+            READY_TIMEOUT,
+            || async {
+                let api = Requester::connect(&addr).await?;
+                let reply = api
+                    .request(
+                        &format!("$JS.API.STREAM.CREATE.{STREAM}"),
+                        config.to_string().into_bytes(),
+                    )
+                    .await?;
+                js_reply(&reply).map(drop)
+            },
+        )
         .await?;
         Ok(Nats {
             addr,

@@ -201,7 +201,9 @@ async fn open_append_stream(addr: &str) -> Result<AppendStream> {
         }
     });
     let mut responses = client
-        .append_stream(tokio_stream::wrappers::UnboundedReceiverStream::new(outgoing))
+        .append_stream(tokio_stream::wrappers::UnboundedReceiverStream::new(
+            outgoing,
+        ))
         .await
         .map_err(|e| anyhow!("append stream: {e}"))?
         .into_inner();

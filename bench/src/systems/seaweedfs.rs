@@ -1,0 +1,422 @@
+//! SeaweedFS (the `weed` binary, 4.48): a master, a volume server and a filer
+//! as three processes on free loopback ports, so the filer's CPU and memory
+//! are its own. An event is a namespace mutation: a file `f{i}` created in
+//! `/bench/d{i % 64}` through the filer's `CreateEntry` gRPC, its stamped
+//! payload as the entry's inline content. Subscribers are `SubscribeMetadata`
+//! streams under `/bench/`, which replay the filer's metadata log (persisted
+//! part and in-memory part) from a time and then follow it.
+//!
+//! The 64 parent directories are created before `start` returns, so they are
+//! not among the counted events; subscribers skip directory events.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use hdrhistogram::Histogram;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+use tonic::Streaming;
+
+use super::{free_ports, producer_batches, stamp, unstamp, wait_ready, Delivered, From, Process};
+use crate::now_ns;
+
+/// Generated from `bench/peers/proto/filer.proto` (a subset of SeaweedFS's).
+mod pb {
+    #![allow(clippy::all, clippy::pedantic)]
+    tonic::include_proto!("filer_pb");
+}
+
+use pb::seaweed_filer_client::SeaweedFilerClient;
+
+/// The parent directories events are spread over.
+const DIRECTORIES: u64 = 64;
+
+/// The longest wait for the three processes to serve a create.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Go's `os.ModeDir`, which the filer keeps in `FuseAttributes.file_mode`.
+const MODE_DIR: u32 = 1 << 31;
+
+pub struct Seaweedfs {
+    /// The filer's gRPC address (host:port).
+    filer: String,
+    /// Master, volume server, filer (stopped in reverse order on drop).
+    processes: Vec<Process>,
+}
+
+async fn connect(addr: &str) -> Result<SeaweedFilerClient<Channel>> {
+    SeaweedFilerClient::connect(format!("http://{addr}"))
+        .await
+        .map_err(|e| anyhow!("connecting to the SeaweedFS filer at {addr}: {e}"))
+}
+
+/// Creates one entry; the filer reports some failures in the response body
+/// rather than as a gRPC status.
+async fn create(
+    client: &mut SeaweedFilerClient<Channel>,
+    request: pb::CreateEntryRequest,
+) -> Result<()> {
+    let path = format!(
+        "{}/{}",
+        request.directory,
+        request.entry.as_ref().map_or("", |e| &e.name)
+    );
+    let response = client
+        .create_entry(request)
+        .await
+        .map_err(|e| anyhow!("CreateEntry {path}: {e}"))?
+        .into_inner();
+    if !response.error.is_empty() {
+        bail!("CreateEntry {path}: {}", response.error);
+    }
+    Ok(())
+}
+
+fn attributes(now_ns: i64, mode: u32, size: usize) -> pb::FuseAttributes {
+    pb::FuseAttributes {
+        file_size: size as u64,
+        mtime: now_ns / 1_000_000_000,
+        crtime: now_ns / 1_000_000_000,
+        file_mode: mode,
+    }
+}
+
+fn directory(parent: &str, name: &str) -> pb::CreateEntryRequest {
+    pb::CreateEntryRequest {
+        directory: parent.to_owned(),
+        entry: Some(pb::Entry {
+            name: name.to_owned(),
+            is_directory: true,
+            attributes: Some(attributes(now_ns(), MODE_DIR | 0o755, 0)),
+            content: Vec::new(),
+        }),
+        o_excl: false,
+    }
+}
+
+/// Event `index`: file `/bench/d{index % 64}/f{index}` whose inline content
+/// is the stamped payload. `o_excl` makes a repeated name an error instead
+/// of a silent update, so the bench can never count one event twice.
+fn event(index: u64, payload: usize) -> pb::CreateEntryRequest {
+    let content = stamp(index, now_ns(), payload);
+    pb::CreateEntryRequest {
+        directory: format!("/bench/d{}", index % DIRECTORIES),
+        entry: Some(pb::Entry {
+            name: format!("f{index}"),
+            is_directory: false,
+            attributes: Some(attributes(now_ns(), 0o644, content.len())),
+            content,
+        }),
+        o_excl: true,
+    }
+}
+
+/// Whether the master lists the volume server at `volume` (host:port) among
+/// its data nodes: `GET /dir/status` over a plain HTTP/1.0 connection.
+async fn volume_registered(master: &str, volume: &str) -> bool {
+    let attempt = async {
+        let mut stream = tokio::net::TcpStream::connect(master).await?;
+        stream
+            .write_all(b"GET /dir/status HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .await?;
+        let mut body = String::new();
+        stream.read_to_string(&mut body).await?;
+        Ok::<_, std::io::Error>(body.contains(&format!("\"{volume}\"")))
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(2), attempt).await,
+        Ok(Ok(true))
+    )
+}
+
+impl Seaweedfs {
+    pub async fn start(weed: &Path, dir: &Path) -> Result<Seaweedfs> {
+        let ports = free_ports(6)?;
+        let (master_port, master_grpc) = (ports[0], ports[1]);
+        let (volume_port, volume_grpc) = (ports[2], ports[3]);
+        let (filer_port, filer_grpc) = (ports[4], ports[5]);
+        // weed derives a server's gRPC port as its HTTP port + 10000 unless
+        // told otherwise: each process gets `-port.grpc`, and peers are
+        // named `host:port.grpcPort` so they dial the right one.
+        let master = format!("127.0.0.1:{master_port}.{master_grpc}");
+        let logs: Vec<PathBuf> = ["master", "volume", "filer"]
+            .iter()
+            .map(|n| dir.join(format!("{n}.log")))
+            .collect();
+        let mut processes = Vec::new();
+        let mut spawn = |name: &str, args: Vec<String>, log: &Path| -> Result<()> {
+            let data = dir.join(name);
+            std::fs::create_dir_all(&data)
+                .with_context(|| format!("creating {}", data.display()))?;
+            let mut command = Command::new(weed);
+            // weed reads filer.toml / master.toml from the working directory
+            // first: run in the temp dir so no stray config applies. Logs go
+            // to stderr (our log file) instead of weed's default files in /tmp.
+            command
+                .current_dir(dir)
+                .arg("-logtostderr")
+                .arg(name)
+                .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1"])
+                .args(args);
+            processes.push(Process::spawn(&format!("weed {name}"), command, log)?);
+            Ok(())
+        };
+        spawn(
+            "master",
+            vec![
+                format!("-port={master_port}"),
+                format!("-port.grpc={master_grpc}"),
+                format!("-mdir={}", dir.join("master").display()),
+                "-telemetry=false".into(),
+                "-volumeSizeLimitMB=1024".into(),
+            ],
+            &logs[0],
+        )?;
+        spawn(
+            "volume",
+            vec![
+                format!("-port={volume_port}"),
+                format!("-port.grpc={volume_grpc}"),
+                format!("-dir={}", dir.join("volume").display()),
+                "-max=20".into(),
+                format!("-master={master}"),
+                // By default a stopping volume server keeps serving 10 s
+                // after it stops heartbeating (for a load balancer to notice);
+                // nothing here needs that, and it made every teardown 10 s.
+                "-preStopSeconds=0".into(),
+            ],
+            &logs[1],
+        )?;
+        let mut filer_args = vec![
+            format!("-port={filer_port}"),
+            format!("-port.grpc={filer_grpc}"),
+            format!("-master={master}"),
+            format!("-defaultStoreDir={}", dir.join("filer").display()),
+            "-s3=false".into(),
+            "-webdav=false".into(),
+            "-sftp=false".into(),
+            "-iam=false".into(),
+        ];
+        // The filer also listens on a unix socket, by default
+        // /tmp/seaweedfs-filer-<port>.sock; keep it in the temp dir when the
+        // path fits a sockaddr_un (108 bytes).
+        let socket = dir.join("filer.sock");
+        if socket.as_os_str().len() < 100 {
+            filer_args.push(format!("-localSocket={}", socket.display()));
+        }
+        spawn("filer", filer_args, &logs[2])?;
+        let mut system = Seaweedfs {
+            filer: format!("127.0.0.1:{filer_grpc}"),
+            processes,
+        };
+
+        // Ready when the volume server has registered with the master (the
+        // filer flushes its metadata log to it) and the filer accepts a
+        // create; the first directory created is the events' root.
+        let master_http = format!("127.0.0.1:{master_port}");
+        let volume_http = format!("127.0.0.1:{volume_port}");
+        let filer = system.filer.clone();
+        wait_ready(
+            &mut system.processes,
+            &list(&logs),
+            START_TIMEOUT,
+            || async {
+                if !volume_registered(&master_http, &volume_http).await {
+                    bail!("the master does not list the volume server {volume_http}");
+                }
+                let mut client = connect(&filer).await?;
+                create(&mut client, directory("/", "bench")).await
+            },
+        )
+        .await?;
+        let mut client = connect(&system.filer).await?;
+        for d in 0..DIRECTORIES {
+            create(&mut client, directory("/bench", &format!("d{d}"))).await?;
+        }
+        Ok(system)
+    }
+
+    pub fn processes(&self) -> &[Process] {
+        &self.processes
+    }
+
+    /// SeaweedFS has no batched create: one event per request, `batch`
+    /// ignored.
+    pub async fn append(
+        &self,
+        events: Range<u64>,
+        payload: usize,
+        producers: usize,
+    ) -> Result<Histogram<u64>> {
+        let producers = producers.max(1) as u64;
+        let mut tasks = Vec::new();
+        for p in 0..producers {
+            let mut client = connect(&self.filer).await?;
+            let events = events.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut acks = Histogram::<u64>::new(3)?;
+                for index in producer_batches(events, producers, 1, p).flatten() {
+                    let request = event(index, payload);
+                    let sent = Instant::now();
+                    create(&mut client, request).await?;
+                    acks.record(sent.elapsed().as_micros() as u64)?;
+                }
+                Ok::<_, anyhow::Error>(acks)
+            }));
+        }
+        let mut acks = Histogram::<u64>::new(3)?;
+        for t in tasks {
+            acks.add(&t.await??)?;
+        }
+        Ok(acks)
+    }
+
+    pub fn appender(&self) -> Appender {
+        Appender {
+            addr: self.filer.clone(),
+            client: Arc::new(tokio::sync::OnceCell::new()),
+        }
+    }
+
+    pub async fn subscribe(&self, from: From) -> Result<Subscriber> {
+        // The filer's log is keyed by its own wall-clock ns (same host, same
+        // clock as ours), and it replays entries stamped after `since_ns`.
+        let since_ns = match from {
+            From::Beginning => 0,
+            From::Now => now_ns(),
+            From::Resume { wall_ns, .. } => wall_ns,
+        };
+        // The filer keys subscribers by (client_name, client_id): each
+        // subscription gets its own so none replaces another.
+        static NEXT: AtomicI32 = AtomicI32::new(1);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let client_id = (std::process::id() as i32).wrapping_mul(1 << 12) ^ n;
+        let request = pb::SubscribeMetadataRequest {
+            client_name: format!("ringfeed-bench-{}-{n}", std::process::id()),
+            path_prefix: "/bench/".into(),
+            since_ns,
+            client_id,
+            client_epoch: 1,
+            ..Default::default()
+        };
+        let mut client = connect(&self.filer).await?;
+        // The position is fixed by `since_ns`, so the subscription is
+        // established now whatever the stream does; the call is not awaited
+        // here because the Go server may hold back the response headers
+        // until it has a first event to send.
+        let opening = tokio::spawn(async move {
+            Ok(client
+                .subscribe_metadata(request)
+                .await
+                .map_err(|e| anyhow!("SubscribeMetadata: {e}"))?
+                .into_inner())
+        });
+        Ok(Subscriber {
+            opening: Some(opening),
+            stream: None,
+            pending: VecDeque::new(),
+        })
+    }
+}
+
+impl Drop for Seaweedfs {
+    /// Filer first, so it can still flush its log to the volume server, and
+    /// the master last. The filer does not stop on SIGTERM in practice: its
+    /// gRPC graceful stop waits (up to 15 s, then forces) for its own
+    /// metadata aggregator, which subscribes to the filer's local log and
+    /// never ends, so `Process`'s 10 s grace runs out and it is SIGKILLed.
+    fn drop(&mut self) {
+        while let Some(p) = self.processes.pop() {
+            drop(p);
+        }
+    }
+}
+
+fn list(logs: &[PathBuf]) -> String {
+    logs.iter()
+        .map(|l| l.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Creates single events over one shared connection.
+#[derive(Clone)]
+pub struct Appender {
+    addr: String,
+    client: Arc<tokio::sync::OnceCell<SeaweedFilerClient<Channel>>>,
+}
+
+impl Appender {
+    pub async fn append_one(&self, index: u64, payload: usize) -> Result<()> {
+        let mut client = self
+            .client
+            .get_or_try_init(|| connect(&self.addr))
+            .await?
+            .clone();
+        create(&mut client, event(index, payload)).await
+    }
+}
+
+type Opening = JoinHandle<Result<Streaming<pb::SubscribeMetadataResponse>>>;
+
+pub struct Subscriber {
+    opening: Option<Opening>,
+    stream: Option<Streaming<pb::SubscribeMetadataResponse>>,
+    /// Events of a batched response not handed out yet.
+    pending: VecDeque<pb::SubscribeMetadataResponse>,
+}
+
+impl Subscriber {
+    pub async fn next(&mut self) -> Result<Option<Delivered>> {
+        if let Some(opening) = self.opening.take() {
+            self.stream = Some(opening.await??);
+        }
+        let Some(stream) = self.stream.as_mut() else {
+            bail!("the SubscribeMetadata stream failed to open earlier");
+        };
+        loop {
+            let response = match self.pending.pop_front() {
+                Some(response) => response,
+                None => {
+                    let Some(mut response) = stream
+                        .message()
+                        .await
+                        .map_err(|e| anyhow!("SubscribeMetadata: {e}"))?
+                    else {
+                        return Ok(None);
+                    };
+                    self.pending.extend(std::mem::take(&mut response.events));
+                    response
+                }
+            };
+            let path = || {
+                let name = response
+                    .event_notification
+                    .as_ref()
+                    .and_then(|n| n.new_entry.as_ref().or(n.old_entry.as_ref()))
+                    .map_or("?", |e| e.name.as_str());
+                format!("{}/{name} (ts_ns {})", response.directory, response.ts_ns)
+            };
+            let Some(entry) = response
+                .event_notification
+                .as_ref()
+                .and_then(|n| n.new_entry.as_ref())
+            else {
+                bail!("an event without a new entry (a delete?) at {}", path());
+            };
+            if entry.is_directory {
+                continue;
+            }
+            return unstamp(&entry.content)
+                .map(Some)
+                .ok_or_else(|| anyhow!("a file event without the bench's stamp at {}", path()));
+        }
+    }
+}
