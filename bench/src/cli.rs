@@ -68,7 +68,7 @@ impl Common {
 pub struct AppendArgs {
     #[command(flatten)]
     pub common: Common,
-    /// Events appended per case [default: 200000; quick: 2000].
+    /// Events appended per case [default: 100000; quick: 2000].
     #[arg(long)]
     pub events: Option<u64>,
     /// Producer counts (concurrent closed-loop producers, one connection
@@ -211,7 +211,7 @@ impl ScenarioCmd {
             ScenarioCmd::Append(a) => {
                 let c = &a.common;
                 Scenario::Append {
-                    events: c.pick(&a.events, 2_000, 200_000),
+                    events: c.pick(&a.events, 2_000, 100_000),
                     producers: c.pick(&a.producers, vec![2], vec![8]),
                     batches: c.pick(&a.batches, vec![1, 64], vec![1, 64, 1024]),
                     event_bytes: c.pick(&a.event_bytes, vec![200], vec![200, 4096]),
