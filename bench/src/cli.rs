@@ -7,6 +7,7 @@
 //! each flag's help).
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
@@ -106,6 +107,12 @@ pub struct CatchupArgs {
     /// Event payload size in bytes [default: 200].
     #[arg(long)]
     pub event_bytes: Option<usize>,
+    /// Seconds subscribers may take: any still reading then stop, and the
+    /// row reports the events/s over that time and how many timed out (a
+    /// system that slows down with the backlog is measured, not waited
+    /// out) [default: 300; quick: 60].
+    #[arg(long)]
+    pub time_limit: Option<f64>,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -149,6 +156,11 @@ pub struct StormArgs {
     /// Event payload size in bytes [default: 200].
     #[arg(long)]
     pub event_bytes: Option<usize>,
+    /// Seconds subscribers may take: any still reading then stop, and the
+    /// row reports the events/s over that time and how many timed out
+    /// [default: 300; quick: 60].
+    #[arg(long)]
+    pub time_limit: Option<f64>,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -232,6 +244,7 @@ impl ScenarioCmd {
                     events: c.pick(&a.events, 5_000, 1_000_000),
                     subscribers: c.pick(&a.subscribers, vec![1, 4], vec![1]),
                     event_bytes: c.pick(&a.event_bytes, 200, 200),
+                    time_limit: seconds(c.pick(&a.time_limit, 60.0, 300.0)),
                 }
             }
             ScenarioCmd::Tail(a) => live("tail", a, (1_000, 10_000), (vec![1], vec![1])),
@@ -243,10 +256,17 @@ impl ScenarioCmd {
                     behind: c.pick(&a.behind, 1_000, 10_000),
                     subscribers: c.pick(&a.subscribers, vec![20], vec![1_000, 2_000]),
                     event_bytes: c.pick(&a.event_bytes, 200, 200),
+                    time_limit: seconds(c.pick(&a.time_limit, 60.0, 300.0)),
                 }
             }
         }
     }
+}
+
+/// A duration from seconds given on the command line; not positive or not
+/// finite becomes zero, which `validate` refuses.
+fn seconds(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s).unwrap_or(Duration::ZERO)
 }
 
 fn live(
@@ -286,8 +306,14 @@ fn validate(s: &Scenario) -> Result<()> {
         Scenario::Catchup {
             events,
             subscribers,
+            time_limit,
             ..
-        } => *events > 0 && !subscribers.is_empty() && !subscribers.contains(&0),
+        } => {
+            *events > 0
+                && !subscribers.is_empty()
+                && !subscribers.contains(&0)
+                && !time_limit.is_zero()
+        }
         Scenario::Live {
             rate,
             seconds,
@@ -297,8 +323,14 @@ fn validate(s: &Scenario) -> Result<()> {
         Scenario::Storm {
             behind,
             subscribers,
+            time_limit,
             ..
-        } => *behind > 0 && !subscribers.is_empty() && !subscribers.contains(&0),
+        } => {
+            *behind > 0
+                && !subscribers.is_empty()
+                && !subscribers.contains(&0)
+                && !time_limit.is_zero()
+        }
     };
     if !positive {
         bail!(

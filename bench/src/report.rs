@@ -88,6 +88,7 @@ pub fn compare_all(args: &AllArgs) -> Result<()> {
             events: None,
             subscribers: None,
             event_bytes: None,
+            time_limit: None,
         }),
         ScenarioCmd::Tail(live.clone()),
         ScenarioCmd::Storm(StormArgs {
@@ -96,6 +97,7 @@ pub fn compare_all(args: &AllArgs) -> Result<()> {
             behind: None,
             subscribers: None,
             event_bytes: None,
+            time_limit: None,
         }),
         ScenarioCmd::Fanout(live),
     ];

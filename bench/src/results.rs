@@ -217,7 +217,21 @@ impl Run {
             .collect();
         let _ = writeln!(s, "| case | figure | ringfeed | {} |", head.join(" | "));
         let _ = writeln!(s, "|---|---|---:|{}", "---:|---:|".repeat(others.len()));
-        for ours in self.rows.iter().filter(|r| r.system == Kind::Ringfeed) {
+        // Cases only ringfeed runs (e.g. batched appends) have nothing to
+        // compare: leave them to the full table, unless no other system ran.
+        let others_ran = self.rows.iter().any(|r| r.system != Kind::Ringfeed);
+        let compared = |case: &str| {
+            !others_ran
+                || self
+                    .rows
+                    .iter()
+                    .any(|r| r.system != Kind::Ringfeed && r.case == case)
+        };
+        for ours in self
+            .rows
+            .iter()
+            .filter(|r| r.system == Kind::Ringfeed && compared(&r.case))
+        {
             for h in headlines {
                 let Some(mine) = ours.get(h.key) else {
                     continue;

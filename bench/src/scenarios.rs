@@ -57,6 +57,9 @@ pub enum Scenario {
         events: u64,
         subscribers: Vec<usize>,
         event_bytes: usize,
+        /// Subscribers still reading then stop; the row reports what they
+        /// got in that time and how many timed out.
+        time_limit: Duration,
     },
     Live {
         /// "tail" or "fanout": the same measurement, different defaults.
@@ -71,6 +74,7 @@ pub enum Scenario {
         behind: u64,
         subscribers: Vec<usize>,
         event_bytes: usize,
+        time_limit: Duration,
     },
 }
 
@@ -101,7 +105,9 @@ impl Scenario {
                 events,
                 subscribers,
                 event_bytes,
-            } => json!({"events": events, "subscribers": subscribers, "event_bytes": event_bytes}),
+                time_limit,
+            } => json!({"events": events, "subscribers": subscribers, "event_bytes": event_bytes,
+                "time_limit_s": time_limit.as_secs_f64()}),
             Scenario::Live {
                 rate,
                 seconds,
@@ -116,9 +122,9 @@ impl Scenario {
                 behind,
                 subscribers,
                 event_bytes,
-            } => {
-                json!({"backlog": backlog, "behind": behind, "subscribers": subscribers, "event_bytes": event_bytes})
-            }
+                time_limit,
+            } => json!({"backlog": backlog, "behind": behind, "subscribers": subscribers,
+                "event_bytes": event_bytes, "time_limit_s": time_limit.as_secs_f64()}),
         }
     }
 
@@ -181,7 +187,8 @@ impl Scenario {
                 events,
                 subscribers,
                 event_bytes,
-            } => catchup(system, *events, subscribers, *event_bytes).await,
+                time_limit,
+            } => catchup(system, *events, subscribers, *event_bytes, *time_limit).await,
             Scenario::Live {
                 rate,
                 seconds,
@@ -194,7 +201,11 @@ impl Scenario {
                 behind,
                 subscribers,
                 event_bytes,
-            } => storm(system, *backlog, *behind, subscribers, *event_bytes).await,
+                time_limit,
+            } => {
+                let (backlog, behind, size) = (*backlog, *behind, *event_bytes);
+                storm(system, backlog, behind, subscribers, size, *time_limit).await
+            }
         }
     }
 }
@@ -343,6 +354,12 @@ struct Followed {
     /// Since the subscribers were started.
     first: Duration,
     done: Duration,
+    /// Events received.
+    got: u64,
+    /// Stopped at the time limit before getting every event.
+    timed_out: bool,
+    /// Got each event it should, once. A subscriber stopped at the time
+    /// limit is judged on what it got: no repeats, nothing unasked-for.
     exact: bool,
     /// Append-to-delivery latencies, µs (live scenarios only).
     latency: Option<Histogram<u64>>,
@@ -355,6 +372,7 @@ async fn follow(
     want: std::ops::Range<u64>,
     t0: Instant,
     measure_latency: bool,
+    deadline: Option<Instant>,
 ) -> Result<Followed> {
     let n = (want.end - want.start) as usize;
     let mut seen = vec![false; n];
@@ -362,8 +380,17 @@ async fn follow(
     let mut latency = measure_latency
         .then(|| Histogram::<u64>::new(3))
         .transpose()?;
+    let mut timed_out = false;
     while got < n {
-        let d = match tokio::time::timeout(STALL, sub.next()).await {
+        let wait = match deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()).min(STALL),
+            None => STALL,
+        };
+        let d = match tokio::time::timeout(wait, sub.next()).await {
+            Err(_) if deadline.is_some_and(|d| Instant::now() >= d) => {
+                timed_out = true;
+                break;
+            }
             Ok(Ok(Some(d))) => d,
             Ok(Ok(None)) => bail!("the subscription ended after {got} of {n} events"),
             Ok(Err(e)) => return Err(e.context(format!("after {got} of {n} events"))),
@@ -382,6 +409,8 @@ async fn follow(
     Ok(Followed {
         first: first.unwrap_or_default(),
         done: t0.elapsed(),
+        got: got as u64,
+        timed_out,
         exact,
         latency,
     })
@@ -394,6 +423,7 @@ async fn subscribers(
     from: From,
     want: std::ops::Range<u64>,
     measure_latency: bool,
+    time_limit: Option<Duration>,
 ) -> Result<(Vec<tokio::task::JoinHandle<Result<Followed>>>, Instant)> {
     let t0 = Instant::now();
     // Subscribe concurrently, so a storm really is one.
@@ -401,12 +431,21 @@ async fn subscribers(
         futures_util::future::try_join_all((0..k).map(|_| system.subscribe(from))).await?;
     let tasks = subs
         .into_iter()
-        .map(|s| tokio::spawn(follow(s, want.clone(), t0, measure_latency)))
+        .map(|s| {
+            let deadline = time_limit.map(|l| t0 + l);
+            tokio::spawn(follow(s, want.clone(), t0, measure_latency, deadline))
+        })
         .collect();
     Ok((tasks, t0))
 }
 
-async fn catchup(system: &mut System, events: u64, ks: &[usize], size: usize) -> Result<Vec<Row>> {
+async fn catchup(
+    system: &mut System,
+    events: u64,
+    ks: &[usize],
+    size: usize,
+    time_limit: Duration,
+) -> Result<Vec<Row>> {
     let kind = system.kind();
     let loaded = Instant::now();
     system
@@ -421,17 +460,20 @@ async fn catchup(system: &mut System, events: u64, ks: &[usize], size: usize) ->
         system.set_chunk_mode(chunk_mode);
         for &k in ks {
             let cpu0 = cpu(system);
-            let (tasks, _) = subscribers(system, k, From::Beginning, 0..events, false).await?;
+            let (tasks, _) = subscribers(
+                system,
+                k,
+                From::Beginning,
+                0..events,
+                false,
+                Some(time_limit),
+            )
+            .await?;
             let mut row = Row::new(kind, format!("K={k}"), variant);
-            let (done, inexact) = collect(tasks, &mut row).await?;
-            let secs = done.as_secs_f64();
-            let total = events as f64 * k as f64;
+            let collected = collect(tasks, &mut row).await?;
             row.figures.insert(0, ("subscribers".into(), k as f64));
             row.figures.insert(1, ("events each".into(), events as f64));
-            row.figure("all caught up s", secs)
-                .figure("events/s", total / secs)
-                .figure("MB/s", total * size as f64 / secs / 1e6)
-                .figure("inexact", inexact as f64);
+            catch_up_figures(&mut row, &collected, size);
             server_figures(&mut row, system, cpu(system) - cpu0);
             rows.push(row);
         }
@@ -439,22 +481,42 @@ async fn catchup(system: &mut System, events: u64, ks: &[usize], size: usize) ->
     Ok(rows)
 }
 
+/// What a group of subscribers did, together.
+struct Collected {
+    /// When the last one finished (caught up, or stopped at the time limit).
+    last: Duration,
+    /// Events received, over all of them.
+    delivered: u64,
+    inexact: usize,
+    timed_out: usize,
+}
+
 /// Waits for every subscriber; adds their first-event and caught-up
-/// histograms (ms) to `row`. Returns when the last was caught up and how
-/// many were inexact.
+/// histograms (ms; caught up counts only those that did) to `row`.
 async fn collect(
     tasks: Vec<tokio::task::JoinHandle<Result<Followed>>>,
     row: &mut Row,
-) -> Result<(Duration, usize)> {
+) -> Result<Collected> {
     let (mut first, mut done) = (Histogram::<u64>::new(3)?, Histogram::<u64>::new(3)?);
     let mut latency = Histogram::<u64>::new(3)?;
-    let (mut last, mut inexact) = (Duration::ZERO, 0);
+    let mut all = Collected {
+        last: Duration::ZERO,
+        delivered: 0,
+        inexact: 0,
+        timed_out: 0,
+    };
     for t in tasks {
         let f = t.await.map_err(|e| anyhow!("subscriber task: {e}"))??;
-        first.record(f.first.as_millis() as u64)?;
-        done.record(f.done.as_millis() as u64)?;
-        last = last.max(f.done);
-        inexact += usize::from(!f.exact);
+        if f.got > 0 {
+            first.record(f.first.as_millis() as u64)?;
+        }
+        if !f.timed_out {
+            done.record(f.done.as_millis() as u64)?;
+        }
+        all.last = all.last.max(f.done);
+        all.delivered += f.got;
+        all.inexact += usize::from(!f.exact);
+        all.timed_out += usize::from(f.timed_out);
         if let Some(h) = f.latency {
             latency.add(&h)?;
         }
@@ -462,9 +524,26 @@ async fn collect(
     if !latency.is_empty() {
         row.hist("latency", latency, Unit::MicrosAsMs);
     }
-    row.hist_short("first event", first, Unit::Ms);
-    row.hist_short("caught up", done, Unit::Ms);
-    Ok((last, inexact))
+    if !first.is_empty() {
+        row.hist_short("first event", first, Unit::Ms);
+    }
+    if !done.is_empty() {
+        row.hist_short("caught up", done, Unit::Ms);
+    }
+    Ok(all)
+}
+
+/// The figures of a catch-up (`catchup`, `storm`): throughput over the run,
+/// and the time until all were caught up when none hit the time limit.
+fn catch_up_figures(row: &mut Row, c: &Collected, size: usize) {
+    let secs = c.last.as_secs_f64();
+    if c.timed_out == 0 {
+        row.figure("all caught up s", secs);
+    }
+    row.figure("events/s", c.delivered as f64 / secs)
+        .figure("MB/s", c.delivered as f64 * size as f64 / secs / 1e6)
+        .figure("timed out", c.timed_out as f64)
+        .figure("inexact", c.inexact as f64);
 }
 
 async fn live(
@@ -481,7 +560,7 @@ async fn live(
     for &k in ks {
         let want = next..next + total;
         next += total;
-        let (tasks, _) = subscribers(system, k, From::Now, want.clone(), true).await?;
+        let (tasks, _) = subscribers(system, k, From::Now, want.clone(), true, None).await?;
         // Let every subscriber connect and reach the live edge first.
         tokio::time::sleep(Duration::from_secs(1)).await;
         let cpu0 = cpu(system);
@@ -503,7 +582,7 @@ async fn live(
             a.await.map_err(|e| anyhow!("append task: {e}"))??;
         }
         let mut row = Row::new(kind, format!("K={k} at {rate}/s"), "live");
-        let (_, inexact) = collect(tasks, &mut row).await?;
+        let inexact = collect(tasks, &mut row).await?.inexact;
         // The time histograms of a live run say nothing; keep latency only.
         row.hists.retain(|h| h.name == "latency");
         row.figures.retain(|(key, _)| key.starts_with("latency"));
@@ -525,6 +604,7 @@ async fn storm(
     behind: u64,
     ks: &[usize],
     size: usize,
+    time_limit: Duration,
 ) -> Result<Vec<Row>> {
     let kind = system.kind();
     let loaded = Instant::now();
@@ -557,13 +637,13 @@ async fn storm(
             }
             let rss_before = memory_mib(system, "VmRSS");
             let cpu0 = cpu(system);
-            let (tasks, _) = subscribers(system, k, from, backlog..backlog + behind, false).await?;
+            let want = backlog..backlog + behind;
+            let (tasks, _) = subscribers(system, k, from, want, false, Some(time_limit)).await?;
             let mut row = Row::new(kind, format!("K={k}"), variant);
-            let (done, inexact) = collect(tasks, &mut row).await?;
+            let collected = collect(tasks, &mut row).await?;
             row.figures.insert(0, ("subscribers".into(), k as f64));
             row.figures.insert(1, ("events each".into(), behind as f64));
-            row.figure("all caught up s", done.as_secs_f64())
-                .figure("inexact", inexact as f64);
+            catch_up_figures(&mut row, &collected, size);
             if !system.processes().is_empty() {
                 row.figure("server RSS before MiB", rss_before);
             }
