@@ -139,7 +139,9 @@ impl Service {
     ) -> Vec<Result<v1::AppendResponse, Status>> {
         let decoded: Result<Vec<(Durability, Vec<NewEvent>)>, Status> =
             group.iter().cloned().map(decode_request).collect();
-        let merged = decoded.ok().filter(|d| d.iter().all(|(dur, _)| *dur == d[0].0));
+        let merged = decoded
+            .ok()
+            .filter(|d| d.iter().all(|(dur, _)| *dur == d[0].0));
         if let Some(decoded) = merged {
             let durability = decoded[0].0;
             let counts: Vec<usize> = decoded.iter().map(|(_, e)| e.len()).collect();

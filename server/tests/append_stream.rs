@@ -47,7 +47,10 @@ async fn pipelined_requests_get_one_response_each_in_order() {
         assert_eq!(response.positions.len(), r.events.len(), "response {i}");
         positions.extend(response.positions);
     }
-    assert!(responses.message().await.unwrap().is_none(), "an extra response");
+    assert!(
+        responses.message().await.unwrap().is_none(),
+        "an extra response"
+    );
 
     // Every acknowledged event is in the feed once, at its acknowledged
     // position, and per shard in request order.
@@ -77,7 +80,10 @@ async fn pipelined_requests_get_one_response_each_in_order() {
             .filter(|p| p.shard == shard)
             .map(|p| p.offset)
             .collect();
-        assert!(offsets.windows(2).all(|w| w[1] == w[0] + 1), "shard {shard} order");
+        assert!(
+            offsets.windows(2).all(|w| w[1] == w[0] + 1),
+            "shard {shard} order"
+        );
     }
     server.stop().await;
 }
@@ -110,7 +116,10 @@ async fn a_refused_request_ends_the_stream_after_the_ones_before_it() {
             Err(status) => break status,
         }
     };
-    assert_eq!(acked, bad_at, "every request before the bad one is acknowledged");
+    assert_eq!(
+        acked, bad_at,
+        "every request before the bad one is acknowledged"
+    );
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
     assert!(status.message().contains("directory"), "{status:?}");
     // Nothing of the bad request or after it was appended.

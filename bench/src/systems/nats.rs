@@ -163,7 +163,25 @@ impl Nats {
         }
     }
 
+    /// A push consumer from `from`, on a connection of its own. Under a
+    /// storm JetStream's API can leave a consumer create unanswered (its
+    /// request queue is bounded; 1,000 creates at once got no reply within
+    /// 30 s here): like a real client, try again, on a fresh connection with
+    /// fresh subjects, so a consumer that was created after all only pushes
+    /// to a subject nobody listens on (an ephemeral consumer without
+    /// interest is removed by the server) and nothing arrives twice.
     pub async fn subscribe(&self, from: From) -> Result<Subscriber> {
+        const ATTEMPTS: u32 = 10;
+        for _ in 0..ATTEMPTS {
+            if let Some(subscriber) = self.subscribe_once(from).await? {
+                return Ok(subscriber);
+            }
+        }
+        bail!("NATS did not answer {ATTEMPTS} consumer creates, each within {REPLY_TIMEOUT:?}")
+    }
+
+    /// One try; `None` if the create got no answer in time.
+    async fn subscribe_once(&self, from: From) -> Result<Option<Subscriber>> {
         let (reader, mut writer) = client::connect(&self.addr).await?;
         let deliver = new_inbox();
         let api_inbox = new_inbox();
@@ -204,15 +222,14 @@ impl Nats {
         // Deliveries may overtake the create reply: keep them for next().
         let deadline = Instant::now() + REPLY_TIMEOUT;
         loop {
-            let op = tokio::time::timeout_at(deadline.into(), subscriber.reader.next())
-                .await
-                .map_err(|_| {
-                    anyhow!("NATS did not answer the consumer create within {REPLY_TIMEOUT:?}")
-                })??;
-            match op {
+            let Ok(op) = tokio::time::timeout_at(deadline.into(), subscriber.reader.next()).await
+            else {
+                return Ok(None);
+            };
+            match op? {
                 Op::Msg(msg) if msg.sid == API_REPLY => {
                     js_reply(&msg).context("creating the consumer")?;
-                    return Ok(subscriber);
+                    return Ok(Some(subscriber));
                 }
                 Op::Msg(msg) => subscriber.early.push_back(msg),
                 Op::Ping => subscriber.writer.pong().await?,
