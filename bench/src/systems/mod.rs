@@ -387,6 +387,17 @@ fn producer_batches(
         .map(move |first| first..(first + batch).min(events.end))
 }
 
+/// Waits for producer tasks and merges their ack-latency histograms.
+async fn join_acks(
+    producers: Vec<tokio::task::JoinHandle<Result<Histogram<u64>>>>,
+) -> Result<Histogram<u64>> {
+    let mut acks = Histogram::<u64>::new(3)?;
+    for producer in producers {
+        acks.add(&producer.await??)?;
+    }
+    Ok(acks)
+}
+
 /// For peers that number events by their own counter (etcd's revision,
 /// a JetStream stream sequence): the lowest position each `append` call got,
 /// keyed by the call's first event, which is where [`From::Resume`] at that

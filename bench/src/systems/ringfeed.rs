@@ -13,7 +13,9 @@ use ringfeed_proto::v1::subscribe_request::Start;
 use ringfeed_proto::{v1, RingFeedClient};
 use ringfeed_server::client::{Backoff, Follower};
 
-use super::{producer_batches, stamp, unstamp, Delivered, From, Process, RingfeedOptions};
+use super::{
+    join_acks, producer_batches, stamp, unstamp, Delivered, From, Process, RingfeedOptions,
+};
 use crate::now_ns;
 
 pub struct Ringfeed {
@@ -129,11 +131,7 @@ impl Ringfeed {
                 Ok::<_, anyhow::Error>(acks)
             }));
         }
-        let mut acks = Histogram::<u64>::new(3)?;
-        for t in tasks {
-            acks.add(&t.await??)?;
-        }
-        Ok(acks)
+        join_acks(tasks).await
     }
 
     pub fn appender(&self) -> Appender {

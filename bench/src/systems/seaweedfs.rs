@@ -24,7 +24,9 @@ use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 use tonic::Streaming;
 
-use super::{free_ports, producer_batches, stamp, unstamp, wait_ready, Delivered, From, Process};
+use super::{
+    free_ports, join_acks, producer_batches, stamp, unstamp, wait_ready, Delivered, From, Process,
+};
 use crate::now_ns;
 
 /// Generated from `bench/peers/proto/filer.proto` (a subset of SeaweedFS's).
@@ -271,11 +273,7 @@ impl Seaweedfs {
                 Ok::<_, anyhow::Error>(acks)
             }));
         }
-        let mut acks = Histogram::<u64>::new(3)?;
-        for t in tasks {
-            acks.add(&t.await??)?;
-        }
-        Ok(acks)
+        join_acks(tasks).await
     }
 
     pub fn appender(&self) -> Appender {
