@@ -47,6 +47,26 @@ impl Server {
     }
 
     fn spawn(data_dir: &Path, shards: u32, listen: &str, flags: &[&str]) -> Server {
+        if let Some(server) = Server::try_spawn(data_dir, shards, listen, flags) {
+            return server;
+        }
+        // Known problem (README, "Known problems"; docs/engine.md): a shard
+        // executor of a freshly started engine can, rarely, sleep and never
+        // finish opening. A server that never starts is not an assertion
+        // failure: one loud retry on the same data dir (the hung one is
+        // stopped first), as .ci/run does for a hung test run.
+        eprintln!(
+            "the server printed no `listening on` line within {STARTUP:?}: the known \
+             executor-sleep problem (README); retrying once"
+        );
+        Server::try_spawn(data_dir, shards, listen, flags).unwrap_or_else(|| {
+            panic!("no `listening on` line from the server within {STARTUP:?}, twice")
+        })
+    }
+
+    /// Starts the server and waits for its lines; `None` (the server
+    /// stopped) if they do not come within [`STARTUP`].
+    fn try_spawn(data_dir: &Path, shards: u32, listen: &str, flags: &[&str]) -> Option<Server> {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ringfeed"))
             .arg("serve")
             .arg("--data-dir")
@@ -93,15 +113,12 @@ impl Server {
             exited,
             stopped: false,
         };
-        server.addr = addr_rx.recv_timeout(STARTUP).unwrap_or_else(|_| {
-            panic!("no `listening on` line from the server within {STARTUP:?}")
-        });
+        // On a timeout `server` is dropped here, which stops the process.
+        server.addr = addr_rx.recv_timeout(STARTUP).ok()?;
         if flags.contains(&"--metrics-listen") {
-            server.metrics = Some(metrics_rx.recv_timeout(STARTUP).unwrap_or_else(|_| {
-                panic!("no `metrics on` line from the server within {STARTUP:?}")
-            }));
+            server.metrics = Some(metrics_rx.recv_timeout(STARTUP).ok()?);
         }
-        server
+        Some(server)
     }
 
     /// The server's peak resident set so far (VmHWM), in bytes.
