@@ -14,6 +14,7 @@ use ringfeed_proto::{v1, RingFeedClient, RingFeedServer};
 use ringfeed_server::metrics::Exporter;
 use ringfeed_server::service::Service;
 
+use crate::systems::ringfeed_event as event;
 use crate::{fresh_dir, machine};
 
 type Client = RingFeedClient<Channel>;
@@ -26,19 +27,6 @@ fn open_engine(dir: &Path) -> Result<Arc<Engine>> {
         ..EngineConfig::default()
     };
     Ok(Arc::new(Engine::open(config).map_err(|e| anyhow!("{e}"))?))
-}
-
-/// A create event numbered `i` with `payload` bytes in its entry's attributes.
-pub(crate) fn event(i: u64, payload: usize) -> v1::Event {
-    v1::Event {
-        directory: format!("/bench/d{}", i % 64),
-        new_entry: Some(v1::Entry {
-            name: format!("f{i}"),
-            attributes: vec![0x61; payload].into(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
 }
 
 /// Serves `engine` on a free loopback port until the runtime stops; with

@@ -27,6 +27,8 @@ use anyhow::{anyhow, bail, Result};
 use hdrhistogram::Histogram;
 
 pub use process::Process;
+/// The bench's ringfeed event (also what `metrics-cost` appends).
+pub use ringfeed::event as ringfeed_event;
 
 /// Which system.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
