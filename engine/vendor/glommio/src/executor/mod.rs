@@ -1324,7 +1324,15 @@ impl LocalExecutor {
         let mut ran = false;
         loop {
             self.reactor.sys.install_eventfd();
-            if self.need_preempt() {
+            // PATCH (ringfeed, engine/vendor/PATCHES.md): stock glommio
+            // checked `need_preempt()` before running any queue. The preempt
+            // timer armed by `poll_io` may already have fired by then (the
+            // thread was descheduled for longer than the timer); this then
+            // returned `false`, which `run` takes as "idle": it parks, and
+            // `park` sleeps with no time limit while a runnable task sits in
+            // `active_executors`. Run at least one queue first: `false` now
+            // only ever means that no queue had work.
+            if ran && self.need_preempt() {
                 break;
             }
             if !self.run_one_task_queue() {
@@ -1373,7 +1381,13 @@ impl LocalExecutor {
             let mut tasks_executed_this_loop = 0;
             loop {
                 let mut queue_ref = queue.borrow_mut();
-                if self.need_preempt() || queue_ref.yielded() {
+                // PATCH (ringfeed, engine/vendor/PATCHES.md): run at least one
+                // task before honouring a preempt request, so a timer that
+                // fired before the queue ran cannot stop the executor from
+                // making progress (stock glommio then re-queued the queue with
+                // nothing run, round and round, whenever the thread kept
+                // being descheduled for longer than the timer).
+                if queue_ref.yielded() || (tasks_executed_this_loop > 0 && self.need_preempt()) {
                     break;
                 }
 
