@@ -824,8 +824,8 @@ fn shard_append(
                 })?;
                 let run =
                     run_appends(&engine, batch, producers, duration, event_bytes, durability)?;
-                let (mut rounds, mut flushed, mut busy, mut stamped, mut stamp_ns, mut missed) =
-                    (0, 0, 0, 0, 0, 0);
+                let (mut rounds, mut flushed, mut busy, mut stamped, mut stamp_ns) =
+                    (0, 0, 0, 0, 0);
                 for s in 0..engine.shard_count() {
                     use std::sync::atomic::Ordering::Relaxed;
                     let st = engine.shard(s).stats();
@@ -834,13 +834,9 @@ fn shard_append(
                     busy += st.busy_ns.load(Relaxed);
                     stamped += st.appended.load(Relaxed);
                     stamp_ns += st.append_ns.load(Relaxed);
-                    missed += st.missed_wakeups.load(Relaxed);
                 }
                 engine.shutdown()?;
                 std::fs::remove_dir_all(&data)?;
-                if missed > 0 {
-                    eprintln!("  note: {missed} command(s) were found by the shard's idle timer, not by their wake-up");
-                }
                 if std::env::var_os("RINGFEED_BENCH_VERBOSE").is_some() {
                     eprintln!(
                         "  flush: {rounds} rounds, {:.1} KiB/round, {:.2} ms/round, {:.0} MB/s while busy",

@@ -106,11 +106,6 @@ struct ShardHandle {
 
 /// A running engine. Dropping it shuts the shards down cleanly (flush, sync, close).
 pub struct Engine {
-    /// Interrupts shard threads' io_uring sleep periodically (see kick.rs).
-    kicker: Option<(
-        Arc<std::sync::atomic::AtomicBool>,
-        std::thread::JoinHandle<()>,
-    )>,
     shards: Vec<ShardHandle>,
     limits: Limits,
     reports: Vec<RecoveryReport>,
@@ -157,7 +152,6 @@ impl Engine {
         F: Fn(u32) -> S + Send + Clone + 'static,
     {
         validate(&config)?;
-        crate::kick::install_handler();
         let mut shards = Vec::new();
         let mut readies = Vec::new();
         for id in 0..config.shards {
@@ -191,30 +185,8 @@ impl Engine {
             });
             readies.push(ready_rx);
         }
-        // See kick.rs: interrupt every shard's io_uring sleep periodically.
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let targets: Vec<Arc<ShardShared>> = shards
-            .iter()
-            .map(|s: &ShardHandle| s.shared.clone())
-            .collect();
-        let stop2 = stop.clone();
-        let kicker = std::thread::Builder::new()
-            .name("ringfeed-kicker".into())
-            .spawn(move || {
-                while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
-                    std::thread::sleep(crate::kick::KICK_PERIOD);
-                    for target in &targets {
-                        target.kick.kick();
-                    }
-                }
-            })
-            .map_err(|e| EngineError::Executor {
-                shard: 0,
-                reason: format!("starting the kicker thread: {e}"),
-            })?;
         let mut engine = Engine {
             shards,
-            kicker: Some((stop, kicker)),
             limits: config.limits,
             reports: Vec::new(),
         };
@@ -379,10 +351,6 @@ impl Engine {
                     });
                 }
             }
-        }
-        if let Some((stop, kicker)) = self.kicker.take() {
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            let _ = kicker.join();
         }
         result
     }

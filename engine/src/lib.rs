@@ -11,7 +11,6 @@ pub mod clock;
 mod engine;
 pub mod error;
 pub mod event;
-mod kick;
 pub mod latency;
 pub mod log;
 pub mod rate_limit;

@@ -82,7 +82,8 @@ pub struct ShardShared {
     /// The shard's segment directory, for readers on other threads. Set before
     /// the shard reports ready.
     files: std::sync::OnceLock<Arc<dyn ReadFiles>>,
-    pub(crate) kick: crate::kick::KickTarget,
+    /// Set by [`ShardShared::request_claim`]; the shard's ticker waits on it.
+    claim_wanted: Event,
 }
 
 /// Counters of a shard's work, for metrics and benchmarks. Relaxed atomics,
@@ -96,8 +97,6 @@ pub struct ShardStats {
     pub appended_bytes: std::sync::atomic::AtomicU64,
     /// Time the command loop spent in the non-yielding stamp-and-publish step, in nanoseconds.
     pub append_ns: std::sync::atomic::AtomicU64,
-    /// Commands found waiting by the idle timer instead of delivered by their wake-up.
-    pub missed_wakeups: std::sync::atomic::AtomicU64,
     /// Completed flush rounds (write + fdatasync).
     pub rounds: std::sync::atomic::AtomicU64,
     /// Record bytes made durable.
@@ -147,7 +146,16 @@ impl ShardShared {
             unflushed_bytes: AtomicUsize::new(0),
             stats: ShardStats::default(),
             files: std::sync::OnceLock::new(),
-            kick: crate::kick::KickTarget::default(),
+            claim_wanted: Event::new(),
+        }
+    }
+
+    /// Asks the shard to claim "no future stamp at or below now" as soon as it
+    /// is between commands, so a merge waiting on a quiet shard can proceed.
+    /// Wakes the shard only when no request is already pending.
+    pub fn request_claim(&self) {
+        if self.watermarks.request_claim() {
+            self.claim_wanted.notify(usize::MAX);
         }
     }
 
@@ -225,8 +233,6 @@ pub(crate) async fn run<S: Storage + 'static>(
     commands: flume::Receiver<Command>,
     ready: flume::Sender<Result<RecoveryReport, RecoveryError>>,
 ) {
-    // Unregisters on drop, on every exit path, unwinding included (kick.rs).
-    let _kick = shared.kick.register_current();
     let _ = shared.files.set(storage.reader());
     let (log, report) = match Log::open(storage, config.log.clone()).await {
         Ok(opened) => opened,
@@ -260,6 +266,7 @@ pub(crate) async fn run<S: Storage + 'static>(
     let _ = ready.send(Ok(report));
 
     let wake_flusher = Rc::new(Event::new());
+    let wake_ticker = Rc::new(Event::new());
     let flusher = glommio::spawn_local(flusher(
         log,
         config.clone(),
@@ -273,32 +280,14 @@ pub(crate) async fn run<S: Storage + 'static>(
         state.clone(),
         clock.clone(),
         wake_flusher.clone(),
+        wake_ticker.clone(),
     ));
 
-    loop {
-        // A command normally wakes this task through flume's waker. We still
-        // look at the queue every flush interval: a stress run once left both
-        // shards asleep with commands queued (a wake-up lost between a
-        // producer thread and the glommio executor, not yet explained). The
-        // timer turns such a loss into a delay of one interval, and
-        // `missed_wakeups` counts it.
-        let next = futures_lite::future::or(async { Some(commands.recv_async().await) }, async {
-            glommio::timer::sleep(config.flush_interval).await;
-            None
-        })
-        .await;
-        let command = match next {
-            Some(Ok(command)) => command,
-            Some(Err(_)) => break,
-            None => match commands.try_recv() {
-                Ok(command) => {
-                    shared.stats.missed_wakeups.fetch_add(1, Ordering::Relaxed);
-                    command
-                }
-                Err(flume::TryRecvError::Empty) => continue,
-                Err(flume::TryRecvError::Disconnected) => break,
-            },
-        };
+    // Nothing here polls: a command wakes this task through flume's waker (a
+    // foreign wake-up from the caller's thread). Before the glommio patch
+    // (engine/vendor/PATCHES.md) such a wake-up could be slept through, and a
+    // 10 ms timer here plus a signal every 50 ms papered over it.
+    while let Ok(command) = commands.recv_async().await {
         match command {
             Command::Append {
                 records,
@@ -312,6 +301,7 @@ pub(crate) async fn run<S: Storage + 'static>(
                     &state,
                     &*clock,
                     &wake_flusher,
+                    &wake_ticker,
                     &records,
                     count,
                     durability,
@@ -357,6 +347,7 @@ async fn append(
     state: &RefCell<State>,
     clock: &dyn Clock,
     wake_flusher: &Event,
+    wake_ticker: &Event,
     records: &[u8],
     count: usize,
     durability: Durability,
@@ -397,6 +388,7 @@ async fn append(
     // stamped but invisible, and stamps strictly increase with offsets.
     let step = Instant::now();
     let mut st = state.borrow_mut();
+    let was_flushed = st.ring.unflushed_bytes() == 0;
     let mut positions = Vec::with_capacity(count);
     // One clock read per batch: stamps within it are consecutive nanoseconds.
     let now = clock.now_ns().max(shared.watermarks.fence() + 1);
@@ -453,6 +445,11 @@ async fn append(
     shared.appended.notify(usize::MAX);
     if wake {
         wake_flusher.notify(usize::MAX);
+    }
+    if was_flushed {
+        // The first unflushed bytes since the last flush: the ticker starts
+        // the flush interval's clock.
+        wake_ticker.notify(usize::MAX);
     }
 }
 
@@ -599,21 +596,55 @@ fn warn_slow_fsync(shard: u32, took: Duration) {
     }
 }
 
+/// Flushes memory-acknowledged events a flush interval after they became
+/// unflushed, makes claims for merges waiting on this shard, and runs
+/// retention. It sleeps with a timer only while one of those is due later, so
+/// an idle shard is never woken.
 async fn ticker(
     config: ShardConfig,
     shared: Arc<ShardShared>,
     state: Rc<RefCell<State>>,
     clock: Arc<dyn Clock>,
     wake_flusher: Rc<Event>,
+    wake: Rc<Event>,
 ) {
-    let mut last_retention = Instant::now();
+    let retains = config.retention.max_age.is_some() || config.retention.max_bytes.is_some();
+    let mut next_retention = Instant::now() + config.retention_interval;
+    let mut flush_due: Option<Instant> = None;
     loop {
-        glommio::timer::sleep(config.flush_interval).await;
+        // Listen before looking, so a wake-up between the look and the wait is kept.
+        let local = wake.listen();
+        let remote = shared.claim_wanted.listen();
+        if state.borrow().ring.unflushed_bytes() == 0 {
+            flush_due = None;
+        } else if flush_due.is_none() {
+            flush_due = Some(Instant::now() + config.flush_interval);
+        }
+        let deadline = [flush_due, retains.then_some(next_retention)]
+            .into_iter()
+            .flatten()
+            .min();
+        if !shared.watermarks.claim_requested() {
+            let woken = futures_lite::future::or(local, remote);
+            match deadline {
+                Some(at) => {
+                    let timer = async {
+                        glommio::timer::sleep(at.saturating_duration_since(Instant::now())).await
+                    };
+                    futures_lite::future::or(woken, timer).await
+                }
+                None => woken.await,
+            }
+        }
+        let now = Instant::now();
         let mut st = state.borrow_mut();
-        let mut wake = false;
-        if st.ring.unflushed_bytes() > 0 {
-            st.flush_wanted = true;
-            wake = true;
+        let mut wake_flush = false;
+        if flush_due.is_some_and(|due| due <= now) {
+            flush_due = None;
+            if st.ring.unflushed_bytes() > 0 {
+                st.flush_wanted = true;
+                wake_flush = true;
+            }
         }
         // Runs between commands on this core, so no stamp is in progress: every
         // stamp at or below `now` is already visible, and later ones are fenced above it.
@@ -622,19 +653,17 @@ async fn ticker(
             let now = clock.now_ns().max(st.last_ts);
             shared.watermarks.claim(now);
         }
-        if (config.retention.max_age.is_some() || config.retention.max_bytes.is_some())
-            && last_retention.elapsed() >= config.retention_interval
-        {
-            last_retention = Instant::now();
+        if retains && next_retention <= now {
+            next_retention = now + config.retention_interval;
             st.retention_due = true;
-            wake = true;
+            wake_flush = true;
         }
         drop(st);
         if claimed {
             // Merges waiting on this shard's claim wait on `appended`.
             shared.appended.notify(usize::MAX);
         }
-        if wake {
+        if wake_flush {
             wake_flusher.notify(usize::MAX);
         }
     }

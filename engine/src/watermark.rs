@@ -70,10 +70,18 @@ impl Watermarks {
         self.claimed_ts.load(Ordering::Acquire)
     }
 
-    /// Asks the shard to claim "no future stamp at or below now" on its next
-    /// idle tick, so a merge waiting on a quiet shard can proceed.
-    pub fn request_claim(&self) {
-        self.claim_requested.store(true, Ordering::Release);
+    /// Records a request that the shard claim "no future stamp at or below
+    /// now". Returns whether the request is new (none was pending): only then
+    /// does the shard need a wake-up, which [`crate::ShardShared::request_claim`]
+    /// gives it. A merge blocked on a quiet shard asks on every poll, so the
+    /// pending case is a read, not a write to a shared cache line.
+    pub(crate) fn request_claim(&self) -> bool {
+        !self.claim_requested.load(Ordering::Acquire)
+            && !self.claim_requested.swap(true, Ordering::AcqRel)
+    }
+
+    pub(crate) fn claim_requested(&self) -> bool {
+        self.claim_requested.load(Ordering::Acquire)
     }
 
     pub(crate) fn take_claim_request(&self) -> bool {

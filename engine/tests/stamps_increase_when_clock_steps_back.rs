@@ -70,7 +70,7 @@ fn a_claim_fences_later_stamps() {
         .unwrap();
     let shard = engine.shard(0).clone();
     clock.set(9_000);
-    shard.watermarks.request_claim();
+    shard.request_claim();
     wait_until(
         std::time::Duration::from_secs(5),
         "the idle shard to claim",

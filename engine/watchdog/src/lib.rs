@@ -142,7 +142,10 @@ fn watch(shared: &'static Shared) {
         let earliest = state.armed.iter().min_by_key(|e| e.deadline);
         match earliest {
             None => {
-                state = shared.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+                state = shared
+                    .changed
+                    .wait(state)
+                    .unwrap_or_else(|e| e.into_inner());
             }
             Some(entry) if entry.deadline <= now => {
                 let report = report(entry, &state.children);
@@ -180,7 +183,11 @@ fn report(entry: &Entry, children: &[u32]) -> String {
     for pid in std::iter::once(me).chain(children.iter().copied()) {
         out.push_str(&user_stacks(pid));
     }
-    let _ = writeln!(out, "==== WATCHDOG: end of report for `{}` ====", entry.name);
+    let _ = writeln!(
+        out,
+        "==== WATCHDOG: end of report for `{}` ====",
+        entry.name
+    );
     out
 }
 
@@ -201,7 +208,8 @@ pub fn process_threads(pid: u32, what: &str) -> String {
     tids.sort_unstable();
     for tid in tids {
         let dir = format!("/proc/{pid}/task/{tid}");
-        let read = |file: &str| std::fs::read_to_string(format!("{dir}/{file}")).unwrap_or_default();
+        let read =
+            |file: &str| std::fs::read_to_string(format!("{dir}/{file}")).unwrap_or_default();
         let stat = read("stat");
         // "tid (comm) S ...": the name may hold spaces and parentheses.
         let (name, state) = match (stat.find('('), stat.rfind(')')) {
@@ -234,7 +242,16 @@ pub fn process_threads(pid: u32, what: &str) -> String {
 /// User-space stacks of every thread of `pid`, from gdb if it is installed.
 fn user_stacks(pid: u32) -> String {
     let output = std::process::Command::new("timeout")
-        .args(["-k", "5", "30", "gdb", "-p", &pid.to_string(), "-batch", "-nx"])
+        .args([
+            "-k",
+            "5",
+            "30",
+            "gdb",
+            "-p",
+            &pid.to_string(),
+            "-batch",
+            "-nx",
+        ])
         .args(["-ex", "set pagination off", "-ex", "thread apply all bt 30"])
         .stdin(std::process::Stdio::null())
         .output();
@@ -243,7 +260,9 @@ fn user_stacks(pid: u32) -> String {
             "---- user stacks of {pid} (gdb) ----\n{}",
             String::from_utf8_lossy(&o.stdout)
         ),
-        _ => format!("---- no user stacks of {pid}: gdb is not installed or could not attach ----\n"),
+        _ => {
+            format!("---- no user stacks of {pid}: gdb is not installed or could not attach ----\n")
+        }
     }
 }
 
@@ -272,7 +291,12 @@ mod tests {
     #[test]
     fn a_hung_test_fails_naming_it() {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "tests::hangs_for_the_watchdog", "--ignored", "--nocapture"])
+            .args([
+                "--exact",
+                "tests::hangs_for_the_watchdog",
+                "--ignored",
+                "--nocapture",
+            ])
             .env("RINGFEED_WATCHDOG_SECS", "1")
             .output()
             .expect("running the test binary");
