@@ -94,7 +94,7 @@ pub fn arm_named(name: impl Into<String>, bound: Duration) -> Armed {
     if !state.watcher_started {
         std::thread::Builder::new()
             .name("watchdog".into())
-            .spawn(|| watch(shared()))
+            .spawn(move || watch(shared))
             .expect("starting the watchdog thread");
         state.watcher_started = true;
     }
