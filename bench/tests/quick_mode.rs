@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -81,6 +82,7 @@ fn check_rows(doc: &Value, out: &Path, figure: &str) {
 
 #[test]
 fn every_scenario_runs_in_quick_mode_and_report_writes_benchmarks_md() {
+    let _watchdog = ringfeed_watchdog::arm_for(Duration::from_secs(300));
     let results = scratch("results");
     let cases: [(&str, &[&str], &str); 6] = [
         ("ceiling", &["ceiling", "--quick"], "MB/s"),
@@ -139,6 +141,9 @@ fn every_scenario_runs_in_quick_mode_and_report_writes_benchmarks_md() {
 /// missing, and the comparison table has a ratio column per system.
 #[test]
 fn compare_accounts_for_every_system() {
+    // Starts etcd, NATS and SeaweedFS where installed (SeaweedFS alone takes
+    // ~10 s to stop).
+    let _watchdog = ringfeed_watchdog::arm_for(Duration::from_secs(300));
     let results = scratch("compare");
     let out = results.join("catchup.json");
     let output = bench()
@@ -189,6 +194,7 @@ fn compare_accounts_for_every_system() {
 
 #[test]
 fn help_explains_every_scenario_and_flag() {
+    let _watchdog = ringfeed_watchdog::arm();
     let top = bench().arg("--help").output().unwrap();
     let top = String::from_utf8_lossy(&top.stdout);
     for scenario in [

@@ -15,6 +15,7 @@ use ringfeed_engine::{Durability, Engine, EngineConfig, Limits, Position};
 
 #[test]
 fn every_append_is_answered_and_kept() {
+    let _watchdog = ringfeed_watchdog::arm();
     let dir = tempfile::Builder::new()
         .prefix("live-")
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))

@@ -32,6 +32,7 @@ fn scratch() -> tempfile::TempDir {
 
 #[test]
 fn another_shard_count_is_refused() {
+    let _watchdog = ringfeed_watchdog::arm();
     let dir = scratch();
     Engine::open(config(dir.path(), 2))
         .unwrap()
@@ -61,6 +62,7 @@ fn another_shard_count_is_refused() {
 
 #[test]
 fn shutdown_flushes_and_reopen_continues() {
+    let _watchdog = ringfeed_watchdog::arm();
     let dir = scratch();
     let engine = Engine::open(config(dir.path(), 2)).unwrap();
     let mut last = [(0u64, 0i64); 2];
@@ -102,6 +104,7 @@ fn shutdown_flushes_and_reopen_continues() {
 
 #[test]
 fn invalid_batches_append_nothing() {
+    let _watchdog = ringfeed_watchdog::arm();
     let dir = scratch();
     let engine = Engine::open(config(dir.path(), 1)).unwrap();
     let mut batch = vec![event("/ok", 1), event("/ok", 2)];

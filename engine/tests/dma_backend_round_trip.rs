@@ -53,6 +53,7 @@ async fn open(dir: &Path) -> Log<DmaStorage> {
 /// EOPNOTSUPP (os error 95). `DmaStorage` primes the probe with a real file.
 #[test]
 fn write_rotate_close_reopen() {
+    let _watchdog = ringfeed_watchdog::arm();
     let dir = scratch();
     let path = dir.path().to_path_buf();
     on_glommio(move || async move {
@@ -76,6 +77,7 @@ fn write_rotate_close_reopen() {
 
 #[test]
 fn torn_tail_on_a_real_file() {
+    let _watchdog = ringfeed_watchdog::arm();
     let dir = scratch();
     let path = dir.path().to_path_buf();
     let (segment, position) = {
@@ -113,6 +115,7 @@ fn torn_tail_on_a_real_file() {
 
 #[test]
 fn fixtures_open_through_o_direct() {
+    let _watchdog = ringfeed_watchdog::arm();
     let dir = scratch();
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/clean");
     for entry in std::fs::read_dir(&fixture).unwrap() {

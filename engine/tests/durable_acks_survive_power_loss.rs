@@ -11,6 +11,7 @@ use ringfeed_engine::Durability;
 
 #[test]
 fn acked_durable_events_survive() {
+    let _watchdog = ringfeed_watchdog::arm();
     for seed in seeds(12) {
         let mut rng = Rng::new(seed);
         let what = format!("seed {seed} (replay: RINGFEED_SEED={seed})");

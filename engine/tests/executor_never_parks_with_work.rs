@@ -49,6 +49,7 @@ where
 /// The engine's startup shape: the executor's first task is ready at once.
 #[test]
 fn first_task_runs_with_a_tiny_preempt_timer() {
+    let _watchdog = ringfeed_watchdog::arm();
     for i in 0..200 {
         must_finish(&format!("first-task-{i}"), || async {});
     }
@@ -58,6 +59,7 @@ fn first_task_runs_with_a_tiny_preempt_timer() {
 /// the run loop passes the preempt check with queued work thousands of times.
 #[test]
 fn spawning_and_yielding_tasks_all_finish() {
+    let _watchdog = ringfeed_watchdog::arm();
     for i in 0..20 {
         must_finish(&format!("spawn-yield-{i}"), || async {
             for _ in 0..2_000 {
@@ -76,6 +78,7 @@ fn spawning_and_yielding_tasks_all_finish() {
 /// executor keeps being preempted: every one must be picked up.
 #[test]
 fn foreign_wakeups_are_never_slept_through() {
+    let _watchdog = ringfeed_watchdog::arm();
     for i in 0..20 {
         let (tx, rx) = flume::bounded::<u64>(1);
         let producer = std::thread::spawn(move || {

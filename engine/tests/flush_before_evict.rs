@@ -12,6 +12,7 @@ use ringfeed_engine::{AppendError, Durability};
 
 #[test]
 fn stalled_flush_bounds_memory_then_drains() {
+    let _watchdog = ringfeed_watchdog::arm();
     let storage = MemStorage::new();
     let mut config = small_engine_config(1);
     config.append_timeout = Duration::from_millis(300);

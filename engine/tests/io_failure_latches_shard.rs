@@ -37,6 +37,7 @@ fn latches_after(faults: Faults) {
 
 #[test]
 fn failed_write_latches() {
+    let _watchdog = ringfeed_watchdog::arm();
     latches_after(Faults {
         fail_write: Some(0),
         ..Faults::default()
@@ -45,6 +46,7 @@ fn failed_write_latches() {
 
 #[test]
 fn failed_sync_latches() {
+    let _watchdog = ringfeed_watchdog::arm();
     latches_after(Faults {
         fail_sync: Some(0),
         ..Faults::default()

@@ -57,6 +57,7 @@ fn follow(shard: Arc<ShardShared>, until: u64) -> Vec<(u64, i64, Vec<u8>)> {
 
 #[test]
 fn concurrent_readers_see_every_record_once_in_order() {
+    let _watchdog = ringfeed_watchdog::arm();
     let storage = MemStorage::new();
     let mut config = small_engine_config(1);
     // Room for every window: this test is about visibility, not eviction.

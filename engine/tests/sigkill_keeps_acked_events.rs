@@ -41,6 +41,7 @@ fn child_config(dir: &Path) -> EngineConfig {
 #[test]
 #[ignore = "run by sigkill_loses_no_acked_event as its child process"]
 fn crash_child() {
+    let _watchdog = ringfeed_watchdog::arm();
     let (Ok(dir), Ok(round)) = (
         std::env::var("RINGFEED_CRASH_DIR"),
         std::env::var("RINGFEED_CRASH_ROUND"),
@@ -73,6 +74,7 @@ fn crash_child() {
 
 #[test]
 fn sigkill_loses_no_acked_event() {
+    let _watchdog = ringfeed_watchdog::arm();
     let rounds: u64 = std::env::var("RINGFEED_CRASH_ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok())

@@ -12,6 +12,7 @@ use ringfeed_engine::Durability;
 
 #[test]
 fn stamps_never_go_backwards() {
+    let _watchdog = ringfeed_watchdog::arm();
     let storage = MemStorage::new();
     let clock = ManualClock::new(1_000_000);
     let engine = mem_engine_with_clock(
@@ -62,6 +63,7 @@ fn stamps_never_go_backwards() {
 
 #[test]
 fn a_claim_fences_later_stamps() {
+    let _watchdog = ringfeed_watchdog::arm();
     let storage = MemStorage::new();
     let clock = ManualClock::new(5_000);
     let engine = mem_engine_with_clock(small_engine_config(1), &[storage], Arc::new(clock.clone()));

@@ -12,6 +12,7 @@ use ringfeed_engine::{Start, SubscribeRequest};
 
 #[test]
 fn every_start_gets_exactly_its_suffix_then_live_events() {
+    let _watchdog = ringfeed_watchdog::arm();
     let storages = vec![MemStorage::new(), MemStorage::new()];
     let config = ringfeed_engine::EngineConfig {
         ring_bytes: 480 << 10,

@@ -81,6 +81,7 @@ fn with_events(events: Vec<NewEvent>, check: impl FnOnce(&Engine, usize)) {
 
 #[test]
 fn prefixes_match_at_directory_boundaries() {
+    let _watchdog = ringfeed_watchdog::arm();
     with_events(
         vec![
             create("/a", "b"),   // the prefix itself: /a/b
@@ -113,6 +114,7 @@ fn prefixes_match_at_directory_boundaries() {
 
 #[test]
 fn renames_match_by_either_path_in_both_directions() {
+    let _watchdog = ringfeed_watchdog::arm();
     with_events(
         vec![
             rename("/in", "f", "/out", "f"), // leaves the watched tree
@@ -136,6 +138,7 @@ fn renames_match_by_either_path_in_both_directions() {
 
 #[test]
 fn excludes_signatures_and_watched_directories() {
+    let _watchdog = ringfeed_watchdog::arm();
     with_events(
         vec![
             create("/data", "a"),
@@ -186,6 +189,7 @@ fn excludes_signatures_and_watched_directories() {
 
 #[test]
 fn deletes_match_by_their_old_path_and_bad_filters_are_refused() {
+    let _watchdog = ringfeed_watchdog::arm();
     with_events(vec![delete("/x/y", "z"), create("/x", "w")], |engine, n| {
         assert_eq!(
             delivered(engine, Filter::prefix("/x/y"), n),

@@ -19,6 +19,7 @@ use ringfeed_engine::{Start, SubscribeRequest};
 
 #[test]
 fn live_merged_streams_are_ordered_and_complete() {
+    let _watchdog = ringfeed_watchdog::arm();
     let storages = vec![MemStorage::new(), MemStorage::new(), MemStorage::new()];
     let clock = Arc::new(ringfeed_engine::clock::ManualClock::new(1_000));
     let engine = Arc::new(mem_engine_with_clock(

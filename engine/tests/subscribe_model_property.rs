@@ -29,6 +29,7 @@ fn matches(filter: &Filter, e: &Seen) -> bool {
 
 #[test]
 fn delivered_streams_equal_the_model() {
+    let _watchdog = ringfeed_watchdog::arm();
     for seed in seeds(6) {
         let mut rng = Rng::new(seed);
         let shards = 1 + rng.below(3) as u32;

@@ -10,6 +10,7 @@ use ringfeed_engine::{Ordering, Start, SubscribeRequest};
 
 #[test]
 fn resuming_from_the_reported_cursor_yields_exactly_the_rest() {
+    let _watchdog = ringfeed_watchdog::arm();
     let storages = vec![MemStorage::new(), MemStorage::new(), MemStorage::new()];
     let config = ringfeed_engine::EngineConfig {
         ring_bytes: 480 << 10,
@@ -47,6 +48,7 @@ fn resuming_from_the_reported_cursor_yields_exactly_the_rest() {
 
 #[test]
 fn merged_order_is_the_same_on_every_replay_and_pause_pattern() {
+    let _watchdog = ringfeed_watchdog::arm();
     let storages = vec![MemStorage::new(), MemStorage::new()];
     let engine = mem_engine(small_engine_config(2), &storages);
     let mut rng = Rng::new(seeds(1)[0]);

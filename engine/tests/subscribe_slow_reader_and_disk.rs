@@ -13,6 +13,7 @@ use ringfeed_engine::{Engine, EngineConfig, Start, SubscribeRequest};
 
 #[test]
 fn a_subscriber_pushed_off_the_ring_continues_from_disk() {
+    let _watchdog = ringfeed_watchdog::arm();
     let storages = vec![MemStorage::new(), MemStorage::new()];
     let config = EngineConfig {
         ring_bytes: 480 << 10,
@@ -47,6 +48,7 @@ fn a_subscriber_pushed_off_the_ring_continues_from_disk() {
 
 #[test]
 fn o_direct_segments_are_read_through_mappings_before_and_after_restart() {
+    let _watchdog = ringfeed_watchdog::arm();
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let config = EngineConfig {
         data_dir: dir.path().to_path_buf(),

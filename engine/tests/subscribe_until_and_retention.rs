@@ -12,6 +12,7 @@ use ringfeed_engine::{Cursor, Ordering, RetentionPolicy, Start, SubscribeError, 
 
 #[test]
 fn until_ends_on_an_empty_log_and_exactly_at_an_event() {
+    let _watchdog = ringfeed_watchdog::arm();
     let storages = vec![MemStorage::new(), MemStorage::new()];
     let engine = mem_engine(small_engine_config(2), &storages);
     let now = ringfeed_engine::clock::Clock::now_ns(&ringfeed_engine::clock::SystemClock);
@@ -67,6 +68,7 @@ fn until_ends_on_an_empty_log_and_exactly_at_an_event() {
 
 #[test]
 fn a_cursor_below_retention_names_the_oldest_retained_position() {
+    let _watchdog = ringfeed_watchdog::arm();
     let storages = vec![MemStorage::new()];
     let config = ringfeed_engine::EngineConfig {
         ring_bytes: 480 << 10,

@@ -26,6 +26,7 @@ fn numbered(i: usize, events: usize) -> v1::AppendRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_requests_get_one_response_each_in_order() {
+    let _watchdog = ringfeed_watchdog::arm();
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dma_engine(dir.path(), 2)).await;
     let mut client = server.client().await;
@@ -90,6 +91,7 @@ async fn pipelined_requests_get_one_response_each_in_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_request_ends_the_stream_after_the_ones_before_it() {
+    let _watchdog = ringfeed_watchdog::arm();
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dma_engine(dir.path(), 2)).await;
     let mut client = server.client().await;

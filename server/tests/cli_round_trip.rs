@@ -39,6 +39,7 @@ fn position(line: &Value) -> (i64, u64, u64) {
 
 #[test]
 fn appended_events_tail_back_exactly() {
+    let _watchdog = ringfeed_watchdog::arm();
     let data = tempfile::tempdir().expect("temp dir");
     let server = Server::start(data.path(), 2);
 

@@ -74,6 +74,7 @@ fn append(addr: &str, names: &[&str]) {
 
 #[test]
 fn subscribers_lists_a_tail_that_survives_a_server_restart() {
+    let _watchdog = ringfeed_watchdog::arm();
     let data = tempfile::tempdir().expect("temp dir");
     let server = Server::start(data.path(), 2);
     let addr = server.addr.clone();

@@ -12,6 +12,7 @@ use ringfeed_proto::v1::subscribe_request::Start;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn append_then_subscribe_every_way() {
+    let _watchdog = ringfeed_watchdog::arm();
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let server = TestServer::start(dma_engine(dir.path(), 2)).await;
     let mut client = server.client().await;

@@ -48,6 +48,7 @@ fn mem_engine(config: EngineConfig, storages: &[MemStorage]) -> Engine {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_requests_are_refused_whole_with_the_field_named() {
+    let _watchdog = ringfeed_watchdog::arm();
     let storages = vec![MemStorage::new(), MemStorage::new()];
     let server = TestServer::start(mem_engine(mem_config(2), &storages)).await;
     let mut client = server.client().await;
@@ -182,6 +183,7 @@ async fn invalid_requests_are_refused_whole_with_the_field_named() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overload_latching_and_retention_map_to_their_codes() {
+    let _watchdog = ringfeed_watchdog::arm();
     // A stalled disk: unflushed bytes reach their bound and appends time out.
     let storages = vec![MemStorage::new()];
     let server = TestServer::start(mem_engine(mem_config(1), &storages)).await;

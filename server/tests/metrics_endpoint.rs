@@ -137,6 +137,7 @@ fn subscribe_request(name: &str) -> v1::SubscribeRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_follow_appends_and_subscriptions() {
+    let _watchdog = ringfeed_watchdog::arm();
     const N: usize = 300;
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start_with(dir.path(), 2, &["--metrics-listen", "127.0.0.1:0"]);
@@ -236,6 +237,7 @@ async fn counters_follow_appends_and_subscriptions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn labels_stay_bounded_whatever_clients_are_called() {
+    let _watchdog = ringfeed_watchdog::arm();
     const SHARDS: u32 = 3;
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start_with(dir.path(), SHARDS, &["--metrics-listen", "127.0.0.1:0"]);
@@ -305,6 +307,7 @@ async fn labels_stay_bounded_whatever_clients_are_called() {
 
 #[test]
 fn json_logs_go_to_stderr() {
+    let _watchdog = ringfeed_watchdog::arm();
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start_with(dir.path(), 1, &["--log-format", "json"]);
     assert!(server.metrics.is_none(), "no endpoint unless asked for");

@@ -20,6 +20,7 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[test]
 fn python_client_appends_and_subscribes() {
+    let _watchdog = ringfeed_watchdog::arm();
     if let Err(missing) = python_grpc_tools() {
         if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
             panic!(

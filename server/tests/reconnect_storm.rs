@@ -45,6 +45,7 @@ fn pack(shard: u32, offset: u64) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_follower_is_exact_after_a_restart_storm_and_memory_stays_bounded() {
+    let _watchdog = ringfeed_watchdog::arm();
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), 2);
     let addr = server.addr.clone();

@@ -41,6 +41,7 @@ fn start_server(dir: &std::path::Path) -> (Child, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_acknowledged_durable_event_survives_sigterm() {
+    let _watchdog = ringfeed_watchdog::arm();
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let (mut child, addr) = start_server(dir.path());
     let url = format!("http://{addr}");

@@ -95,6 +95,7 @@ async fn next_item(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_higher_epoch_supersedes_at_once_an_equal_or_lower_one_is_refused() {
+    let _watchdog = ringfeed_watchdog::arm();
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dma_engine(dir.path(), 2)).await;
     let named = |epoch| v1::SubscribeRequest {
@@ -188,6 +189,7 @@ async fn a_higher_epoch_supersedes_at_once_an_equal_or_lower_one_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_cut_off_before_its_first_event_misses_nothing() {
+    let _watchdog = ringfeed_watchdog::arm();
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dma_engine(dir.path(), 2)).await;
     let request = v1::SubscribeRequest {
@@ -240,6 +242,7 @@ async fn a_follower_cut_off_before_its_first_event_misses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chunk_mode_delivers_what_event_mode_delivers() {
+    let _watchdog = ringfeed_watchdog::arm();
     let dir = tempfile::tempdir().unwrap();
     // 4 MiB of ring against ~12 MB of events: the start is on disk, the end
     // in sealed windows and the open one.
@@ -304,6 +307,7 @@ async fn chunk_mode_delivers_what_event_mode_delivers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_when_behind_single_events_when_live_heartbeats_on_their_own() {
+    let _watchdog = ringfeed_watchdog::arm();
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dma_engine(dir.path(), 2)).await;
     let mut producer = server.client().await;
@@ -376,6 +380,7 @@ async fn position(client: &mut RingFeedClient<Channel>, name: &str) -> Option<(u
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_subscriber_holds_a_bounded_queue_and_slows_no_one() {
+    let _watchdog = ringfeed_watchdog::arm();
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dma_engine(dir.path(), 2)).await;
     let mut producer = server.client().await;
@@ -420,6 +425,7 @@ async fn a_stalled_subscriber_holds_a_bounded_queue_and_slows_no_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backlog_readers_wait_for_admission_and_cancelling_releases_places() {
+    let _watchdog = ringfeed_watchdog::arm();
     let dir = tempfile::tempdir().unwrap();
     let limits = SubscriberLimits {
         backlog_readers: 1,

@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 
 #[test]
 fn a_written_profile_is_accepted_by_serve_and_typos_are_named() {
+    let _watchdog = ringfeed_watchdog::arm();
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir_all(&data).unwrap();

@@ -10,6 +10,7 @@ use ringfeed_tuning::calibrate::WRITE_SIZES;
 
 #[test]
 fn tiny_budget_gives_positive_figures() {
+    let _watchdog = ringfeed_watchdog::arm();
     let (dir, _) = common::real_disk_tempdir();
     let mut lines = Vec::new();
     let started = Instant::now();

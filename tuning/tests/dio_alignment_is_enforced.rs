@@ -9,6 +9,7 @@ use ringfeed_tuning::probe;
 
 #[test]
 fn reported_alignment_works_and_half_of_it_fails() {
+    let _watchdog = ringfeed_watchdog::arm();
     let (dir, fs) = common::real_disk_tempdir();
     let p = probe(dir.path(), Some(1)).expect("probe");
     let dio = &p.direct_io;

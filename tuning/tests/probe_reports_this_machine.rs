@@ -7,6 +7,7 @@ use ringfeed_tuning::probe;
 
 #[test]
 fn probe_reads_kernel_cpus_memory_and_filesystem() {
+    let _watchdog = ringfeed_watchdog::arm();
     let (dir, fs) = common::real_disk_tempdir();
     let p = probe(dir.path(), None).expect("probe");
     assert!(!p.kernel.release.is_empty());
@@ -56,6 +57,7 @@ fn probe_reads_kernel_cpus_memory_and_filesystem() {
 
 #[test]
 fn a_missing_data_dir_probes_its_ancestor() {
+    let _watchdog = ringfeed_watchdog::arm();
     let (dir, _) = common::real_disk_tempdir();
     let missing = dir.path().join("not/yet/here");
     let p = probe(&missing, Some(3)).expect("probe");

@@ -87,6 +87,20 @@ pub fn arm() -> Armed {
     arm_named(name, bound())
 }
 
+/// [`arm`] with a longer bound, for a test that legitimately runs long (one
+/// that starts other systems, say). `RINGFEED_WATCHDOG_SECS` still wins.
+pub fn arm_for(bound: Duration) -> Armed {
+    let name = std::thread::current()
+        .name()
+        .unwrap_or("an unnamed thread")
+        .to_owned();
+    let bound = match std::env::var_os("RINGFEED_WATCHDOG_SECS") {
+        Some(_) => self::bound(),
+        None => bound,
+    };
+    arm_named(name, bound)
+}
+
 /// Arms the watchdog under a given name and bound.
 pub fn arm_named(name: impl Into<String>, bound: Duration) -> Armed {
     let shared = shared();

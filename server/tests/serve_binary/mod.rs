@@ -10,13 +10,16 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-const STARTUP: Duration = Duration::from_secs(60);
+// Below the watchdog's 60 s, so a server that never starts is reported as such.
+const STARTUP: Duration = Duration::from_secs(30);
 const SHUTDOWN: Duration = Duration::from_secs(30);
 
 /// `ringfeed serve --listen 127.0.0.1:0`; stopped with SIGTERM (then SIGKILL)
 /// on drop, so a failing test leaves no server behind.
 pub struct Server {
     pid: u32,
+    /// Puts the server's threads in the report of a test that hangs.
+    _watched: ringfeed_watchdog::WatchedChild,
     /// HOST:PORT from the server's `listening on` line.
     pub addr: String,
     /// HOST:PORT from the `metrics on http://HOST:PORT/metrics` line, if
@@ -47,26 +50,24 @@ impl Server {
     }
 
     fn spawn(data_dir: &Path, shards: u32, listen: &str, flags: &[&str]) -> Server {
-        if let Some(server) = Server::try_spawn(data_dir, shards, listen, flags) {
-            return server;
-        }
-        // Known problem (README, "Known problems"; docs/engine.md): a shard
-        // executor of a freshly started engine can, rarely, sleep and never
-        // finish opening. A server that never starts is not an assertion
-        // failure: one loud retry on the same data dir (the hung one is
-        // stopped first), as .ci/run does for a hung test run.
-        eprintln!(
-            "the server printed no `listening on` line within {STARTUP:?}: the known \
-             executor-sleep problem (README); retrying once"
-        );
-        Server::try_spawn(data_dir, shards, listen, flags).unwrap_or_else(|| {
-            panic!("no `listening on` line from the server within {STARTUP:?}, twice")
+        Server::try_spawn(data_dir, shards, listen, flags).unwrap_or_else(|(pid, threads)| {
+            // A server that never starts is a hang to find, not to retry.
+            panic!(
+                "ringfeed serve (pid {pid}) printed no `listening on` line within {STARTUP:?}; \
+                 its threads then:\n{threads}"
+            )
         })
     }
 
-    /// Starts the server and waits for its lines; `None` (the server
-    /// stopped) if they do not come within [`STARTUP`].
-    fn try_spawn(data_dir: &Path, shards: u32, listen: &str, flags: &[&str]) -> Option<Server> {
+    /// Starts the server and waits for its lines. If they do not come within
+    /// [`STARTUP`], the server is stopped and its pid and every thread's
+    /// state (taken before stopping it) are returned.
+    fn try_spawn(
+        data_dir: &Path,
+        shards: u32,
+        listen: &str,
+        flags: &[&str],
+    ) -> Result<Server, (u32, String)> {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ringfeed"))
             .arg("serve")
             .arg("--data-dir")
@@ -107,18 +108,25 @@ impl Server {
         let exited = wait_in_background(child);
         let mut server = Server {
             pid,
+            _watched: ringfeed_watchdog::watch_child(pid),
             addr: String::new(),
             metrics: None,
             stderr: stderr_lines,
             exited,
             stopped: false,
         };
-        // On a timeout `server` is dropped here, which stops the process.
-        server.addr = addr_rx.recv_timeout(STARTUP).ok()?;
+        // On a timeout `server` is dropped on return, which stops the process.
+        let stuck = |pid| {
+            (
+                pid,
+                ringfeed_watchdog::process_threads(pid, "ringfeed serve"),
+            )
+        };
+        server.addr = addr_rx.recv_timeout(STARTUP).map_err(|_| stuck(pid))?;
         if flags.contains(&"--metrics-listen") {
-            server.metrics = Some(metrics_rx.recv_timeout(STARTUP).ok()?);
+            server.metrics = Some(metrics_rx.recv_timeout(STARTUP).map_err(|_| stuck(pid))?);
         }
-        Some(server)
+        Ok(server)
     }
 
     /// The server's peak resident set so far (VmHWM), in bytes.
