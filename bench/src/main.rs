@@ -10,6 +10,7 @@
 //! * `subscribe-catchup`: one in-process subscriber catching up from segments
 //!   and from the ring, match-all and a 1% filter.
 //! * `grpc`, `metrics-cost`: see `grpc.rs`.
+//! * `idle-wakeups`: context switches of an idle `ringfeed serve`, per thread.
 //! * `profile-compare`: durable shard appends with the default configuration
 //!   and with a `ringfeed tune profile --write` file, alternating; medians.
 
@@ -17,6 +18,7 @@ mod catchup;
 mod ceiling;
 mod cli;
 mod grpc;
+mod idle;
 mod report;
 mod results;
 mod scenarios;
@@ -184,6 +186,22 @@ enum Command {
         #[arg(long, default_value_t = 200)]
         event_bytes: usize,
     },
+    /// Wake-ups per second of an idle `ringfeed serve` (the binary next to this
+    /// one), per thread: context switches over a quiet window.
+    IdleWakeups {
+        /// Scratch directory for the server's data dir; removed afterwards.
+        #[arg(long, default_value = "./bench-scratch")]
+        dir: PathBuf,
+        /// Shards the server runs.
+        #[arg(long, default_value_t = 2)]
+        shards: u32,
+        /// Seconds to let the server settle after it starts listening.
+        #[arg(long, default_value_t = 2.0)]
+        settle: f64,
+        /// Seconds of the quiet window measured.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+    },
     /// Durable in-process appends with the default `serve` configuration and with
     /// a config file (as `ringfeed tune profile --write` makes), alternating.
     ProfileCompare {
@@ -245,6 +263,22 @@ fn main() -> Result<()> {
                 producers,
                 Duration::from_secs_f64(seconds),
                 event_bytes,
+            )
+        }
+        Command::IdleWakeups {
+            dir,
+            shards,
+            settle,
+            seconds,
+        } => {
+            if shards == 0 || settle < 0.0 || seconds <= 0.0 {
+                bail!("shards and seconds must be positive, settle not negative");
+            }
+            idle::run(
+                &dir,
+                shards,
+                Duration::from_secs_f64(settle),
+                Duration::from_secs_f64(seconds),
             )
         }
         Command::LogRecovery {
