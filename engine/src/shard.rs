@@ -150,11 +150,13 @@ impl ShardShared {
         }
     }
 
-    /// Asks the shard to claim "no future stamp at or below now" as soon as it
-    /// is between commands, so a merge waiting on a quiet shard can proceed.
-    /// Wakes the shard only when no request is already pending.
-    pub fn request_claim(&self) {
-        if self.watermarks.request_claim() {
+    /// Asks the shard to claim "no future stamp at or below `ts`", so a merge
+    /// waiting on this quiet shard can proceed. The shard claims its clock's
+    /// now as soon as it is between commands, and again when its clock reaches
+    /// `ts` if now was below it. Wakes the shard only when no request is
+    /// already pending.
+    pub fn request_claim(&self, ts: i64) {
+        if self.watermarks.request_claim(ts) {
             self.claim_wanted.notify(usize::MAX);
         }
     }
@@ -597,7 +599,7 @@ fn warn_slow_fsync(shard: u32, took: Duration) {
 }
 
 /// Flushes memory-acknowledged events a flush interval after they became
-/// unflushed, makes claims for merges waiting on this shard, and runs
+/// unflushed, answers claim requests of merges waiting on this shard, and runs
 /// retention. It sleeps with a timer only while one of those is due later, so
 /// an idle shard is never woken.
 async fn ticker(
@@ -608,29 +610,40 @@ async fn ticker(
     wake_flusher: Rc<Event>,
     wake: Rc<Event>,
 ) {
+    /// Longest wait for the clock to reach a requested claim: bounds how late
+    /// a claim comes if the clock is stepped while the shard waits.
+    const MAX_CLAIM_WAIT: Duration = Duration::from_secs(1);
+    /// Shortest: a clock that does not move (a test's manual clock) must not
+    /// turn the wait into a spin.
+    const MIN_CLAIM_WAIT: Duration = Duration::from_micros(50);
     let retains = config.retention.max_age.is_some() || config.retention.max_bytes.is_some();
     let mut next_retention = Instant::now() + config.retention_interval;
     let mut flush_due: Option<Instant> = None;
+    // Set while a requested claim is above this shard's clock: claim again then.
+    let mut claim_retry: Option<Instant> = None;
     loop {
         // Listen before looking, so a wake-up between the look and the wait is kept.
         let local = wake.listen();
         let remote = shared.claim_wanted.listen();
+        let now = Instant::now();
         if state.borrow().ring.unflushed_bytes() == 0 {
             flush_due = None;
         } else if flush_due.is_none() {
-            flush_due = Some(Instant::now() + config.flush_interval);
+            flush_due = Some(now + config.flush_interval);
         }
-        let deadline = [flush_due, retains.then_some(next_retention)]
+        if shared.watermarks.claim_wanted() == 0 {
+            claim_retry = None;
+        }
+        let claim_due = (shared.watermarks.claim_wanted() != 0).then(|| claim_retry.unwrap_or(now));
+        let deadline = [flush_due, retains.then_some(next_retention), claim_due]
             .into_iter()
             .flatten()
             .min();
-        if !shared.watermarks.claim_requested() {
+        if deadline.is_none_or(|at| at > now) {
             let woken = futures_lite::future::or(local, remote);
             match deadline {
                 Some(at) => {
-                    let timer = async {
-                        glommio::timer::sleep(at.saturating_duration_since(Instant::now())).await
-                    };
+                    let timer = async { glommio::timer::sleep(at - now).await };
                     futures_lite::future::or(woken, timer).await
                 }
                 None => woken.await,
@@ -647,11 +660,20 @@ async fn ticker(
             }
         }
         // Runs between commands on this core, so no stamp is in progress: every
-        // stamp at or below `now` is already visible, and later ones are fenced above it.
-        let claimed = shared.watermarks.take_claim_request();
+        // stamp at or below the claim is already visible, and later ones are
+        // fenced above it.
+        let wanted = shared.watermarks.claim_wanted();
+        let claimed = wanted != 0 && claim_retry.is_none_or(|at| at <= now);
         if claimed {
-            let now = clock.now_ns().max(st.last_ts);
-            shared.watermarks.claim(now);
+            let ts = clock.now_ns().max(st.last_ts);
+            shared.watermarks.claim(ts);
+            if ts >= wanted {
+                shared.watermarks.claim_answered(wanted);
+                claim_retry = None;
+            } else {
+                let behind = Duration::from_nanos((wanted - ts) as u64);
+                claim_retry = Some(now + behind.clamp(MIN_CLAIM_WAIT, MAX_CLAIM_WAIT));
+            }
         }
         if retains && next_retention <= now {
             next_retention = now + config.retention_interval;

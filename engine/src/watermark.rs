@@ -5,7 +5,7 @@
 //! watermark before it notifies anyone waiting on it (store before notify), so
 //! a woken waiter always sees the value that woke it.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// Live watermarks of one shard.
 #[derive(Debug, Default)]
@@ -19,7 +19,8 @@ pub struct Watermarks {
     retained_from: AtomicU64,
     /// Every future stamp will be above this.
     fence: AtomicI64,
-    claim_requested: AtomicBool,
+    /// The highest stamp a merge waits for this shard to claim; 0 if none.
+    claim_wanted: AtomicI64,
 }
 
 /// A consistent-enough copy of the watermarks for reporting. Each field is
@@ -70,22 +71,28 @@ impl Watermarks {
         self.claimed_ts.load(Ordering::Acquire)
     }
 
-    /// Records a request that the shard claim "no future stamp at or below
-    /// now". Returns whether the request is new (none was pending): only then
-    /// does the shard need a wake-up, which [`crate::ShardShared::request_claim`]
-    /// gives it. A merge blocked on a quiet shard asks on every poll, so the
-    /// pending case is a read, not a write to a shared cache line.
-    pub(crate) fn request_claim(&self) -> bool {
-        !self.claim_requested.load(Ordering::Acquire)
-            && !self.claim_requested.swap(true, Ordering::AcqRel)
+    /// Records that a merge needs this shard to claim at least `ts`. Returns
+    /// whether no request was pending: only then does the shard need a
+    /// wake-up, which [`crate::ShardShared::request_claim`] gives it. A merge
+    /// blocked on a quiet shard asks on every poll, so a request already
+    /// covered is a read, not a write to a shared cache line.
+    pub(crate) fn request_claim(&self, ts: i64) -> bool {
+        if self.claim_wanted.load(Ordering::Acquire) >= ts {
+            return false;
+        }
+        self.claim_wanted.fetch_max(ts, Ordering::AcqRel) == 0
     }
 
-    pub(crate) fn claim_requested(&self) -> bool {
-        self.claim_requested.load(Ordering::Acquire)
+    /// The highest stamp a merge waits for this shard to claim; 0 if none.
+    pub(crate) fn claim_wanted(&self) -> i64 {
+        self.claim_wanted.load(Ordering::Acquire)
     }
 
-    pub(crate) fn take_claim_request(&self) -> bool {
-        self.claim_requested.swap(false, Ordering::AcqRel)
+    /// Marks a request for `wanted` answered, unless a higher one came meanwhile.
+    pub(crate) fn claim_answered(&self, wanted: i64) {
+        let _ = self
+            .claim_wanted
+            .compare_exchange(wanted, 0, Ordering::AcqRel, Ordering::Acquire);
     }
 
     pub(crate) fn fence(&self) -> i64 {

@@ -72,7 +72,7 @@ fn a_claim_fences_later_stamps() {
         .unwrap();
     let shard = engine.shard(0).clone();
     clock.set(9_000);
-    shard.request_claim();
+    shard.request_claim(9_000);
     wait_until(
         std::time::Duration::from_secs(5),
         "the idle shard to claim",

@@ -208,10 +208,13 @@ async fn a_follower_cut_off_before_its_first_event_misses_nothing() {
         follower.cursor().is_some(),
         "no start cursor from the server"
     );
-    // The server goes away; events are appended while the follower is cut off.
+    // The server goes away; events are appended while the follower is cut
+    // off. (They used to be appended while the restart was still stopping the
+    // server: once claims were answered at once instead of on a 10 ms tick,
+    // the old stream sometimes delivered them before it ended.)
     let server = {
-        let engine = server.engine.clone();
-        let restarting = tokio::spawn(server.restart());
+        let (addr, engine) = (server.addr, server.engine.clone());
+        server.stop().await;
         let events = (0..3)
             .map(|i| ringfeed_engine::NewEvent {
                 directory: "/gap".into(),
@@ -224,7 +227,7 @@ async fn a_follower_cut_off_before_its_first_event_misses_nothing() {
             .append(events, ringfeed_engine::Durability::Memory)
             .await
             .unwrap();
-        restarting.await.unwrap()
+        TestServer::resume(addr, engine).await
     };
     let mut names = Vec::new();
     for _ in 0..3 {

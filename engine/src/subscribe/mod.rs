@@ -512,7 +512,7 @@ impl Subscription {
                 }
                 lane.seen_ts = lane.seen_ts.max(claimed);
                 if claimed < bound {
-                    lane.shard().request_claim();
+                    lane.shard().request_claim(bound);
                     blocked = true;
                 }
             }
@@ -545,7 +545,7 @@ impl Subscription {
                 match lane.head {
                     Some(h) if h.ts > until => lane.done = true,
                     None if claimed >= until => lane.done = true,
-                    None => lane.shard().request_claim(),
+                    None => lane.shard().request_claim(until),
                     Some(_) => {}
                 }
             }

@@ -35,6 +35,11 @@ impl TestServer {
     pub async fn restart(self) -> TestServer {
         let (addr, engine) = (self.addr, self.engine.clone());
         self.stop().await;
+        TestServer::resume(addr, engine).await
+    }
+
+    /// Serves `engine` on `addr` again, after [`TestServer::stop`].
+    pub async fn resume(addr: SocketAddr, engine: Arc<Engine>) -> TestServer {
         let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         TestServer::serve(engine, listener, SubscriberLimits::default())
     }
