@@ -49,13 +49,7 @@ pub fn run(dir: &Path, shards: u32, settle: Duration, window: Duration) -> Resul
     if window.is_zero() {
         bail!("--seconds must be positive");
     }
-    let binary = std::env::current_exe()?.with_file_name("ringfeed");
-    if !binary.exists() {
-        bail!(
-            "{} not found: build it with `cargo build --release -p ringfeed-server`",
-            binary.display()
-        );
-    }
+    let binary = crate::systems::server_binary()?;
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir)?;
     let mut command = Command::new(&binary);

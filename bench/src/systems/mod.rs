@@ -15,6 +15,7 @@ mod etcd;
 mod nats;
 pub mod process;
 mod ringfeed;
+pub use ringfeed::server_binary;
 mod seaweedfs;
 
 use std::collections::BTreeMap;

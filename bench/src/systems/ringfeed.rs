@@ -68,14 +68,7 @@ impl Ringfeed {
                 processes: Vec::new(),
             });
         }
-        let binary = std::env::current_exe()?.with_file_name("ringfeed");
-        if !binary.exists() {
-            bail!(
-                "{} not found: build it with `cargo build --release -p ringfeed-server`",
-                binary.display()
-            );
-        }
-        let mut command = Command::new(&binary);
+        let mut command = Command::new(server_binary()?);
         command
             .arg("serve")
             .arg("--data-dir")
@@ -261,4 +254,17 @@ impl Subscriber {
             )
         })
     }
+}
+
+/// The `ringfeed` binary next to the bench's own, which the bench starts as
+/// `ringfeed serve`.
+pub fn server_binary() -> Result<std::path::PathBuf> {
+    let binary = std::env::current_exe()?.with_file_name("ringfeed");
+    if !binary.exists() {
+        bail!(
+            "{} not found: build it with `cargo build --release -p ringfeed-server`",
+            binary.display()
+        );
+    }
+    Ok(binary)
 }
