@@ -97,6 +97,9 @@ pub struct ShardStats {
     pub appended_bytes: std::sync::atomic::AtomicU64,
     /// Time the command loop spent in the non-yielding stamp-and-publish step, in nanoseconds.
     pub append_ns: std::sync::atomic::AtomicU64,
+    /// Completed retention passes. One that completes after a flush returned
+    /// saw everything that flush made durable.
+    pub retention_passes: std::sync::atomic::AtomicU64,
     /// Completed flush rounds (write + fdatasync).
     pub rounds: std::sync::atomic::AtomicU64,
     /// Record bytes made durable.
@@ -569,6 +572,10 @@ async fn flusher<S: Storage>(
                     .watermarks
                     .publish_retained(outcome.retained.map_or(next, |r| r.0));
             }
+            shared
+                .stats
+                .retention_passes
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
     let latched = state.borrow().latched.is_some();

@@ -89,9 +89,25 @@ fn a_cursor_below_retention_names_the_oldest_retained_position() {
         append_all(&engine, vec![e]);
     }
     futures_lite::future::block_on(engine.flush()).unwrap();
-    wait_until(Duration::from_secs(10), "retention", || {
-        engine.shard(0).watermarks.snapshot().retained_from > 0
-    });
+    // Wait for a retention pass that saw the whole log, so the retained range
+    // no longer moves. (Waiting for `retained_from > 0` alone could stop at a
+    // pass made during the appends; the next pass then pruned under the
+    // "from the beginning" subscriber below: BelowRetention, 1 CI run in 3.)
+    let stats = engine.shard(0).stats();
+    let passes = stats
+        .retention_passes
+        .load(std::sync::atomic::Ordering::Relaxed);
+    wait_until(
+        Duration::from_secs(10),
+        "a retention pass after the flush",
+        || {
+            stats
+                .retention_passes
+                .load(std::sync::atomic::Ordering::Relaxed)
+                > passes
+        },
+    );
+    assert!(engine.shard(0).watermarks.snapshot().retained_from > 0);
     let retained = engine.shard(0).watermarks.snapshot().retained_from;
     let err = engine
         .subscribe(SubscribeRequest::from(Start::Cursor(Cursor::new(vec![0]))))
