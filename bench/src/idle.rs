@@ -8,12 +8,11 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
 
-use crate::systems::process::Process;
+use crate::systems::spawn_server;
 
 /// (voluntary + nonvoluntary switches, thread name) per tid of `pid`.
 fn switches(pid: u32) -> BTreeMap<u32, (u64, String)> {
@@ -49,21 +48,9 @@ pub fn run(dir: &Path, shards: u32, settle: Duration, window: Duration) -> Resul
     if window.is_zero() {
         bail!("--seconds must be positive");
     }
-    let binary = crate::systems::server_binary()?;
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir)?;
-    let mut command = Command::new(&binary);
-    command
-        .arg("serve")
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .args(["--listen", "127.0.0.1:0", "--shards", &shards.to_string()]);
-    let (server, addr) = Process::spawn_until_line(
-        "ringfeed serve",
-        command,
-        "listening on ",
-        Duration::from_secs(60),
-    )?;
+    let (server, addr) = spawn_server(&dir.join("data"), shards)?;
     let pid = server.pid();
     std::thread::sleep(settle);
     let before = switches(pid);

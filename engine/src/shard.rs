@@ -82,8 +82,8 @@ pub struct ShardShared {
     /// The shard's segment directory, for readers on other threads. Set before
     /// the shard reports ready.
     files: std::sync::OnceLock<Arc<dyn ReadFiles>>,
-    /// Set by [`ShardShared::request_claim`]; the shard's ticker waits on it.
-    claim_wanted: Event,
+    /// Notified by [`ShardShared::request_claim`]; the shard's ticker waits on it.
+    claim_requested: Event,
 }
 
 /// Counters of a shard's work, for metrics and benchmarks. Relaxed atomics,
@@ -149,7 +149,7 @@ impl ShardShared {
             unflushed_bytes: AtomicUsize::new(0),
             stats: ShardStats::default(),
             files: std::sync::OnceLock::new(),
-            claim_wanted: Event::new(),
+            claim_requested: Event::new(),
         }
     }
 
@@ -160,7 +160,7 @@ impl ShardShared {
     /// already pending.
     pub fn request_claim(&self, ts: i64) {
         if self.watermarks.request_claim(ts) {
-            self.claim_wanted.notify(usize::MAX);
+            self.claim_requested.notify(usize::MAX);
         }
     }
 
@@ -631,17 +631,20 @@ async fn ticker(
     loop {
         // Listen before looking, so a wake-up between the look and the wait is kept.
         let local = wake.listen();
-        let remote = shared.claim_wanted.listen();
+        let remote = shared.claim_requested.listen();
         let now = Instant::now();
         if state.borrow().ring.unflushed_bytes() == 0 {
             flush_due = None;
         } else if flush_due.is_none() {
             flush_due = Some(now + config.flush_interval);
         }
-        if shared.watermarks.claim_wanted() == 0 {
-            claim_retry = None;
-        }
-        let claim_due = (shared.watermarks.claim_wanted() != 0).then(|| claim_retry.unwrap_or(now));
+        let claim_due = match shared.watermarks.claim_wanted() {
+            0 => {
+                claim_retry = None;
+                None
+            }
+            _ => Some(claim_retry.unwrap_or(now)),
+        };
         let deadline = [flush_due, retains.then_some(next_retention), claim_due]
             .into_iter()
             .flatten()

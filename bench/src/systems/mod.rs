@@ -15,7 +15,7 @@ mod etcd;
 mod nats;
 pub mod process;
 mod ringfeed;
-pub use ringfeed::server_binary;
+pub use ringfeed::spawn_server;
 mod seaweedfs;
 
 use std::collections::BTreeMap;

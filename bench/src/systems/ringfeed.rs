@@ -68,19 +68,7 @@ impl Ringfeed {
                 processes: Vec::new(),
             });
         }
-        let mut command = Command::new(server_binary()?);
-        command
-            .arg("serve")
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .args(["--listen", "127.0.0.1:0", "--log-level", "warn"])
-            .args(["--shards", &options.shards.max(1).to_string()]);
-        let (process, addr) = Process::spawn_until_line(
-            "ringfeed",
-            command,
-            "listening on ",
-            Duration::from_secs(120),
-        )?;
+        let (process, addr) = spawn_server(&dir.join("data"), options.shards.max(1))?;
         Ok(Ringfeed {
             addr,
             chunk_mode: options.chunk_mode,
@@ -256,9 +244,9 @@ impl Subscriber {
     }
 }
 
-/// The `ringfeed` binary next to the bench's own, which the bench starts as
-/// `ringfeed serve`.
-pub fn server_binary() -> Result<std::path::PathBuf> {
+/// Starts `ringfeed serve` (the binary next to the bench's own) on a free
+/// loopback port over `data_dir`; returns it and its HOST:PORT once it listens.
+pub fn spawn_server(data_dir: &Path, shards: u32) -> Result<(Process, String)> {
     let binary = std::env::current_exe()?.with_file_name("ringfeed");
     if !binary.exists() {
         bail!(
@@ -266,5 +254,17 @@ pub fn server_binary() -> Result<std::path::PathBuf> {
             binary.display()
         );
     }
-    Ok(binary)
+    let mut command = Command::new(&binary);
+    command
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--listen", "127.0.0.1:0", "--log-level", "warn"])
+        .args(["--shards", &shards.to_string()]);
+    Process::spawn_until_line(
+        "ringfeed serve",
+        command,
+        "listening on ",
+        Duration::from_secs(120),
+    )
 }

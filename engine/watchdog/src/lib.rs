@@ -80,11 +80,7 @@ pub fn bound() -> Duration {
 /// Arms the watchdog for the calling test, named after the calling thread
 /// (the test harness names each test's thread after the test).
 pub fn arm() -> Armed {
-    let name = std::thread::current()
-        .name()
-        .unwrap_or("an unnamed thread")
-        .to_owned();
-    arm_named(name, bound())
+    arm_for(DEFAULT_BOUND)
 }
 
 /// [`arm`] with a longer bound, for a test that legitimately runs long (one
