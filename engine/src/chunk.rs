@@ -38,6 +38,9 @@ pub struct ChunkHeader {
     /// Position in the segment below which every byte was durable when this
     /// chunk was written.
     pub synced_through: u64,
+    /// The shard generation that wrote the chunk (see `crate::generation`);
+    /// 0 in chunks written before generations existed.
+    pub generation: u32,
 }
 
 impl ChunkHeader {
@@ -64,6 +67,7 @@ impl ChunkHeader {
         out[40..44].copy_from_slice(&self.body_len.to_le_bytes());
         out[44..48].copy_from_slice(&self.body_crc.to_le_bytes());
         out[48..56].copy_from_slice(&self.synced_through.to_le_bytes());
+        out[56..60].copy_from_slice(&self.generation.to_le_bytes());
         let crc = crc32c::crc32c(&out[..60]);
         out[60..64].copy_from_slice(&crc.to_le_bytes());
     }
@@ -99,6 +103,7 @@ impl ChunkHeader {
             body_len: read_u32(buf, 40),
             body_crc: read_u32(buf, 44),
             synced_through: read_u64(buf, 48),
+            generation: read_u32(buf, 56),
         };
         if header.body_len as usize > MAX_CHUNK_BODY
             || (header.record_count == 0) != (header.body_len == 0)
@@ -203,6 +208,7 @@ pub fn records(body: &[u8]) -> impl Iterator<Item = Result<Record<'_>, RecordErr
 pub struct ChunkBuilder<B> {
     buf: B,
     shard: u32,
+    generation: u32,
     len: usize,
     count: u32,
     first_offset: u64,
@@ -216,12 +222,19 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>> ChunkBuilder<B> {
         ChunkBuilder {
             buf,
             shard,
+            generation: 0,
             len: CHUNK_HEADER_LEN,
             count: 0,
             first_offset,
             first_ts: 0,
             last_ts: 0,
         }
+    }
+
+    /// Marks the chunk as written by shard generation `generation`.
+    pub fn with_generation(mut self, generation: u32) -> Self {
+        self.generation = generation;
+        self
     }
 
     pub fn record_count(&self) -> u32 {
@@ -296,6 +309,7 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>> ChunkBuilder<B> {
     pub fn finish(mut self, synced_through: u64, alignment: usize) -> (B, ChunkHeader, usize) {
         let describe = ChunkDescription {
             shard: self.shard,
+            generation: self.generation,
             first_offset: self.first_offset,
             record_count: self.count,
             first_ts: self.first_ts,
@@ -311,6 +325,7 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>> ChunkBuilder<B> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkDescription {
     pub shard: u32,
+    pub generation: u32,
     pub first_offset: u64,
     pub record_count: u32,
     pub first_ts: i64,
@@ -339,6 +354,7 @@ impl ChunkDescription {
             body_len: self.body_len as u32,
             body_crc: crc32c::crc32c(&out[CHUNK_HEADER_LEN..end]),
             synced_through,
+            generation: self.generation,
         };
         let mut h = [0u8; CHUNK_HEADER_LEN];
         header.encode(&mut h);

@@ -12,6 +12,7 @@ use crate::chunk::{
     align_up, ChunkBuilder, ChunkDescription, ChunkHeader, CHUNK_HEADER_LEN, FLAG_SEAL,
 };
 use crate::error::{LogError, RecoveryError};
+use crate::generation::{GenerationStart, Generations};
 use crate::record::Record;
 use crate::segment::index::{ChunkEntry, SegmentIndex};
 use crate::segment::recovery::{scan_segment, TornTail};
@@ -71,6 +72,9 @@ pub struct RecoveryReport {
     /// The log had been closed cleanly.
     pub clean_close: bool,
     pub next_offset: u64,
+    /// The shard's generation history; its last entry is the generation this
+    /// open started.
+    pub generations: Option<Generations>,
 }
 
 pub(crate) struct Segment<F> {
@@ -91,6 +95,7 @@ pub struct Log<S: Storage> {
     synced_offset: u64,
     last_ts: Option<i64>,
     latched: Option<String>,
+    generations: Generations,
 }
 
 fn recovery_io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RecoveryError {
@@ -134,6 +139,7 @@ impl<S: Storage> Log<S> {
             synced_offset: 0,
             last_ts: None,
             latched: None,
+            generations: Generations::legacy(),
         };
         let count = names.len();
         for (i, (first, name)) in names.into_iter().enumerate() {
@@ -231,6 +237,32 @@ impl<S: Storage> Log<S> {
         }
         log.synced_pos = log.write_pos;
         log.synced_offset = log.next_offset;
+        // Everything kept is durable now: start a new generation there, and
+        // make it durable before any event of it can be seen.
+        let history = match Generations::load(&log.storage)
+            .await
+            .map_err(recovery_io("the generation history"))?
+        {
+            Some(history) => history,
+            None => log.generations_from_chunks(),
+        };
+        let highest_chunk = log.chunks().map(|c| c.entry.generation).max().unwrap_or(0);
+        let mut next = history.next(log.next_offset);
+        if highest_chunk >= next.current() {
+            // Chunks of a generation the history does not know (its file was
+            // replaced): never hand that number out again.
+            let mut entries = history.entries().to_vec();
+            entries.push(GenerationStart {
+                generation: highest_chunk + 1,
+                first_offset: log.next_offset,
+            });
+            next = Generations::from_entries(entries).expect("ascending");
+        }
+        next.store(&log.storage)
+            .await
+            .map_err(recovery_io("the generation history"))?;
+        log.generations = next;
+        report.generations = Some(log.generations.clone());
         report.segments = log.segments.len();
         report.next_offset = log.next_offset;
         Ok((log, report))
@@ -249,6 +281,30 @@ impl<S: Storage> Log<S> {
             self.config.shard,
             self.next_offset,
         )
+        .with_generation(self.generations.current())
+    }
+
+    /// The shard's generation history; the last entry is the one writing now.
+    pub fn generations(&self) -> &Generations {
+        &self.generations
+    }
+
+    /// The history as the chunk headers tell it, for a log whose history file
+    /// is missing (written before generations existed: generation 0).
+    fn generations_from_chunks(&self) -> Generations {
+        let mut entries: Vec<GenerationStart> = Vec::new();
+        for c in self.chunks() {
+            if entries
+                .last()
+                .is_none_or(|e| e.generation < c.entry.generation)
+            {
+                entries.push(GenerationStart {
+                    generation: c.entry.generation,
+                    first_offset: c.entry.first_offset,
+                });
+            }
+        }
+        Generations::from_entries(entries).unwrap_or_else(Generations::legacy)
     }
 
     /// Writes a chunk. It is durable once a later [`Log::sync`] returns.
@@ -336,6 +392,7 @@ impl<S: Storage> Log<S> {
             }
             let (position, synced_through, shard) =
                 (self.write_pos, self.synced_pos, self.config.shard);
+            let generation = self.generations.current();
             let active = self
                 .segments
                 .last_mut()
@@ -348,6 +405,7 @@ impl<S: Storage> Log<S> {
                 out[CHUNK_HEADER_LEN..CHUNK_HEADER_LEN + c.body.len()].copy_from_slice(c.body);
                 let description = ChunkDescription {
                     shard,
+                    generation,
                     ..c.description
                 };
                 let (h, len) = description.frame(out, synced_through, alignment);
@@ -427,6 +485,7 @@ impl<S: Storage> Log<S> {
                 body_len: 0,
                 body_crc: crc32c::crc32c(&[]),
                 synced_through: self.write_pos,
+                generation: self.generations.current(),
             };
             let mut buf = active.file.alloc(alignment);
             let mut header = [0u8; CHUNK_HEADER_LEN];

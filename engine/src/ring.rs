@@ -196,6 +196,7 @@ impl Ring {
                 to: slot.len,
                 description: ChunkDescription {
                     shard,
+                    generation: 0, // the log writes its own
                     first_offset: slot.flushed_next,
                     record_count: (slot.next_offset - slot.flushed_next) as u32,
                     first_ts: slot.unflushed_first_ts,

@@ -21,6 +21,7 @@ use event_listener::Event;
 
 use crate::clock::Clock;
 use crate::event::{AppendError, Durability, Position};
+use crate::generation::Generations;
 use crate::latency::LatencyHistogram;
 use crate::log::{ChunkImage, Log, LogConfig, RecoveryReport};
 use crate::rate_limit::RateLimit;
@@ -84,6 +85,8 @@ pub struct ShardShared {
     files: std::sync::OnceLock<Arc<dyn ReadFiles>>,
     /// Notified by [`ShardShared::request_claim`]; the shard's ticker waits on it.
     claim_requested: Event,
+    /// The generation history, set when the log opened (before ready).
+    generations: std::sync::OnceLock<Generations>,
 }
 
 /// Counters of a shard's work, for metrics and benchmarks. Relaxed atomics,
@@ -150,6 +153,7 @@ impl ShardShared {
             stats: ShardStats::default(),
             files: std::sync::OnceLock::new(),
             claim_requested: Event::new(),
+            generations: std::sync::OnceLock::new(),
         }
     }
 
@@ -167,6 +171,14 @@ impl ShardShared {
     /// Read access to the shard's segment files.
     pub fn files(&self) -> &Arc<dyn ReadFiles> {
         self.files
+            .get()
+            .expect("set when the shard opened, before the engine returned")
+    }
+
+    /// The shard's generation history; its last entry is the generation
+    /// running now (see [`crate::generation`]).
+    pub fn generations(&self) -> &Generations {
+        self.generations
             .get()
             .expect("set when the shard opened, before the engine returned")
     }
@@ -246,6 +258,7 @@ pub(crate) async fn run<S: Storage + 'static>(
             return;
         }
     };
+    let _ = shared.generations.set(log.generations().clone());
     let next = log.next_offset();
     let last_ts = log.last_ts().unwrap_or(0);
     let w = &shared.watermarks;

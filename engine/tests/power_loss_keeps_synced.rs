@@ -1,13 +1,15 @@
 //! Simulated power loss at a random moment: every record whose sync completed
 //! is present after reopen, in order, with contiguous offsets; reopening ten
-//! more times gives identical state. The workload rotates segments, so crashes
+//! more times gives identical segment files (each open only starts a new
+//! generation in the `generations` file). The workload rotates segments, so crashes
 //! land inside rotations too.
 
 mod common;
 
 use common::*;
+use ringfeed_engine::generation::GENERATIONS_FILE;
 use ringfeed_engine::storage::{block_on, Faults, MemStorage};
-use ringfeed_engine::LogConfig;
+use ringfeed_engine::{Generations, LogConfig};
 
 fn config() -> LogConfig {
     LogConfig {
@@ -45,8 +47,16 @@ fn snapshot(storage: &MemStorage) -> Vec<(String, Vec<u8>)> {
     storage
         .names()
         .into_iter()
+        .filter(|n| n != GENERATIONS_FILE)
         .map(|n| (n.clone(), storage.file_bytes(&n).unwrap()))
         .collect()
+}
+
+fn current_generation(storage: &MemStorage) -> u32 {
+    let bytes = storage
+        .file_bytes(GENERATIONS_FILE)
+        .expect("a generations file");
+    Generations::decode(&bytes).unwrap().current()
 }
 
 #[test]
@@ -76,13 +86,20 @@ fn synced_records_survive_power_loss() {
         );
         assert_records(&first, &expected(0..first.len() as u64), &what);
         let state = snapshot(&storage);
+        let mut generation = current_generation(&storage);
         for round in 0..10 {
             let again = reopen_and_read(&storage, config());
             assert_records(&again, &first, &format!("{what}: reopen {round}"));
             assert!(
                 snapshot(&storage) == state,
-                "{what}: reopen {round} changed the files"
+                "{what}: reopen {round} changed the segment files"
             );
+            let next = current_generation(&storage);
+            assert!(
+                next > generation,
+                "{what}: reopen {round} kept generation {generation}"
+            );
+            generation = next;
         }
     }
 }

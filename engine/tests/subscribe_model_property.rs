@@ -4,6 +4,9 @@
 //! points, in both orderings, with and without a filter. Every subscriber's
 //! delivered stream equals the model's: the appended events that match, in
 //! `(ts, shard, offset)` order (merged) or in per-shard order (per-shard).
+//! Two followers deliver durable events only: each of their events is below
+//! its shard's flushed watermark when it is delivered, and their streams
+//! still equal the model's.
 //! Seeds come from RINGFEED_SEED (replay) or a fixed set.
 
 mod common;
@@ -16,6 +19,7 @@ use ringfeed_engine::{Filter, Ordering, Start, Step, SubscribeRequest};
 
 struct Follower {
     ordering: Ordering,
+    durable_only: bool,
     filter: Filter,
     sub: Option<ringfeed_engine::Subscription>,
     cursor: Option<ringfeed_engine::Cursor>,
@@ -39,14 +43,15 @@ fn delivered_streams_equal_the_model() {
             ..small_engine_config(shards)
         };
         let engine = mem_engine(config, &storages);
-        let mut followers: Vec<Follower> = (0..4)
+        let mut followers: Vec<Follower> = (0..6)
             .map(|i| Follower {
+                durable_only: i >= 4,
                 ordering: if i % 2 == 0 {
                     Ordering::Merged
                 } else {
                     Ordering::PerShard
                 },
-                filter: if i < 2 {
+                filter: if i < 2 || i >= 4 {
                     Filter::default()
                 } else {
                     Filter::prefix("/p1")
@@ -76,7 +81,7 @@ fn delivered_streams_equal_the_model() {
                 }
                 6 => futures_lite::future::block_on(engine.flush()).unwrap(),
                 _ => {
-                    let f = &mut followers[rng.below(4) as usize];
+                    let f = &mut followers[rng.below(6) as usize];
                     if f.sub.is_none() {
                         let start = f.cursor.clone().map_or(Start::Beginning, Start::Cursor);
                         f.sub = Some(
@@ -86,6 +91,8 @@ fn delivered_streams_equal_the_model() {
                                     filter: f.filter.clone(),
                                     until_ns: None,
                                     ordering: f.ordering,
+                                    durable_only: f.durable_only,
+                                    resume_truncated: false,
                                 })
                                 .unwrap(),
                         );
@@ -94,6 +101,16 @@ fn delivered_streams_equal_the_model() {
                     for _ in 0..rng.below(60) {
                         match sub.next_blocking(Duration::from_millis(2)).unwrap() {
                             Step::Event(d) => {
+                                if f.durable_only {
+                                    let flushed = engine.shard(d.shard).watermarks.flushed_next();
+                                    assert!(
+                                        d.offset < flushed,
+                                        "seed {seed:#x}: durable-only delivered shard {} offset {} \
+                                         with flushed at {flushed}",
+                                        d.shard,
+                                        d.offset
+                                    );
+                                }
                                 f.got.push((d.shard, d.offset, d.ts, d.payload().to_vec()))
                             }
                             Step::Pending => break,
@@ -107,6 +124,8 @@ fn delivered_streams_equal_the_model() {
                 }
             }
         }
+        // Durable-only followers see the rest once it is durable.
+        futures_lite::future::block_on(engine.flush()).unwrap();
         for (i, f) in followers.iter_mut().enumerate() {
             let start = f.cursor.clone().map_or(Start::Beginning, Start::Cursor);
             let mut sub = engine
@@ -115,6 +134,8 @@ fn delivered_streams_equal_the_model() {
                     filter: f.filter.clone(),
                     until_ns: None,
                     ordering: f.ordering,
+                    durable_only: f.durable_only,
+                    resume_truncated: false,
                 })
                 .unwrap();
             let want: Vec<Seen> = merged_order(appended.clone())
@@ -123,7 +144,10 @@ fn delivered_streams_equal_the_model() {
                 .collect();
             let rest = want.len() - f.got.len();
             f.got.extend(take(&mut sub, rest));
-            let what = format!("seed {seed:#x} follower {i} ({:?})", f.ordering);
+            let what = format!(
+                "seed {seed:#x} follower {i} ({:?}, durable only {})",
+                f.ordering, f.durable_only
+            );
             match f.ordering {
                 Ordering::Merged => assert_stream(&f.got, &want, &what),
                 Ordering::PerShard => {

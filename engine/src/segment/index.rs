@@ -16,6 +16,8 @@ pub struct ChunkEntry {
     pub position: u64,
     /// Bytes on disk, padding included.
     pub disk_len: u32,
+    /// The shard generation that wrote the chunk.
+    pub generation: u32,
 }
 
 impl ChunkEntry {
@@ -27,6 +29,7 @@ impl ChunkEntry {
             last_ts: header.last_ts,
             position,
             disk_len: disk_len as u32,
+            generation: header.generation,
         }
     }
 
@@ -81,6 +84,7 @@ mod tests {
 
     fn entry(first_offset: u64, count: u32, first_ts: i64, last_ts: i64) -> ChunkEntry {
         ChunkEntry {
+            generation: 0,
             first_offset,
             record_count: count,
             first_ts,

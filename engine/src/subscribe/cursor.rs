@@ -5,8 +5,15 @@
 //! versioned, checksummed byte string; for people and command lines it is that
 //! string in URL-safe base64 without padding.
 //!
-//! Version 1 layout (little-endian): `"RC" | u8 version | u16 shard count |
-//! u64 next offset per shard | u32 crc32c of everything before it`.
+//! Version 2 layout (little-endian): `"RC" | u8 version | u16 shard count |
+//! (u64 next offset, u32 generation) per shard | u32 crc32c of everything
+//! before it`. The generation is that of the last event the cursor covers on
+//! the shard (0 when it covers none): it lets a server tell a cursor whose
+//! events a crash destroyed from a valid one (see `crate::generation`).
+//!
+//! Version 1 (`u64 next offset` per shard, no generations) still parses; such
+//! a cursor resumes as before, but truncation by a crash cannot be detected
+//! for it.
 
 use std::fmt;
 use std::str::FromStr;
@@ -15,7 +22,8 @@ use base64::Engine as _;
 use thiserror::Error;
 
 const MAGIC: &[u8; 2] = b"RC";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+const VERSION_1: u8 = 1;
 const HEADER: usize = 5;
 const MAX_SHARDS: usize = 1024;
 
@@ -23,6 +31,9 @@ const MAX_SHARDS: usize = 1024;
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Cursor {
     next: Vec<u64>,
+    /// Per shard, the generation of the last covered event; `None` for a
+    /// version-1 cursor, which did not record them.
+    generations: Option<Vec<u32>>,
 }
 
 /// A cursor that cannot be used.
@@ -34,18 +45,61 @@ pub enum CursorError {
     ShardCount { expected: usize, found: usize },
     #[error(
         "the cursor's offset {offset} for shard {shard} is beyond the last event \
-         (the shard's next offset is {committed_next}): it was not made by this data dir"
+         (the shard's next offset is {committed_next}): it was not made by this data dir{}",
+        if *legacy { " (or, as a version-1 cursor without generations, it may predate a crash that \
+         truncated the feed: resume from a time or from the beginning)" } else { "" }
     )]
     Beyond {
         shard: u32,
         offset: u64,
         committed_next: u64,
+        /// The cursor is version 1: it cannot tell truncation from a foreign cursor.
+        legacy: bool,
+    },
+    #[error(
+        "the cursor names generation {generation} of shard {shard}, which this data dir never \
+         ran (its newest is {current}): it was made by another data dir"
+    )]
+    UnknownGeneration {
+        shard: u32,
+        generation: u32,
+        current: u32,
     },
 }
 
 impl Cursor {
+    /// A cursor without generations (as version 1 had): resuming it cannot
+    /// detect truncation by a crash.
     pub fn new(next: Vec<u64>) -> Cursor {
-        Cursor { next }
+        Cursor {
+            next,
+            generations: None,
+        }
+    }
+
+    /// A cursor whose `generations[i]` is the generation of the last event it
+    /// covers on shard `i`.
+    pub fn with_generations(next: Vec<u64>, generations: Vec<u32>) -> Cursor {
+        assert_eq!(next.len(), generations.len(), "one generation per shard");
+        Cursor {
+            next,
+            generations: Some(generations),
+        }
+    }
+
+    /// Per shard, the generation of the last covered event; `None` for a
+    /// version-1 cursor.
+    pub fn generations(&self) -> Option<&[u32]> {
+        self.generations.as_deref()
+    }
+
+    /// Moves `shard`'s next offset, keeping its generation: right for any
+    /// offset at or below the one a server put in this cursor (see
+    /// `crate::generation`), which is how a client checkpoints inside a response.
+    pub fn set_next(&mut self, shard: u32, next: u64) {
+        if let Some(slot) = self.next.get_mut(shard as usize) {
+            *slot = next;
+        }
     }
 
     /// Shards the cursor covers.
@@ -64,12 +118,14 @@ impl Cursor {
 
     /// The versioned wire form.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(HEADER + 8 * self.next.len() + 4);
+        let mut out = Vec::with_capacity(HEADER + 12 * self.next.len() + 4);
         out.extend_from_slice(MAGIC);
         out.push(VERSION);
         out.extend_from_slice(&(self.next.len() as u16).to_le_bytes());
-        for offset in &self.next {
+        for (i, offset) in self.next.iter().enumerate() {
             out.extend_from_slice(&offset.to_le_bytes());
+            let generation = self.generations.as_ref().map_or(0, |g| g[i]);
+            out.extend_from_slice(&generation.to_le_bytes());
         }
         let crc = crc32c::crc32c(&out);
         out.extend_from_slice(&crc.to_le_bytes());
@@ -82,25 +138,35 @@ impl Cursor {
         if bytes.len() < HEADER + 4 || &bytes[..2] != MAGIC {
             return bad("not a ringfeed cursor");
         }
-        if bytes[2] != VERSION {
-            return bad(&format!(
-                "cursor version {} (this server reads version {VERSION})",
-                bytes[2]
-            ));
-        }
+        let version = bytes[2];
+        let per_shard = match version {
+            VERSION => 12,
+            VERSION_1 => 8,
+            _ => {
+                return bad(&format!(
+                    "cursor version {version} (this server reads versions 1 and {VERSION})"
+                ))
+            }
+        };
         let count = u16::from_le_bytes([bytes[3], bytes[4]]) as usize;
-        if count == 0 || count > MAX_SHARDS || bytes.len() != HEADER + 8 * count + 4 {
+        if count == 0 || count > MAX_SHARDS || bytes.len() != HEADER + per_shard * count + 4 {
             return bad("wrong length for its shard count");
         }
         let (body, crc) = bytes.split_at(bytes.len() - 4);
         if crc32c::crc32c(body).to_le_bytes() != crc {
             return bad("checksum mismatch (truncated or altered)");
         }
-        let next = body[HEADER..]
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        let entries = body[HEADER..].chunks_exact(per_shard);
+        let next = entries
+            .clone()
+            .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
             .collect();
-        Ok(Cursor { next })
+        let generations = (version == VERSION).then(|| {
+            entries
+                .map(|c| u32::from_le_bytes([c[8], c[9], c[10], c[11]]))
+                .collect()
+        });
+        Ok(Cursor { next, generations })
     }
 }
 
@@ -126,9 +192,35 @@ impl FromStr for Cursor {
 mod tests {
     use super::*;
 
+    /// A version-1 cursor as servers before generations wrote it: two shards
+    /// at offsets 5 and 9 (bytes fixed here, not produced by this code).
+    const V1_CURSOR: &str = "UkMBAgAFAAAAAAAAAAkAAAAAAAAAq9ijZA";
+
+    #[test]
+    fn version_1_cursors_still_parse() {
+        let mut v1 = b"RC\x01\x02\x00".to_vec();
+        v1.extend_from_slice(&5u64.to_le_bytes());
+        v1.extend_from_slice(&9u64.to_le_bytes());
+        let crc = crc32c::crc32c(&v1);
+        v1.extend_from_slice(&crc.to_le_bytes());
+        let c = Cursor::from_bytes(&v1).unwrap();
+        assert_eq!((c.offsets(), c.generations()), (&[5u64, 9][..], None));
+        let text = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&v1);
+        assert_eq!(text, V1_CURSOR);
+        assert_eq!(V1_CURSOR.parse::<Cursor>().unwrap(), c);
+    }
+
+    #[test]
+    fn generations_round_trip() {
+        let c = Cursor::with_generations(vec![3, 0], vec![7, 0]);
+        let back = Cursor::from_bytes(&c.to_bytes()).unwrap();
+        assert_eq!(back.generations(), Some(&[7u32, 0][..]));
+        assert_eq!(back, c);
+    }
+
     #[test]
     fn round_trips_and_refuses_damage() {
-        let c = Cursor::new(vec![0, 7, u64::MAX]);
+        let c = Cursor::with_generations(vec![0, 7, u64::MAX], vec![0, 1, u32::MAX]);
         assert_eq!(Cursor::from_bytes(&c.to_bytes()).unwrap(), c);
         assert_eq!(c.to_string().parse::<Cursor>().unwrap(), c);
         let bytes = c.to_bytes();

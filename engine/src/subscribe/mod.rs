@@ -25,6 +25,7 @@ use bytes::Bytes;
 use event_listener::{EventListener, Listener};
 use thiserror::Error;
 
+use crate::generation::CursorCheck;
 use crate::record::{self, Record, RecordError, RecordHeader};
 use crate::shard::ShardShared;
 
@@ -67,6 +68,17 @@ pub struct SubscribeRequest {
     /// End after the last event stamped at or below this.
     pub until_ns: Option<i64>,
     pub ordering: Ordering,
+    /// Deliver only durable (flushed) events: nothing a crash can take back
+    /// is ever seen, at the cost of waiting for each event's flush (up to the
+    /// shard's flush interval for memory-acknowledged appends). Off by
+    /// default: a cursor then records generations, so an event a crash took
+    /// back is reported ([`SubscribeError::Truncated`]), never silently reused.
+    pub durable_only: bool,
+    /// Resume a cursor that a crash truncated ([`SubscribeError::Truncated`])
+    /// from each truncated shard's surviving end instead of failing: events
+    /// the subscriber saw there no longer exist, and new events may have
+    /// taken their offsets. An explicit choice, never a default.
+    pub resume_truncated: bool,
 }
 
 impl SubscribeRequest {
@@ -77,6 +89,8 @@ impl SubscribeRequest {
             filter: Filter::default(),
             until_ns: None,
             ordering: Ordering::Merged,
+            durable_only: false,
+            resume_truncated: false,
         }
     }
 }
@@ -98,6 +112,24 @@ pub enum SubscribeError {
         offset: u64,
         retained_from: u64,
         retained_ts: Option<i64>,
+    },
+    #[error(
+        "shard {shard}: the feed was truncated by a crash: generation {generation} kept offsets \
+         below {surviving_end}{}, but the cursor is at offset {next}, so this subscriber saw {lost} \
+         event(s) that no longer exist (offsets {surviving_end}..{next}; new events may since have \
+         taken them). Resume from the surviving end explicitly (resume_truncated; \
+         `ringfeed tail --resume-truncated`), or from a time",
+        if *surviving_end == 0 { String::new() } else { format!(" (the last surviving is {})", surviving_end - 1) },
+        lost = next - surviving_end
+    )]
+    Truncated {
+        shard: u32,
+        /// The cursor's generation for this shard.
+        generation: u32,
+        /// Where that generation's surviving events end (exclusive).
+        surviving_end: u64,
+        /// The cursor's next offset for this shard.
+        next: u64,
     },
     #[error("shard {shard}: segment {segment} at byte {position}: {reason}")]
     Corrupt {
@@ -245,6 +277,35 @@ impl Lane {
         }
     }
 
+    /// [`Lane::fill`]; when no record is available, returns the stamp at or
+    /// below which this shard will never deliver another record.
+    ///
+    /// The claim is read first, then the committed watermark, then records
+    /// are looked for: anything stamped at or below the claim is committed by
+    /// the time the claim is published. Delivering only durable records, a
+    /// lane that stopped short of `committed` waits on a flush, and its bound
+    /// is the stamp of its last record: every later one is stamped above it.
+    fn fill_or_bound(
+        &mut self,
+        filter: &Filter,
+        match_all: bool,
+        durable_only: bool,
+    ) -> Result<Option<i64>, SubscribeError> {
+        let w = &self.shard().watermarks;
+        let claimed = w.claimed_ts();
+        let committed = w.committed_next();
+        if self.fill(filter, match_all)? {
+            return Ok(None);
+        }
+        let bound = if !durable_only || self.next >= committed {
+            claimed
+        } else {
+            self.seen_ts
+        };
+        self.seen_ts = self.seen_ts.max(bound);
+        Ok(Some(bound))
+    }
+
     /// Makes sure the current run has unconsumed records if any are
     /// available, without filtering. Returns whether it has.
     fn load(&mut self) -> Result<bool, SubscribeError> {
@@ -335,6 +396,7 @@ pub struct Subscription {
     match_all: bool,
     until_ns: Option<i64>,
     ordering: Ordering,
+    durable_only: bool,
     watermark: i64,
     ended: bool,
 }
@@ -346,8 +408,10 @@ impl Subscription {
         request: SubscribeRequest,
     ) -> Result<Subscription, SubscribeError> {
         let filter = request.filter.normalized()?;
-        let mut readers: Vec<ShardReader> =
-            shards.iter().map(|s| ShardReader::new(s.clone())).collect();
+        let mut readers: Vec<ShardReader> = shards
+            .iter()
+            .map(|s| ShardReader::new(s.clone(), request.durable_only))
+            .collect();
         let next: Vec<u64> = match &request.start {
             Start::Beginning => shards
                 .iter()
@@ -369,15 +433,43 @@ impl Subscription {
                     }
                     .into());
                 }
-                for (reader, (shard, &offset)) in
-                    readers.iter_mut().zip(shards.iter().zip(cursor.offsets()))
-                {
+                let mut next = cursor.offsets().to_vec();
+                for (i, (reader, shard)) in readers.iter_mut().zip(shards).enumerate() {
+                    if let Some(generations) = cursor.generations() {
+                        let history = shard.generations();
+                        match history.check(generations[i], next[i]) {
+                            CursorCheck::Valid => {}
+                            CursorCheck::Truncated { surviving_end }
+                                if request.resume_truncated =>
+                            {
+                                next[i] = surviving_end;
+                            }
+                            CursorCheck::Truncated { surviving_end } => {
+                                return Err(SubscribeError::Truncated {
+                                    shard: shard.id,
+                                    generation: generations[i],
+                                    surviving_end,
+                                    next: next[i],
+                                });
+                            }
+                            CursorCheck::Unknown => {
+                                return Err(CursorError::UnknownGeneration {
+                                    shard: shard.id,
+                                    generation: generations[i],
+                                    current: history.current(),
+                                }
+                                .into())
+                            }
+                        }
+                    }
+                    let offset = next[i];
                     let w = shard.watermarks.snapshot();
                     if offset > w.committed_next {
                         return Err(CursorError::Beyond {
                             shard: shard.id,
                             offset,
                             committed_next: w.committed_next,
+                            legacy: cursor.generations().is_none(),
                         }
                         .into());
                     }
@@ -385,7 +477,7 @@ impl Subscription {
                         return Err(reader.below_retention(offset));
                     }
                 }
-                cursor.offsets().to_vec()
+                next
             }
         };
         let lanes = readers
@@ -408,14 +500,25 @@ impl Subscription {
             lanes,
             until_ns: request.until_ns,
             ordering: request.ordering,
+            durable_only: request.durable_only,
             watermark: 0,
             ended: false,
         })
     }
 
-    /// The resume token: for every shard, the next offset to deliver.
+    /// The resume token: for every shard, the next offset to deliver and
+    /// the generation of the last event before it.
     pub fn cursor(&self) -> Cursor {
-        Cursor::new(self.lanes.iter().map(|l| l.next).collect())
+        let next: Vec<u64> = self.lanes.iter().map(|l| l.next).collect();
+        let generations = self
+            .lanes
+            .iter()
+            .map(|l| match l.next {
+                0 => 0,
+                next => l.shard().generations().of_offset(next - 1),
+            })
+            .collect();
+        Cursor::with_generations(next, generations)
     }
 
     /// The stamp through which every matching event has been delivered (as of
@@ -504,13 +607,11 @@ impl Subscription {
                 if Some(i) == candidate || lane.head.is_some() {
                     continue;
                 }
-                // Claimed first, then look for records: anything stamped at or
-                // below the claim is visible by the time the claim is.
-                let claimed = lane.shard().watermarks.claimed_ts();
-                if lane.fill(&self.filter, self.match_all)? {
+                let Some(claimed) =
+                    lane.fill_or_bound(&self.filter, self.match_all, self.durable_only)?
+                else {
                     continue 'select;
-                }
-                lane.seen_ts = lane.seen_ts.max(claimed);
+                };
                 if claimed < bound {
                     lane.shard().request_claim(bound);
                     blocked = true;
@@ -537,10 +638,9 @@ impl Subscription {
             if lane.done {
                 continue;
             }
-            let claimed = lane.shard().watermarks.claimed_ts();
-            if !lane.fill(&self.filter, self.match_all)? {
-                lane.seen_ts = lane.seen_ts.max(claimed);
-            }
+            let claimed = lane
+                .fill_or_bound(&self.filter, self.match_all, self.durable_only)?
+                .unwrap_or(i64::MIN);
             if let Some(until) = self.until_ns {
                 match lane.head {
                     Some(h) if h.ts > until => lane.done = true,

@@ -55,6 +55,8 @@ struct MappedSegment {
 
 pub(crate) struct ShardReader {
     shard: Arc<ShardShared>,
+    /// Hand out only durable records (below the flushed watermark).
+    durable_only: bool,
     hint: Hint,
     /// First offsets of the shard's segments, ascending (refreshed on a miss).
     segments: Vec<u64>,
@@ -73,9 +75,10 @@ impl AsRef<[u8]> for WindowPrefix {
 }
 
 impl ShardReader {
-    pub fn new(shard: Arc<ShardShared>) -> ShardReader {
+    pub fn new(shard: Arc<ShardShared>, durable_only: bool) -> ShardReader {
         ShardReader {
             shard,
+            durable_only,
             hint: Hint::None,
             segments: Vec::new(),
         }
@@ -97,10 +100,15 @@ impl ShardReader {
     /// past the last run handed out (every record of a run is consumed before
     /// the next read); the reader then continues without searching.
     pub fn read(&mut self, next: u64) -> Result<Option<Run>, SubscribeError> {
-        if next >= self.shard.watermarks.committed_next() {
+        let limit = if self.durable_only {
+            self.shard.watermarks.flushed_next()
+        } else {
+            self.shard.watermarks.committed_next()
+        };
+        if next >= limit {
             return Ok(None);
         }
-        if let Some(run) = self.read_ring(next) {
+        if let Some(run) = self.read_ring(next, limit) {
             return Ok(Some(run));
         }
         let w = &self.shard.watermarks;
@@ -117,7 +125,8 @@ impl ShardReader {
         self.read_disk(next).map(Some)
     }
 
-    fn read_ring(&mut self, next: u64) -> Option<Run> {
+    /// Records from `next` in the ring; with `durable_only`, none at or past `limit`.
+    fn read_ring(&mut self, next: u64, limit: u64) -> Option<Run> {
         // Continue in the window of the last run (the caller consumed all of it).
         let (window, start) = match &self.hint {
             Hint::Window { window, end } if follows(window, *end, next) => {
@@ -147,16 +156,24 @@ impl ShardReader {
         if start >= len {
             return None; // `next` is committed but not in this view yet: retry on wake-up
         }
+        // Durable only: stop at the first unflushed record (a walk over this
+        // run's records, which the caller consumes next anyway).
+        let cut = if self.durable_only {
+            position_in(&window.committed()[start..len], next, limit).map(|at| start + at)
+        } else {
+            None
+        };
+        let end = cut.unwrap_or(len);
         let bytes = Bytes::from_owner(WindowPrefix {
             window: window.clone(),
-            len,
+            len: end,
         })
         .slice(start..);
-        self.hint = Hint::Window { window, end: len };
+        self.hint = Hint::Window { window, end };
         Some(Run {
             bytes,
             first_offset: next,
-            sealed,
+            sealed: sealed && cut.is_none(),
         })
     }
 
