@@ -277,7 +277,8 @@ fn print_acks(out: &mut impl Write, positions: &[Position]) -> Result<()> {
 /// batches and chunks. The tail reconnects by itself after a lost connection
 /// or a server restart (backoff 1 s, x1.6, capped at 2 min) and resumes
 /// exactly, with no line missed or repeated; errors a retry cannot fix
-/// (OUT_OF_RANGE, INVALID_ARGUMENT, ...) end it with their gRPC code.
+/// (OUT_OF_RANGE, INVALID_ARGUMENT, FAILED_PRECONDITION when a server crash
+/// lost events the cursor covers, ...) end it with their gRPC code.
 #[derive(clap::Args, Debug)]
 pub struct TailArgs {
     /// Server address (a URI with a scheme is also accepted).
@@ -337,6 +338,17 @@ pub struct TailArgs {
     /// shard's events stay in order; shards interleave by chunk until then.
     #[arg(long)]
     pub chunk_mode: bool,
+    /// Print only durable events (flushed to disk), so no line can ever name
+    /// an event that a server crash then loses. Memory-acknowledged events
+    /// print up to the server's flush interval later.
+    #[arg(long)]
+    pub durable_only: bool,
+    /// With --cursor: if a server crash lost events this cursor had already
+    /// printed (the tail then exits 9, FAILED_PRECONDITION, "truncated by a
+    /// crash"), continue from where the feed survived instead. The lines
+    /// printed past that point before the crash are to be taken back.
+    #[arg(long, requires = "cursor")]
+    pub resume_truncated: bool,
     /// Print progress on stderr, at most once a second while catching up:
     /// events so far, events/s, lag (now minus the last event's or
     /// heartbeat's time). Asks the server for heartbeats.
@@ -436,6 +448,8 @@ fn subscribe_request(args: &TailArgs, now_ns: i64) -> Result<SubscribeRequest> {
         batching: args.batching,
         chunk_mode: args.chunk_mode,
         heartbeats: args.progress,
+        durable_only: args.durable_only,
+        resume_truncated: args.resume_truncated,
         ..Default::default()
     })
 }

@@ -8,7 +8,9 @@
 //! checkpoint as its start: nothing is skipped and nothing is repeated. In
 //! chunk mode it checks and decodes the raw records and applies the
 //! subscription's filters and `until_ns` itself. Errors that a retry cannot
-//! fix (OUT_OF_RANGE, INVALID_ARGUMENT, superseded, ...) are returned.
+//! fix (OUT_OF_RANGE, INVALID_ARGUMENT, superseded, FAILED_PRECONDITION for
+//! a cursor a crash truncated, ...) are returned; a truncated cursor is never
+//! retried, and [`Truncation::of`] reads where its feed survived.
 //!
 //! Why the checkpoint inside a response is exact: a response's events are in
 //! offset order per shard and hold every matching event of that stretch, and
@@ -103,6 +105,53 @@ pub enum FollowError {
     Address(String, String),
 }
 
+/// What a FAILED_PRECONDITION "truncated by a crash" status says, read from
+/// its metadata (see `TRUNCATION_METADATA`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Truncation {
+    pub shard: u32,
+    /// The cursor's generation for the shard.
+    pub generation: u32,
+    /// Where that generation's surviving events end (exclusive): the offset
+    /// a resumed subscriber continues at.
+    pub surviving_end: u64,
+    /// The cursor's offset: `next - surviving_end` events it covered are gone.
+    pub next: u64,
+}
+
+/// Response-status metadata of a truncated cursor: `shard=S generation=G
+/// surviving_end=E next=N`.
+pub const TRUNCATION_METADATA: &str = "ringfeed-truncated";
+
+impl Truncation {
+    /// The truncation a status reports, if it reports one.
+    pub fn of(status: &Status) -> Option<Truncation> {
+        if status.code() != Code::FailedPrecondition {
+            return None;
+        }
+        let text = status.metadata().get(TRUNCATION_METADATA)?.to_str().ok()?;
+        let field = |name: &str| {
+            text.split(' ')
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        Some(Truncation {
+            shard: u32::try_from(field("shard")?).ok()?,
+            generation: u32::try_from(field("generation")?).ok()?,
+            surviving_end: field("surviving_end")?,
+            next: field("next")?,
+        })
+    }
+
+    /// The metadata value that [`Truncation::of`] reads.
+    pub fn metadata_value(&self) -> String {
+        format!(
+            "shard={} generation={} surviving_end={} next={}",
+            self.shard, self.generation, self.surviving_end, self.next
+        )
+    }
+}
+
 /// Counters of what a follower went through.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FollowStats {
@@ -124,10 +173,11 @@ pub struct Follower {
     stream: Option<Streaming<RawSubscribeResponse>>,
     /// Events received and not yet handed out, in order.
     pending: VecDeque<FollowedEvent>,
-    /// Next offset per shard: the checkpoint, once known.
-    checkpoint: Option<Vec<u64>>,
+    /// Next offset per shard (with the server's generations): the
+    /// checkpoint, once known.
+    checkpoint: Option<Cursor>,
     /// The cursor of the response `pending` came from.
-    response_cursor: Option<Vec<u64>>,
+    response_cursor: Option<Cursor>,
     watermark_ns: i64,
     failures: u32,
     ended: bool,
@@ -180,9 +230,7 @@ impl Follower {
         let checkpoint = match &request.start {
             Some(Start::Cursor(bytes)) => Some(
                 Cursor::from_bytes(bytes)
-                    .map_err(|e| FollowError::Refused(Status::invalid_argument(e.to_string())))?
-                    .offsets()
-                    .to_vec(),
+                    .map_err(|e| FollowError::Refused(Status::invalid_argument(e.to_string())))?,
             ),
             _ => None,
         };
@@ -208,7 +256,7 @@ impl Follower {
     /// The checkpoint: resuming from it continues right after the last event
     /// [`Follower::next`] returned. `None` before the first response.
     pub fn cursor(&self) -> Option<Cursor> {
-        self.checkpoint.clone().map(Cursor::new)
+        self.checkpoint.clone()
     }
 
     /// Every matching event stamped at or below this has been handed out
@@ -266,10 +314,8 @@ impl Follower {
             .await
             .map_err(|e| Status::unavailable(format!("connecting to {}: {e}", self.server)))?;
         let mut request = self.request.clone();
-        if let Some(offsets) = &self.checkpoint {
-            request.start = Some(Start::Cursor(
-                Cursor::new(offsets.clone()).to_bytes().into(),
-            ));
+        if let Some(cursor) = &self.checkpoint {
+            request.start = Some(Start::Cursor(cursor.to_bytes().into()));
         }
         let mut grpc =
             tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES);
@@ -289,7 +335,7 @@ impl Follower {
                 .and_then(|v| v.to_bytes().ok())
                 .and_then(|b| Cursor::from_bytes(&b).ok())
             {
-                self.checkpoint = Some(cursor.offsets().to_vec());
+                self.checkpoint = Some(cursor);
             }
         }
         self.stream = Some(response.into_inner());
@@ -317,8 +363,7 @@ impl Follower {
         let cursor = (!response.cursor.is_empty())
             .then(|| Cursor::from_bytes(&response.cursor))
             .transpose()
-            .map_err(|e| FollowError::Corrupt(format!("cursor: {e}")))?
-            .map(|c| c.offsets().to_vec());
+            .map_err(|e| FollowError::Corrupt(format!("cursor: {e}")))?;
         match response.item {
             Some(RawItem::Event(m)) => self.pending.push_back(event(m)),
             Some(RawItem::Batch(b)) => {
@@ -341,11 +386,11 @@ impl Follower {
         };
         // Until the events are handed out, each shard's checkpoint is its
         // first pending event's offset, else where the response leaves it.
+        // The response cursor's generations hold for every offset at or
+        // below its own (see ringfeed_engine::generation).
         let mut before = cursor.clone();
         for e in self.pending.iter().rev() {
-            if let Some(slot) = before.get_mut(e.shard as usize) {
-                *slot = e.offset;
-            }
+            before.set_next(e.shard, e.offset);
         }
         self.checkpoint = Some(before);
         self.response_cursor = Some(cursor);
@@ -355,12 +400,8 @@ impl Follower {
     fn hand_out(&mut self, event: &FollowedEvent) {
         self.stats.events += 1;
         self.watermark_ns = self.watermark_ns.max(event.ts_ns - 1);
-        if let Some(slot) = self
-            .checkpoint
-            .as_mut()
-            .and_then(|c| c.get_mut(event.shard as usize))
-        {
-            *slot = event.offset + 1;
+        if let Some(checkpoint) = self.checkpoint.as_mut() {
+            checkpoint.set_next(event.shard, event.offset + 1);
         }
     }
 

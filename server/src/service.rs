@@ -252,6 +252,27 @@ pub(crate) fn subscribe_status(e: SubscribeError) -> Status {
             Status::invalid_argument(e.to_string())
         }
         SubscribeError::BelowRetention { .. } => Status::out_of_range(e.to_string()),
+        &SubscribeError::Truncated {
+            shard,
+            generation,
+            surviving_end,
+            next,
+        } => {
+            let mut status = Status::failed_precondition(e.to_string());
+            let value = crate::client::Truncation {
+                shard,
+                generation,
+                surviving_end,
+                next,
+            }
+            .metadata_value();
+            if let Ok(value) = value.parse() {
+                status
+                    .metadata_mut()
+                    .insert(crate::client::TRUNCATION_METADATA, value);
+            }
+            status
+        }
         SubscribeError::Corrupt { .. }
         | SubscribeError::Io { .. }
         | SubscribeError::Record { .. } => Status::data_loss(e.to_string()),
@@ -294,6 +315,8 @@ fn engine_request(r: &v1::SubscribeRequest) -> Result<SubscribeRequest, Status> 
         },
         until_ns: (r.until_ns != 0).then_some(r.until_ns),
         ordering,
+        durable_only: r.durable_only,
+        resume_truncated: r.resume_truncated,
     })
 }
 

@@ -43,6 +43,11 @@ impl Server {
         Server::spawn(data_dir, shards, listen, &[])
     }
 
+    /// [`Server::start_on`] with more `serve` flags.
+    pub fn start_on_with(data_dir: &Path, shards: u32, listen: &str, flags: &[&str]) -> Server {
+        Server::spawn(data_dir, shards, listen, flags)
+    }
+
     /// [`Server::start`] with more `serve` flags; with `--metrics-listen` it
     /// also waits for the `metrics on` line.
     pub fn start_with(data_dir: &Path, shards: u32, flags: &[&str]) -> Server {
@@ -139,6 +144,16 @@ impl Server {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .expect("VmHWM in /proc/PID/status");
         kib * 1024
+    }
+
+    /// SIGKILL: the server stops at once, flushing nothing; waits for the exit.
+    pub fn kill(mut self) {
+        self.stopped = true;
+        if self.exited.try_recv().is_ok() {
+            return; // already reaped: its pid may be someone else's by now
+        }
+        signal(self.pid, "KILL");
+        let _ = self.exited.recv_timeout(SHUTDOWN);
     }
 
     /// SIGTERM, then wait for the exit (SIGKILL after a bound).
