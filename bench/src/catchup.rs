@@ -139,6 +139,7 @@ fn catch_up(engine: &Engine, start: Start, filter: &Filter, until: i64) -> Resul
             filter: filter.clone(),
             until_ns: Some(until),
             ordering: ringfeed_engine::Ordering::Merged,
+            ..SubscribeRequest::from(Start::Beginning)
         })
         .map_err(|e| anyhow!("subscribe: {e}"))?;
     let from: u64 = sub.cursor().offsets().iter().sum();
