@@ -17,6 +17,7 @@
 mod catchup;
 mod ceiling;
 mod cli;
+mod delivery;
 mod grpc;
 mod idle;
 mod report;
@@ -128,6 +129,26 @@ enum Command {
         /// Also measure segment catch-up after dropping the page cache (needs root).
         #[arg(long)]
         drop_caches: bool,
+    },
+    /// Live delivery latency of a default subscriber and a durable-only one
+    /// side by side (in process, no gRPC), with memory and durable appends:
+    /// what delivering only flushed events costs.
+    DeliveryLatency {
+        /// Scratch directory on the disk to measure (not tmpfs); removed afterwards.
+        #[arg(long, default_value = "./bench-scratch")]
+        dir: PathBuf,
+        /// Events per second the open-loop producer appends.
+        #[arg(long, default_value_t = 10_000)]
+        rate: u64,
+        /// Seconds per run.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Shards.
+        #[arg(long, default_value_t = 2)]
+        shards: u32,
+        /// The shards' flush interval in ms (the server's default is 10).
+        #[arg(long, default_value_t = 10)]
+        flush_interval_ms: u64,
     },
     #[command(flatten)]
     Scenario(cli::ScenarioCmd),
@@ -301,6 +322,19 @@ fn main() -> Result<()> {
             }
             catchup::subscribe_catchup(&dir, events, event_bytes, reps, drop_caches)
         }
+        Command::DeliveryLatency {
+            dir,
+            rate,
+            seconds,
+            shards,
+            flush_interval_ms,
+        } => delivery::delivery_latency(&delivery::Args {
+            dir: &dir,
+            rate,
+            seconds,
+            shards,
+            flush_interval_ms,
+        }),
         Command::Scenario(cmd) => {
             let kinds = [cmd.common().system];
             cli::run_scenario(&cmd, &kinds, cmd.common().out.as_deref()).map(drop)

@@ -122,7 +122,11 @@ impl Cursor {
         // claim the cursor's events were all written by generation 0.
         let mut out = Vec::with_capacity(HEADER + 12 * self.next.len() + 4);
         out.extend_from_slice(MAGIC);
-        out.push(if self.generations.is_some() { VERSION } else { VERSION_1 });
+        out.push(if self.generations.is_some() {
+            VERSION
+        } else {
+            VERSION_1
+        });
         out.extend_from_slice(&(self.next.len() as u16).to_le_bytes());
         for (i, offset) in self.next.iter().enumerate() {
             out.extend_from_slice(&offset.to_le_bytes());
@@ -210,7 +214,11 @@ mod tests {
         assert_eq!((c.offsets(), c.generations()), (&[5u64, 9][..], None));
         let text = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&v1);
         assert_eq!(text, V1_CURSOR);
-        assert_eq!(c.to_bytes(), v1, "a cursor without generations stays version 1");
+        assert_eq!(
+            c.to_bytes(),
+            v1,
+            "a cursor without generations stays version 1"
+        );
         assert_eq!(V1_CURSOR.parse::<Cursor>().unwrap(), c);
     }
 
