@@ -75,6 +75,9 @@ pub struct RecoveryReport {
     /// The shard's generation history; its last entry is the generation this
     /// open started.
     pub generations: Option<Generations>,
+    /// Opened with [`Log::open_read_only`]: `removed` and `truncated` say
+    /// what an open would do; nothing was changed.
+    pub read_only: bool,
 }
 
 pub(crate) struct Segment<F> {
@@ -109,7 +112,29 @@ impl<S: Storage> Log<S> {
         storage: S,
         config: LogConfig,
     ) -> Result<(Log<S>, RecoveryReport), RecoveryError> {
-        let mut report = RecoveryReport::default();
+        Log::open_mode(storage, config, false).await
+    }
+
+    /// Reads the log as [`Log::open`] would recover it, changing nothing: no
+    /// leftover is removed, no torn tail zeroed, nothing synced, no
+    /// generation started. The report says what an open would do
+    /// (`removed`, `truncated`). The log refuses every write (it is latched).
+    pub async fn open_read_only(
+        storage: S,
+        config: LogConfig,
+    ) -> Result<(Log<S>, RecoveryReport), RecoveryError> {
+        Log::open_mode(storage, config, true).await
+    }
+
+    async fn open_mode(
+        storage: S,
+        config: LogConfig,
+        read_only: bool,
+    ) -> Result<(Log<S>, RecoveryReport), RecoveryError> {
+        let mut report = RecoveryReport {
+            read_only,
+            ..RecoveryReport::default()
+        };
         let mut names = Vec::new();
         for name in storage
             .list()
@@ -118,10 +143,12 @@ impl<S: Storage> Log<S> {
         {
             if name.ends_with(TEMP_SUFFIX) {
                 // A segment creation that did not finish: it never held data.
-                storage
-                    .remove(&name)
-                    .await
-                    .map_err(recovery_io(name.clone()))?;
+                if !read_only {
+                    storage
+                        .remove(&name)
+                        .await
+                        .map_err(recovery_io(name.clone()))?;
+                }
                 report.removed.push(name);
             } else if let Some(first) = parse_segment_name(&name) {
                 names.push((first, name));
@@ -160,10 +187,12 @@ impl<S: Storage> Log<S> {
                         .get(SEGMENT_HEADER_BLOCK..)
                         .is_none_or(|c| c.iter().all(|&b| b == 0));
                     if is_last && no_chunks {
-                        log.storage
-                            .remove(&name)
-                            .await
-                            .map_err(recovery_io(name.clone()))?;
+                        if !read_only {
+                            log.storage
+                                .remove(&name)
+                                .await
+                                .map_err(recovery_io(name.clone()))?;
+                        }
                         report.removed.push(name);
                         continue;
                     }
@@ -195,9 +224,11 @@ impl<S: Storage> Log<S> {
             log.write_pos = scanned.write_pos;
             report.clean_close = scanned.clean_close;
             if let Some(torn) = scanned.torn {
-                zero_range(&file, torn.position, torn.dirty_end)
-                    .await
-                    .map_err(recovery_io(name.clone()))?;
+                if !read_only {
+                    zero_range(&file, torn.position, torn.dirty_end)
+                        .await
+                        .map_err(recovery_io(name.clone()))?;
+                }
                 report.truncated = Some((name.clone(), torn));
             }
             log.segments.push(Segment {
@@ -208,6 +239,21 @@ impl<S: Storage> Log<S> {
             });
         }
         report.removed.sort();
+        if read_only {
+            let history = match Generations::load_read_only(&log.storage)
+                .await
+                .map_err(recovery_io("the generation history"))?
+            {
+                Some(history) => history,
+                None => log.generations_from_chunks(),
+            };
+            log.generations = history.clone();
+            report.generations = Some(history);
+            log.latched = Some("opened read-only".into());
+            report.segments = log.segments.len();
+            report.next_offset = log.next_offset;
+            return Ok((log, report));
+        }
         if !report.removed.is_empty() {
             log.storage
                 .sync_dir()

@@ -72,8 +72,10 @@ enum Command {
         #[command(subcommand)]
         what: Tune,
     },
-    /// Print the segments and chunk counts of every shard in a data dir (opens and recovers it;
-    /// do not run it on a data dir a server has open).
+    /// Print the segments, chunk counts and generations of every shard in a data dir,
+    /// read-only: it changes nothing (a leftover or torn tail a server's open would
+    /// repair is reported, not repaired). Beside a running server it may see the
+    /// active segment mid-write.
     Inspect {
         #[arg(long, default_value = DEFAULT_DATA_DIR)]
         data_dir: PathBuf,
@@ -390,18 +392,29 @@ fn inspect(data_dir: &Path) -> Result<()> {
     if shard_dirs.is_empty() {
         bail!("{} holds no shard-NNN directories", data_dir.display());
     }
+    let data_dir_shown = data_dir.display().to_string();
     LocalExecutorBuilder::new(Placement::Unbound)
         .spawn(move || async move {
             for (shard, dir) in shard_dirs {
                 let storage = DmaStorage::open(&dir).map_err(|e| e.to_string())?;
-                let (log, report) = Log::open(storage, LogConfig::new(shard))
+                let (log, report) = Log::open_read_only(storage, LogConfig::new(shard))
                     .await
                     .map_err(|e| format!("shard {shard}: {e}"))?;
                 println!(
-                    "shard {shard}: next offset {}, retained {:?}",
+                    "shard {shard}: next offset {}, retained {:?}, generations {}",
                     report.next_offset,
-                    log.retained()
+                    log.retained(),
+                    log.generations()
                 );
+                for name in &report.removed {
+                    println!("  {name}: a leftover a server's open would remove");
+                }
+                if let Some((name, torn)) = &report.truncated {
+                    println!(
+                        "  {name}: torn tail at byte {} ({}); a server's open would cut it there",
+                        torn.position, torn.reason
+                    );
+                }
                 for name in log.segment_names() {
                     let first: u64 =
                         ringfeed_engine::segment::parse_segment_name(&name).unwrap_or(0);
@@ -410,6 +423,7 @@ fn inspect(data_dir: &Path) -> Result<()> {
                     println!("  {name}: {} chunk(s), {records} record(s)", chunks.len());
                 }
             }
+            println!("(read-only: nothing in {data_dir_shown} was changed)");
             Ok::<(), String>(())
         })
         .map_err(|e| anyhow::anyhow!("starting the executor: {e}"))?
