@@ -125,13 +125,26 @@ impl Engine {
             source,
         })?;
         check_meta(&config.data_dir, config.shards)?;
-        // Create the shard directories here, where a failure can be reported.
+        // Create the shard directories here, where a failure can be reported,
+        // and make their names durable before anything is acknowledged in them.
         for shard in 0..config.shards {
             let dir = shard_dir(&config.data_dir, shard);
             std::fs::create_dir_all(&dir).map_err(|source| EngineError::Io {
                 what: format!("creating {}", dir.display()),
                 source,
             })?;
+        }
+        let parent = config
+            .data_dir
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty());
+        for dir in parent.into_iter().chain([config.data_dir.as_path()]) {
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|source| EngineError::Io {
+                    what: format!("syncing the directory {}", dir.display()),
+                    source,
+                })?;
         }
         let dir = config.data_dir.clone();
         Engine::open_with(config, Arc::new(SystemClock), move |shard| {

@@ -254,12 +254,14 @@ impl<S: Storage> Log<S> {
             report.next_offset = log.next_offset;
             return Ok((log, report));
         }
-        if !report.removed.is_empty() {
-            log.storage
-                .sync_dir()
-                .await
-                .map_err(recovery_io("the segment directory"))?;
-        }
+        // Always, not only after a removal: a rename (`.seg.tmp` -> `.seg`)
+        // whose directory sync a crash cut off is visible now but not durable,
+        // and acknowledged appends into that segment must not be undone by a
+        // later power loss.
+        log.storage
+            .sync_dir()
+            .await
+            .map_err(recovery_io("the segment directory"))?;
         match log.segments.last() {
             Some(active) => {
                 // What was kept may have been written but not synced (process crash):
