@@ -165,16 +165,20 @@ pub async fn scan_segment<F: StorageFile>(
             Err(e) => e,
         };
         let first_block_zero = reader.get(pos, alignment).await?.iter().all(|&b| b == 0);
-        if first_block_zero && scanned.clean_close {
-            // Closed cleanly and nothing written since: no residue can exist.
-            return Ok(scanned);
-        }
+        // No short-cut after a seal: chunks written after a clean close can
+        // be torn too, and their residue must be found and zeroed.
         let residue = scan_residue(&mut reader, &scanned, pos, fully_synced).await?;
-        if fully_synced && !first_block_zero {
+        if fully_synced && (!first_block_zero || residue.dirty_end > pos) {
+            // Synced in full, so nothing past the valid prefix can be crash
+            // residue: a zero block followed by data is a lost write.
             return Err(RecoveryError::Corruption {
                 segment: name.to_string(),
                 position: pos,
-                reason,
+                reason: if first_block_zero {
+                    ChunkError::Inconsistent("a zeroed block followed by data (a lost write)")
+                } else {
+                    reason
+                },
                 evidence: "the segment was synced in full before its successor was created".into(),
             });
         }
