@@ -341,7 +341,7 @@ impl ShardReader {
                     bytes,
                     alignment: header.alignment as usize,
                 };
-                chunk_at(&segment, SEGMENT_HEADER_BLOCK).map(|c| c.first_ts)
+                first_data_chunk(&segment).map(|c| c.first_ts)
             });
         (from, ts)
     }
@@ -379,7 +379,7 @@ impl ShardReader {
                 break;
             };
             let candidate = self.segment_for(later)?;
-            match chunk_at(&candidate, SEGMENT_HEADER_BLOCK) {
+            match first_data_chunk(&candidate) {
                 Some(first) if first.first_ts <= since => segment = candidate,
                 Some(_) => break,
                 None => segment = candidate, // an empty segment: keep looking further
@@ -450,6 +450,19 @@ impl ShardReader {
 fn chunk_at(segment: &MappedSegment, pos: usize) -> Option<ChunkHeader> {
     let header = ChunkHeader::decode(segment.bytes.get(pos..)?).ok()?;
     (pos + header.disk_len(segment.alignment) <= segment.bytes.len()).then_some(header)
+}
+
+/// The segment's first chunk that holds records: a seal (no records, stamp
+/// 0) says nothing about the stamps a segment holds.
+fn first_data_chunk(segment: &MappedSegment) -> Option<ChunkHeader> {
+    let mut pos = SEGMENT_HEADER_BLOCK;
+    loop {
+        let header = chunk_at(segment, pos)?;
+        if header.record_count > 0 {
+            return Some(header);
+        }
+        pos += header.disk_len(segment.alignment);
+    }
 }
 
 /// Byte position of the record with `offset` in `records` (whose first record is `first`).
