@@ -167,8 +167,9 @@ impl Engine {
         validate(&config)?;
         let mut shards = Vec::new();
         let mut readies = Vec::new();
+        let stamped_high = Arc::new(std::sync::atomic::AtomicI64::new(0));
         for id in 0..config.shards {
-            let shared = Arc::new(ShardShared::new(id));
+            let shared = Arc::new(ShardShared::new(id, stamped_high.clone()));
             let (tx, rx) = flume::unbounded();
             let (ready_tx, ready_rx) = flume::bounded(1);
             let shard_config = shard_config(&config, id);

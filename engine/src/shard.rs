@@ -87,6 +87,11 @@ pub struct ShardShared {
     claim_requested: Event,
     /// The generation history, set when the log opened (before ready).
     generations: std::sync::OnceLock<Generations>,
+    /// The highest stamp any shard of the engine has made visible (shared by
+    /// all of them): a claim up to it never pushes stamps past what the feed
+    /// already holds, so a quiet shard can answer a merge at once even when
+    /// the wall clock is behind the other shards' stamps.
+    stamped_high: Arc<std::sync::atomic::AtomicI64>,
 }
 
 /// Counters of a shard's work, for metrics and benchmarks. Relaxed atomics,
@@ -140,7 +145,7 @@ impl ShardShared {
             .store(ring.unflushed_bytes(), Ordering::Relaxed);
     }
 
-    pub(crate) fn new(id: u32) -> ShardShared {
+    pub(crate) fn new(id: u32, stamped_high: Arc<std::sync::atomic::AtomicI64>) -> ShardShared {
         ShardShared {
             id,
             watermarks: Watermarks::default(),
@@ -154,6 +159,7 @@ impl ShardShared {
             files: std::sync::OnceLock::new(),
             claim_requested: Event::new(),
             generations: std::sync::OnceLock::new(),
+            stamped_high,
         }
     }
 
@@ -262,6 +268,7 @@ pub(crate) async fn run<S: Storage + 'static>(
     let next = log.next_offset();
     let last_ts = log.last_ts().unwrap_or(0);
     let w = &shared.watermarks;
+    shared.stamped_high.fetch_max(last_ts, Ordering::AcqRel);
     w.publish_committed(next, last_ts);
     w.claim(last_ts);
     w.publish_flushed(next, last_ts);
@@ -431,6 +438,9 @@ async fn append(
         });
         at += len;
     }
+    // Before the batch is visible: a merge that sees it may ask other shards
+    // to claim its stamp, and they claim up to this at once.
+    shared.stamped_high.fetch_max(st.last_ts, Ordering::AcqRel);
     st.ring.publish();
     let next = st.ring.next_offset();
     shared.watermarks.publish_committed(next, st.last_ts);
@@ -688,7 +698,12 @@ async fn ticker(
         let wanted = shared.watermarks.claim_wanted();
         let claimed = wanted != 0 && claim_retry.is_none_or(|at| at <= now);
         if claimed {
-            let ts = clock.now_ns().max(st.last_ts);
+            // A wanted stamp that some shard already made visible is claimed
+            // at once, whatever the wall clock says (a clock stepped back must
+            // not stall merges for the length of the step); beyond that (an
+            // `until_ns` ahead of every stamp), the clock has to get there.
+            let reached = wanted.min(shared.stamped_high.load(Ordering::Acquire));
+            let ts = clock.now_ns().max(st.last_ts).max(reached);
             shared.watermarks.claim(ts);
             if ts >= wanted {
                 shared.watermarks.claim_answered(wanted);
