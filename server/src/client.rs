@@ -301,7 +301,15 @@ impl Follower {
                     self.failures = 0;
                     self.take(response)?;
                 }
-                Ok(None) => self.ended = true, // until_ns reached: the server ended OK
+                // The server ends a stream OK only once until_ns is reached;
+                // an OK end without it is a cut stream: resume.
+                Ok(None) if self.request.until_ns != 0 => self.ended = true,
+                Ok(None) => {
+                    let status = Status::unavailable(
+                        "the stream ended without an error before any until_ns",
+                    );
+                    self.failed(status).await?
+                }
                 Err(status) => self.failed(status).await?,
             }
         }

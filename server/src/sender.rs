@@ -71,8 +71,6 @@ impl Default for SubscriberLimits {
     }
 }
 
-/// How long the final status of a failed stream may wait for queue room.
-const FINAL_STATUS_WAIT: Duration = Duration::from_secs(1);
 /// A client that has read nothing for this long gets a warning in the log.
 const STALLED_AFTER: Duration = Duration::from_secs(10);
 static STALLED_WARNINGS: RateLimit = RateLimit::new(Duration::from_secs(10));
@@ -190,6 +188,10 @@ pub(crate) struct Sender {
     pub limits: Arc<SubscriberLimits>,
     pub admission: Arc<Admission>,
     pub tx: mpsc::Sender<Queued>,
+    /// The stream's final error, delivered after everything queued on `tx`.
+    /// Its own channel (capacity 1, used once) always has room, so a client
+    /// that stopped reading can never turn the error into a clean end.
+    pub final_status: mpsc::Sender<Status>,
     pub registered: Registered,
     /// Events queued so far (shown by ListSubscribers).
     pub sent: AtomicU64,
@@ -232,10 +234,10 @@ impl Sender {
             if status.code() == Code::OutOfRange {
                 self.metrics.0.out_of_range();
             }
-            // A client that stopped reading has a full queue: give up after a
-            // moment rather than keep a superseded or shut-down stream alive.
-            let last = self.tx.send((Err(status), None));
-            let _ = tokio::time::timeout(FINAL_STATUS_WAIT, last).await;
+            // Never through the (possibly full) response queue: a status that
+            // could not be queued was once dropped, and the stream then ended
+            // OK, which a client takes for "until reached".
+            let _ = self.final_status.try_send(status);
         }
     }
 

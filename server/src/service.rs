@@ -450,11 +450,13 @@ impl RingFeed for Service {
             chunk_mode: r.chunk_mode,
         };
         let (tx, rx) = mpsc::channel(self.limits.queue_responses.max(1));
+        let (final_status, final_rx) = mpsc::channel(1);
         let sender = Sender {
             engine: self.engine.clone(),
             limits: self.limits.clone(),
             admission: self.admission.clone(),
             tx,
+            final_status,
             registered,
             sent: Default::default(),
             metrics: Connected::new(self.metrics.clone()),
@@ -462,7 +464,10 @@ impl RingFeed for Service {
         let start = MetadataValue::from_bytes(&subscription.cursor().to_bytes());
         tokio::spawn(sender.run(subscription, options, self.shutdown.clone()));
         // A response's backlog bytes are given back as tonic takes it.
-        let responses = ReceiverStream::new(rx).map(|(response, _bytes)| response);
+        // The queued responses, then the final error if the stream failed.
+        let responses = ReceiverStream::new(rx)
+            .map(|(response, _bytes)| response)
+            .chain(ReceiverStream::new(final_rx).map(Err));
         let mut response = Response::new(Box::pin(responses) as Self::SubscribeStream);
         response
             .metadata_mut()
