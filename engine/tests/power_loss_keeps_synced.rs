@@ -1,4 +1,5 @@
-//! Simulated power loss at a random moment: every record whose sync completed
+//! Simulated power loss at a random moment (every unsynced byte lost, or a
+//! seeded arbitrary subset of the unsynced blocks kept): every record whose sync completed
 //! is present after reopen, in order, with contiguous offsets; reopening ten
 //! more times gives identical segment files (each open only starts a new
 //! generation in the `generations` file). The workload rotates segments, so crashes
@@ -69,37 +70,46 @@ fn synced_records_survive_power_loss() {
         workload(&probe, &mut probe_rng, 60, None);
         let total_ops = probe.ops();
 
-        let storage = MemStorage::new();
         let halt = rng.below(total_ops);
-        let mut work_rng = Rng::new(seed);
-        let acked = workload(&storage, &mut work_rng, 60, Some(halt));
-        storage.power_loss();
+        // Both fault models: every unsynced byte lost, and a seeded subset of
+        // the unsynced blocks kept (what real disks do).
+        for keeping in [false, true] {
+            let storage = MemStorage::new();
+            let mut work_rng = Rng::new(seed);
+            let acked = workload(&storage, &mut work_rng, 60, Some(halt));
+            if keeping {
+                storage.power_loss_keeping(seed);
+            } else {
+                storage.power_loss();
+            }
 
-        let what = format!(
-            "seed {seed} (replay: RINGFEED_SEED={seed}), halt after op {halt} of {total_ops}"
-        );
-        let first = reopen_and_read(&storage, config());
-        assert!(
-            first.len() as u64 >= acked,
-            "{what}: {} records survived, {acked} were acked",
-            first.len()
-        );
-        assert_records(&first, &expected(0..first.len() as u64), &what);
-        let state = snapshot(&storage);
-        let mut generation = current_generation(&storage);
-        for round in 0..10 {
-            let again = reopen_and_read(&storage, config());
-            assert_records(&again, &first, &format!("{what}: reopen {round}"));
-            assert!(
-                snapshot(&storage) == state,
-                "{what}: reopen {round} changed the segment files"
+            let what = format!(
+                "seed {seed} (replay: RINGFEED_SEED={seed}), halt after op {halt} of {total_ops}, \
+             unsynced blocks kept at random: {keeping}"
             );
-            let next = current_generation(&storage);
+            let first = reopen_and_read(&storage, config());
             assert!(
-                next > generation,
-                "{what}: reopen {round} kept generation {generation}"
+                first.len() as u64 >= acked,
+                "{what}: {} records survived, {acked} were acked",
+                first.len()
             );
-            generation = next;
+            assert_records(&first, &expected(0..first.len() as u64), &what);
+            let state = snapshot(&storage);
+            let mut generation = current_generation(&storage);
+            for round in 0..10 {
+                let again = reopen_and_read(&storage, config());
+                assert_records(&again, &first, &format!("{what}: reopen {round}"));
+                assert!(
+                    snapshot(&storage) == state,
+                    "{what}: reopen {round} changed the segment files"
+                );
+                let next = current_generation(&storage);
+                assert!(
+                    next > generation,
+                    "{what}: reopen {round} kept generation {generation}"
+                );
+                generation = next;
+            }
         }
     }
 }

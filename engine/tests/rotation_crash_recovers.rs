@@ -52,15 +52,19 @@ fn crash_at_every_operation() {
     drop(log);
 
     for halt in 0..=total_ops {
-        for power_loss in [false, true] {
+        for crash in [
+            "process crash",
+            "power loss",
+            "power loss keeping some blocks",
+        ] {
             let storage = MemStorage::new();
             let acked = workload(&storage, Some(halt));
-            if power_loss {
-                storage.power_loss();
-            } else {
-                storage.process_crash();
+            match crash {
+                "process crash" => storage.process_crash(),
+                "power loss" => storage.power_loss(),
+                _ => storage.power_loss_keeping(halt),
             }
-            let what = format!("halt after op {halt} of {total_ops}, power loss: {power_loss}");
+            let what = format!("halt after op {halt} of {total_ops}, {crash}");
             let (mut log, _) =
                 open_mem(&storage, config()).unwrap_or_else(|e| panic!("{what}: {e}"));
             let records = block_on(read_all(&log));

@@ -3,7 +3,9 @@
 //! Each file keeps two images: what reads see now, and what is durable (as of
 //! its last `sync`). The directory keeps its current names and its durable
 //! names (as of the last `sync_dir`). [`MemStorage::power_loss`] throws away
-//! everything not durable, as a pessimistic disk and file system may.
+//! everything not durable, as a pessimistic disk and file system may;
+//! [`MemStorage::power_loss_keeping`] keeps a seeded arbitrary subset of the
+//! unsynced blocks, as real disks do.
 //! Faults are counted in operations of one kind from the moment they are set:
 //! fail the N-th write or sync, tear the N-th write after K bytes (the process
 //! "dies" there: every later operation fails until `power_loss`), or halt after
@@ -145,6 +147,59 @@ impl MemStorage {
             file.data = file.durable.clone();
         }
         s.names = s.durable_names.clone();
+        s.faults = Faults::default();
+        s.halted = false;
+    }
+
+    /// Simulates power loss on a real disk, which persists an arbitrary subset
+    /// of the blocks written since their file's last sync, in any order: each
+    /// such 512-byte block independently keeps its new contents or its
+    /// durable ones (a block past the durable length: new contents or zeros),
+    /// and an unsynced extension of a file's length survives or not, by a
+    /// generator seeded with `seed` (the same seed, the same outcome).
+    /// Unsynced directory changes survive all together or not at all, as a
+    /// journaling file system commits them in order. Faults are cleared.
+    pub fn power_loss_keeping(&self, seed: u64) {
+        let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut coin = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng & 1 == 1
+        };
+        let mut s = self.lock();
+        for file in &mut s.files {
+            let len = if coin() {
+                file.data.len()
+            } else {
+                file.durable.len()
+            };
+            let mut out = vec![0u8; len];
+            for (i, block) in out.chunks_mut(MEM_ALIGNMENT).enumerate() {
+                let at = i * MEM_ALIGNMENT;
+                let take = |image: &[u8], block: &mut [u8]| {
+                    let end = (at + block.len()).min(image.len());
+                    if at < end {
+                        block[..end - at].copy_from_slice(&image[at..end]);
+                    }
+                };
+                let old = file
+                    .durable
+                    .get(at..(at + block.len()).min(file.durable.len()));
+                let new = file.data.get(at..(at + block.len()).min(file.data.len()));
+                if old != new && coin() {
+                    take(&file.data, block);
+                } else {
+                    take(&file.durable, block);
+                }
+            }
+            file.data = out;
+            file.durable.clone_from(&file.data);
+        }
+        if !coin() {
+            s.names = s.durable_names.clone();
+        }
+        s.durable_names = s.names.clone();
         s.faults = Faults::default();
         s.halted = false;
     }
