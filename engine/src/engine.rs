@@ -39,7 +39,9 @@ pub struct EngineConfig {
     pub max_unflushed_bytes: usize,
     /// Longest a memory-acknowledged event stays unflushed while the shard is idle.
     pub flush_interval: Duration,
-    /// How long an append waits on a full flush queue before failing with `ResourceExhausted`.
+    /// How long an append waits on a full flush queue before failing with
+    /// `ResourceExhausted`, counted from its arrival at the engine (time
+    /// queued behind other commands of its shard counts).
     pub append_timeout: Duration,
     pub segment_bytes: u64,
     pub retention: RetentionPolicy,
@@ -255,11 +257,17 @@ impl Engine {
     /// A batch spanning several shards is appended per shard: if one shard
     /// fails (back-pressure, I/O failure), events routed to others may still
     /// have been appended.
+    ///
+    /// Dropping the returned future (a cancelled call, a passed deadline)
+    /// before a shard takes its part means that part is not applied: a shard
+    /// checks that its caller still waits in the same step that stages the
+    /// events (`ShardStats::abandoned` counts the ones dropped).
     pub async fn append(
         &self,
         events: Vec<NewEvent>,
         durability: Durability,
     ) -> Result<Vec<Position>, AppendError> {
+        let arrived = std::time::Instant::now();
         validate_batch(&events, &self.limits)?;
         let count = events.len();
         // Route, then frame each shard's records here, on the caller's thread,
@@ -291,6 +299,7 @@ impl Engine {
                     records,
                     count: indexes.len(),
                     durability,
+                    arrived,
                     reply,
                 },
             )?;

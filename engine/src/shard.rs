@@ -46,6 +46,10 @@ pub(crate) enum Command {
         records: Vec<u8>,
         count: usize,
         durability: Durability,
+        /// When the append reached the engine: `append_timeout` counts from here.
+        arrived: Instant,
+        /// The caller waits on this; once it is gone (its future dropped: a
+        /// cancelled stream, a passed deadline) the append is not applied.
         reply: Reply<Result<Vec<Position>, AppendError>>,
     },
     /// Flush everything committed so far; reply when it is durable.
@@ -121,6 +125,9 @@ pub struct ShardStats {
     /// Failed writes and syncs. Each one latches the shard, so this is 0 or 1
     /// until the engine is reopened.
     pub io_errors: std::sync::atomic::AtomicU64,
+    /// Appends not applied because their caller had gone before the shard
+    /// could take them (cancelled, deadline passed).
+    pub abandoned: std::sync::atomic::AtomicU64,
 }
 
 impl ShardShared {
@@ -318,6 +325,7 @@ pub(crate) async fn run<S: Storage + 'static>(
                 records,
                 count,
                 durability,
+                arrived,
                 reply,
             } => {
                 append(
@@ -330,6 +338,7 @@ pub(crate) async fn run<S: Storage + 'static>(
                     &records,
                     count,
                     durability,
+                    arrived,
                     reply,
                 )
                 .await;
@@ -376,20 +385,31 @@ async fn append(
     records: &[u8],
     count: usize,
     durability: Durability,
+    arrived: Instant,
     reply: Reply<Result<Vec<Position>, AppendError>>,
 ) {
-    // Back-pressure: wait while the batch would push unflushed bytes past the bound.
-    let started = Instant::now();
+    // Back-pressure: wait while the batch would push unflushed bytes past the
+    // bound, at most `append_timeout` since the append arrived (not since
+    // this shard took it: time queued behind other commands counts).
+    let started = arrived;
     loop {
         let listener = shared.flushed.listen();
         {
             let mut st = state.borrow_mut();
+            // Checked in the same non-yielding step that stages the batch
+            // (when there is room): an append whose caller is gone is never
+            // applied later.
+            if reply.is_disconnected() {
+                shared.stats.abandoned.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
             if let Some(e) = st.latched_error(shared.id) {
                 let _ = reply.send(Err(e));
                 return;
             }
             let unflushed = st.ring.unflushed_bytes();
             if unflushed == 0 || unflushed + records.len() <= config.max_unflushed_bytes {
+                drop(st);
                 break;
             }
             let waited = started.elapsed();
