@@ -18,6 +18,7 @@ mod catchup;
 mod ceiling;
 mod cli;
 mod delivery;
+mod flood;
 mod grpc;
 mod idle;
 mod report;
@@ -129,6 +130,26 @@ enum Command {
         /// Also measure segment catch-up after dropping the page cache (needs root).
         #[arg(long)]
         drop_caches: bool,
+    },
+    /// Many clients each send one large append batch to a real `ringfeed
+    /// serve` at once: the server's peak RSS, how each client ended (acked or
+    /// refused), and that exactly the acked events were committed.
+    AppendFlood {
+        /// Scratch directory for the server's data dir; removed afterwards.
+        #[arg(long, default_value = "./bench-scratch")]
+        dir: PathBuf,
+        /// Clients, each with its own connection and one batch.
+        #[arg(long, default_value_t = 100)]
+        clients: usize,
+        /// Size of each client's batch in MiB (1,000-byte events).
+        #[arg(long, default_value_t = 24)]
+        batch_mib: usize,
+        /// Shards the server runs.
+        #[arg(long, default_value_t = 2)]
+        shards: u32,
+        /// The server's append_budget_bytes in MiB (default: the server's default).
+        #[arg(long)]
+        budget_mib: Option<usize>,
     },
     /// Live delivery latency of a default subscriber and a durable-only one
     /// side by side (in process, no gRPC), with memory and durable appends:
@@ -322,6 +343,19 @@ fn main() -> Result<()> {
             }
             catchup::subscribe_catchup(&dir, events, event_bytes, reps, drop_caches)
         }
+        Command::AppendFlood {
+            dir,
+            clients,
+            batch_mib,
+            shards,
+            budget_mib,
+        } => flood::append_flood(&flood::Args {
+            dir: &dir,
+            clients,
+            batch_mib,
+            shards,
+            budget_mib,
+        }),
         Command::DeliveryLatency {
             dir,
             rate,

@@ -276,8 +276,17 @@ impl Engine {
             .iter()
             .map(|e| self.shard_for(&e.directory) as usize)
             .collect();
-        let mut parts: Vec<(Vec<usize>, Vec<u8>)> = (0..self.shards.len())
-            .map(|_| (Vec::new(), Vec::new()))
+        // Sized up front: a large batch framed into a growing Vec left a trail
+        // of freed half-size buffers (fragmentation that kept peak RSS high
+        // under an append flood).
+        let mut sizes = vec![(0usize, 0usize); self.shards.len()];
+        for (event, &shard) in events.iter().zip(&routes) {
+            sizes[shard].0 += 1;
+            sizes[shard].1 += event.record_len();
+        }
+        let mut parts: Vec<(Vec<usize>, Vec<u8>)> = sizes
+            .iter()
+            .map(|&(count, bytes)| (Vec::with_capacity(count), Vec::with_capacity(bytes)))
             .collect();
         for (index, (event, &shard)) in events.iter().zip(&routes).enumerate() {
             let (indexes, records) = &mut parts[shard];

@@ -15,6 +15,9 @@ use crate::sender::SubscriberLimits;
 /// Default data dir and listen address (also the client's default server).
 pub const DEFAULT_DATA_DIR: &str = "./ringfeed-data";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
+/// Append bytes in flight in the whole server, by default: a few large
+/// batches at once; a flood of clients waits on HTTP/2 flow control.
+pub const DEFAULT_APPEND_BUDGET: usize = 32 << 20;
 
 /// What a config file may say. Field names are the TOML keys.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -45,6 +48,9 @@ pub struct FileConfig {
     pub backlog_budget_bytes: Option<usize>,
     /// Subscribers that may read backlog (below the ring) at once.
     pub backlog_readers: Option<usize>,
+    /// Bytes of append requests all clients together may have in flight in
+    /// the server; past it, HTTP/2 flow control holds producers back.
+    pub append_budget_bytes: Option<usize>,
 }
 
 /// Everything `serve` runs with, after file and flags are combined.
@@ -55,6 +61,8 @@ pub struct ServerConfig {
     pub metrics_listen: Option<String>,
     pub io_threads: usize,
     pub subscribers: SubscriberLimits,
+    /// See [`FileConfig::append_budget_bytes`].
+    pub append_budget_bytes: usize,
 }
 
 impl FileConfig {
@@ -145,6 +153,11 @@ impl FileConfig {
             metrics_listen: self.metrics_listen,
             io_threads,
             subscribers,
+            append_budget_bytes: at_least_one(
+                "append_budget_bytes",
+                self.append_budget_bytes,
+                DEFAULT_APPEND_BUDGET,
+            )?,
         })
     }
 }

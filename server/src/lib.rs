@@ -3,6 +3,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod append_budget;
 pub mod cli_client;
 pub mod client;
 pub mod config;

@@ -15,7 +15,7 @@ mod etcd;
 mod nats;
 pub mod process;
 mod ringfeed;
-pub use ringfeed::spawn_server;
+pub use ringfeed::{spawn_server, spawn_server_with};
 mod seaweedfs;
 
 use std::collections::BTreeMap;

@@ -247,6 +247,15 @@ impl Subscriber {
 /// Starts `ringfeed serve` (the binary next to the bench's own) on a free
 /// loopback port over `data_dir`; returns it and its HOST:PORT once it listens.
 pub fn spawn_server(data_dir: &Path, shards: u32) -> Result<(Process, String)> {
+    spawn_server_with(data_dir, shards, &[])
+}
+
+/// [`spawn_server`] with more `serve` flags (a `--config FILE`, say).
+pub fn spawn_server_with(
+    data_dir: &Path,
+    shards: u32,
+    flags: &[&str],
+) -> Result<(Process, String)> {
     let binary = std::env::current_exe()?.with_file_name("ringfeed");
     if !binary.exists() {
         bail!(
@@ -260,7 +269,8 @@ pub fn spawn_server(data_dir: &Path, shards: u32) -> Result<(Process, String)> {
         .arg("--data-dir")
         .arg(data_dir)
         .args(["--listen", "127.0.0.1:0", "--log-level", "warn"])
-        .args(["--shards", &shards.to_string()]);
+        .args(["--shards", &shards.to_string()])
+        .args(flags);
     Process::spawn_until_line(
         "ringfeed serve",
         command,
