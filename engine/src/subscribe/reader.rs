@@ -125,7 +125,7 @@ impl ShardReader {
         self.read_disk(next).map(Some)
     }
 
-    /// Records from `next` in the ring; with `durable_only`, none at or past `limit`.
+    /// Records from `next` in the ring, none at or past `limit`.
     fn read_ring(&mut self, next: u64, limit: u64) -> Option<Run> {
         // Continue in the window of the last run (the caller consumed all of it).
         let (window, start) = match &self.hint {
@@ -156,10 +156,24 @@ impl ShardReader {
         if start >= len {
             return None; // `next` is committed but not in this view yet: retry on wake-up
         }
-        // Durable only: stop at the first unflushed record (a walk over this
-        // run's records, which the caller consumes next anyway).
-        let cut = if self.durable_only {
-            position_in(&window.committed()[start..len], next, limit).map(|at| start + at)
+        // Never past `limit` (the committed, or with durable_only the flushed,
+        // watermark that let this read start): a batch's records become
+        // readable as it fills and seals windows, before the committed
+        // watermark covers the batch. Cut at the first record at or past it
+        // (a walk over this run's records, which the caller consumes next
+        // anyway), unless a later window already holds `limit - 1`, so all of
+        // this one is below it.
+        let may_pass = self.durable_only
+            || !sealed
+            || self
+                .shard
+                .ring
+                .window_for(limit - 1)
+                .is_none_or(|w| Arc::ptr_eq(&w, &window));
+        let cut = if may_pass {
+            position_in(&window.committed()[start..len], next, limit)
+                .map(|at| start + at)
+                .filter(|&at| at < len)
         } else {
             None
         };
