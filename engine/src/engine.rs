@@ -267,6 +267,25 @@ impl Engine {
         events: Vec<NewEvent>,
         durability: Durability,
     ) -> Result<Vec<Position>, AppendError> {
+        let (positions, failure) = self.append_partial(events, durability).await?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        Ok(positions
+            .into_iter()
+            .map(|p| p.expect("every event was answered"))
+            .collect())
+    }
+
+    /// [`Engine::append`], saying what was stored when a shard fails: each
+    /// event's position if its shard appended (and, for `Durable`,
+    /// acknowledged) it, and the first shard's error. `Err` means nothing was
+    /// sent to any shard (the batch was refused whole).
+    pub async fn append_partial(
+        &self,
+        events: Vec<NewEvent>,
+        durability: Durability,
+    ) -> Result<(Vec<Option<Position>>, Option<AppendError>), AppendError> {
         let arrived = std::time::Instant::now();
         validate_batch(&events, &self.limits)?;
         let count = events.len();
@@ -297,12 +316,13 @@ impl Engine {
         }
         drop(events);
         let mut pending = Vec::new();
+        let mut failure = None;
         for (shard, (indexes, records)) in parts.into_iter().enumerate() {
             if indexes.is_empty() {
                 continue;
             }
             let (reply, answer) = flume::bounded(1);
-            self.send(
+            let sent = self.send(
                 shard,
                 Command::Append {
                     records,
@@ -311,23 +331,34 @@ impl Engine {
                     arrived,
                     reply,
                 },
-            )?;
+            );
+            if let Err(e) = sent {
+                if pending.is_empty() {
+                    return Err(e); // nothing was sent anywhere
+                }
+                failure = Some(e);
+                break;
+            }
             pending.push((indexes, answer));
         }
         let mut positions = vec![None; count];
         for (indexes, answer) in pending {
-            let got = answer
+            match answer
                 .recv_async()
                 .await
-                .map_err(|_| AppendError::ShutDown)??;
-            for (index, position) in indexes.into_iter().zip(got) {
-                positions[index] = Some(position);
+                .unwrap_or(Err(AppendError::ShutDown))
+            {
+                Ok(got) => {
+                    for (index, position) in indexes.into_iter().zip(got) {
+                        positions[index] = Some(position);
+                    }
+                }
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
             }
         }
-        Ok(positions
-            .into_iter()
-            .map(|p| p.expect("every event was answered"))
-            .collect())
+        Ok((positions, failure))
     }
 
     /// [`Engine::append`] for callers that are not async.

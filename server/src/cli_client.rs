@@ -158,6 +158,21 @@ async fn append_with<R: BufRead>(
     let mut acks = client.append_stream(requests).await?.into_inner();
     let mut acked = 0u64;
     while let Some(ack) = acks.message().await? {
+        if let Some(failure) = ack.failure {
+            let stored = if failure.stored.is_empty() {
+                String::new()
+            } else {
+                let at: Vec<String> = failure
+                    .stored_indexes
+                    .iter()
+                    .zip(&failure.stored)
+                    .map(|(i, p)| format!("event {i} at shard {} offset {}", p.shard, p.offset))
+                    .collect();
+                format!(" (stored anyway: {})", at.join(", "))
+            };
+            let message = format!("{}{stored}", failure.message);
+            return Err(Status::new(Code::from(failure.code), message).into());
+        }
         print_acks(out, &ack.positions)?;
         acked += ack.positions.len() as u64;
     }

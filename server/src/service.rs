@@ -113,14 +113,8 @@ impl Service {
             .await
             .map_err(append_status)?;
         Ok(v1::AppendResponse {
-            positions: positions
-                .into_iter()
-                .map(|p| v1::Position {
-                    shard: p.shard,
-                    offset: p.offset,
-                    ts_ns: p.ts,
-                })
-                .collect(),
+            positions: positions.into_iter().map(position).collect(),
+            failure: None,
         })
     }
 
@@ -146,29 +140,15 @@ impl Service {
             let durability = decoded[0].0;
             let counts: Vec<usize> = decoded.iter().map(|(_, e)| e.len()).collect();
             let events: Vec<NewEvent> = decoded.into_iter().flat_map(|(_, e)| e).collect();
-            match self.engine.append(events, durability).await {
-                Ok(positions) => {
-                    let mut positions = positions.into_iter().map(|p| v1::Position {
-                        shard: p.shard,
-                        offset: p.offset,
-                        ts_ns: p.ts,
-                    });
-                    return counts
-                        .into_iter()
-                        .map(|n| {
-                            Ok(v1::AppendResponse {
-                                positions: positions.by_ref().take(n).collect(),
-                            })
-                        })
-                        .collect();
-                }
+            match self.engine.append_partial(events, durability).await {
+                Ok((positions, failure)) => return group_answers(&counts, positions, failure),
                 Err(
                     AppendError::Invalid { .. }
                     | AppendError::Frame(_)
                     | AppendError::BatchTooLarge { .. },
                 ) => {}
-                // Not about the content: the first request gets the error,
-                // which ends the stream.
+                // Not about the content, and nothing was sent to a shard: the
+                // first request gets the error, which ends the stream.
                 Err(e) => return vec![Err(append_status(e))],
             }
         }
@@ -183,6 +163,61 @@ impl Service {
         }
         results
     }
+}
+
+fn position(p: ringfeed_engine::Position) -> v1::Position {
+    v1::Position {
+        shard: p.shard,
+        offset: p.offset,
+        ts_ns: p.ts,
+    }
+}
+
+/// One answer per request of a group appended as one engine batch (`counts`
+/// events each, in order). After a shard failed, a request stored in full is
+/// still acknowledged, one that was not gets a response with `failure` (what
+/// of it was stored), and the stream then ends with the failure's status:
+/// no request is left unanswered while parts of it are stored.
+fn group_answers(
+    counts: &[usize],
+    positions: Vec<Option<ringfeed_engine::Position>>,
+    failure: Option<AppendError>,
+) -> Vec<Result<v1::AppendResponse, Status>> {
+    let status = failure.map(append_status);
+    let mut positions = positions.into_iter();
+    let mut answers: Vec<Result<v1::AppendResponse, Status>> = counts
+        .iter()
+        .map(|&n| {
+            let mine: Vec<_> = positions.by_ref().take(n).collect();
+            if mine.iter().all(Option::is_some) {
+                return Ok(v1::AppendResponse {
+                    positions: mine.into_iter().flatten().map(position).collect(),
+                    failure: None,
+                });
+            }
+            let status = status
+                .as_ref()
+                .expect("an event without a position means a failure");
+            let (stored_indexes, stored) = mine
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, p)| p.map(|p| (i as u32, position(p))))
+                .unzip();
+            Ok(v1::AppendResponse {
+                positions: Vec::new(),
+                failure: Some(v1::AppendFailure {
+                    code: status.code() as i32,
+                    message: status.message().to_owned(),
+                    stored_indexes,
+                    stored,
+                }),
+            })
+        })
+        .collect();
+    if let Some(status) = status {
+        answers.push(Err(status));
+    }
+    answers
 }
 
 /// The durability and events of one append request, each event decoded.
@@ -385,11 +420,9 @@ impl RingFeed for Service {
                         }
                     }
                 }
-                let results = if group.len() == 1 {
-                    vec![service.append_batch(group.pop().expect("one")).await]
-                } else {
-                    service.append_group(group).await
-                };
+                // Even one request goes the group's way: if it spans shards
+                // and one fails, its answer says what of it was stored.
+                let results = service.append_group(group).await;
                 for result in results {
                     let failed = result.is_err();
                     if tx.send(result).await.is_err() || failed {
