@@ -44,7 +44,10 @@ impl Store {
                 }
             })
             .collect();
-        AppendResponse { positions }
+        AppendResponse {
+            positions,
+            failure: None,
+        }
     }
 }
 
