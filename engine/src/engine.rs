@@ -37,6 +37,10 @@ pub struct EngineConfig {
     pub ring_bytes: usize,
     /// Record bytes per shard not yet durable; appends wait past it.
     pub max_unflushed_bytes: usize,
+    /// Record bytes of appends queued for one shard and not yet taken by it;
+    /// past it an append is refused at once with `QueueFull` (nothing of it
+    /// appended). A queue holding nothing takes any one batch.
+    pub max_queued_bytes: usize,
     /// Longest a memory-acknowledged event stays unflushed while the shard is idle.
     pub flush_interval: Duration,
     /// How long an append waits on a full flush queue before failing with
@@ -58,6 +62,7 @@ impl Default for EngineConfig {
             window_bytes: 1 << 20,
             ring_bytes: 64 << 20,
             max_unflushed_bytes: 16 << 20,
+            max_queued_bytes: 64 << 20,
             flush_interval: Duration::from_millis(10),
             append_timeout: Duration::from_secs(5),
             segment_bytes: 256 << 20,
@@ -110,6 +115,7 @@ struct ShardHandle {
 pub struct Engine {
     shards: Vec<ShardHandle>,
     limits: Limits,
+    max_queued_bytes: usize,
     reports: Vec<RecoveryReport>,
 }
 
@@ -204,6 +210,7 @@ impl Engine {
         let mut engine = Engine {
             shards,
             limits: config.limits,
+            max_queued_bytes: config.max_queued_bytes,
             reports: Vec::new(),
         };
         for (id, ready) in readies.into_iter().enumerate() {
@@ -315,13 +322,33 @@ impl Engine {
             indexes.push(index);
         }
         drop(events);
+        // Reserve queue room on every shard first: a batch is refused whole
+        // or sent whole, and the commands queued for a shard stay bounded.
+        for (shard, (indexes, records)) in parts.iter().enumerate() {
+            if indexes.is_empty() {
+                continue;
+            }
+            let reserved = self.shards[shard]
+                .shared
+                .reserve_queue(records.len(), self.max_queued_bytes);
+            if let Err(e) = reserved {
+                for (earlier, (indexes, records)) in parts[..shard].iter().enumerate() {
+                    if !indexes.is_empty() {
+                        self.shards[earlier].shared.release_queue(records.len());
+                    }
+                }
+                return Err(e);
+            }
+        }
         let mut pending = Vec::new();
         let mut failure = None;
-        for (shard, (indexes, records)) in parts.into_iter().enumerate() {
+        let mut parts = parts.into_iter().enumerate();
+        for (shard, (indexes, records)) in parts.by_ref() {
             if indexes.is_empty() {
                 continue;
             }
             let (reply, answer) = flume::bounded(1);
+            let len = records.len();
             let sent = self.send(
                 shard,
                 Command::Append {
@@ -333,13 +360,26 @@ impl Engine {
                 },
             );
             if let Err(e) = sent {
+                // Not sent: give back its room (the shard is gone anyway).
+                self.shards[shard].shared.release_queue(len);
                 if pending.is_empty() {
+                    for (shard, (indexes, records)) in parts {
+                        if !indexes.is_empty() {
+                            self.shards[shard].shared.release_queue(records.len());
+                        }
+                    }
                     return Err(e); // nothing was sent anywhere
                 }
                 failure = Some(e);
                 break;
             }
             pending.push((indexes, answer));
+        }
+        // Parts never sent (the engine shut down meanwhile) give back their room.
+        for (shard, (indexes, records)) in parts {
+            if !indexes.is_empty() {
+                self.shards[shard].shared.release_queue(records.len());
+            }
         }
         let mut positions = vec![None; count];
         for (indexes, answer) in pending {

@@ -131,6 +131,15 @@ pub enum AppendError {
         limit: usize,
         waited: Duration,
     },
+    #[error(
+        "shard {shard} has {queued} bytes of appends queued for it (limit {limit}, \
+         max_queued_bytes); nothing of this batch was appended, retry later"
+    )]
+    QueueFull {
+        shard: u32,
+        queued: usize,
+        limit: usize,
+    },
     #[error("shard {shard} stopped after an I/O failure ({cause}); it acknowledges nothing until the engine is reopened")]
     Latched { shard: u32, cause: String },
     #[error("the engine is shut down")]

@@ -83,6 +83,9 @@ pub struct ShardShared {
     latched: Mutex<Option<String>>,
     ring_bytes: AtomicUsize,
     unflushed_bytes: AtomicUsize,
+    /// Record bytes of appends sent to the shard and not yet taken by it
+    /// (reserved by the engine before it sends, given back by the shard).
+    queued_bytes: AtomicUsize,
     stats: ShardStats,
     /// The shard's segment directory, for readers on other threads. Set before
     /// the shard reports ready.
@@ -145,6 +148,31 @@ impl ShardShared {
         self.unflushed_bytes.load(Ordering::Relaxed)
     }
 
+    /// Record bytes of appends queued for the shard and not yet taken.
+    pub fn queued_bytes(&self) -> usize {
+        self.queued_bytes.load(Ordering::Acquire)
+    }
+
+    /// Reserves queue room for `bytes`; refused when others are queued and
+    /// the total would pass `limit` (an empty queue takes any one batch).
+    pub(crate) fn reserve_queue(&self, bytes: usize, limit: usize) -> Result<(), AppendError> {
+        let before = self.queued_bytes.fetch_add(bytes, Ordering::AcqRel);
+        if before == 0 || before + bytes <= limit {
+            return Ok(());
+        }
+        self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        Err(AppendError::QueueFull {
+            shard: self.id,
+            queued: before,
+            limit,
+        })
+    }
+
+    /// Gives back what [`ShardShared::reserve_queue`] took.
+    pub(crate) fn release_queue(&self, bytes: usize) {
+        self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
     fn publish_memory(&self, ring: &Ring) {
         self.ring_bytes
             .store(ring.capacity_bytes(), Ordering::Relaxed);
@@ -162,6 +190,7 @@ impl ShardShared {
             latched: Mutex::new(None),
             ring_bytes: AtomicUsize::new(0),
             unflushed_bytes: AtomicUsize::new(0),
+            queued_bytes: AtomicUsize::new(0),
             stats: ShardStats::default(),
             files: std::sync::OnceLock::new(),
             claim_requested: Event::new(),
@@ -342,6 +371,7 @@ pub(crate) async fn run<S: Storage + 'static>(
                     reply,
                 )
                 .await;
+                shared.release_queue(records.len());
                 // glommio reaps I/O completions only when a task queue runs dry or
                 // its preempt timer fires; a busy command queue would otherwise
                 // hold the flusher's finished writes back for the whole timer.

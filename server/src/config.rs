@@ -32,6 +32,8 @@ pub struct FileConfig {
     pub window_bytes: Option<usize>,
     pub ring_bytes: Option<usize>,
     pub max_unflushed_bytes: Option<usize>,
+    /// Record bytes of appends queued for one shard; past it, refused.
+    pub max_queued_bytes: Option<usize>,
     pub flush_interval_ms: Option<u64>,
     pub append_timeout_ms: Option<u64>,
     pub segment_bytes: Option<u64>,
@@ -103,6 +105,7 @@ impl FileConfig {
             max_unflushed_bytes: self
                 .max_unflushed_bytes
                 .unwrap_or(defaults.max_unflushed_bytes),
+            max_queued_bytes: self.max_queued_bytes.unwrap_or(defaults.max_queued_bytes),
             flush_interval: self
                 .flush_interval_ms
                 .map_or(defaults.flush_interval, Duration::from_millis),

@@ -276,7 +276,9 @@ fn append_status(e: AppendError) -> Status {
         AppendError::Frame(_) | AppendError::BatchTooLarge { .. } => {
             Status::invalid_argument(e.to_string())
         }
-        AppendError::ResourceExhausted { .. } => Status::resource_exhausted(e.to_string()),
+        AppendError::ResourceExhausted { .. } | AppendError::QueueFull { .. } => {
+            Status::resource_exhausted(e.to_string())
+        }
         AppendError::Latched { .. } | AppendError::ShutDown => Status::unavailable(e.to_string()),
     }
 }
