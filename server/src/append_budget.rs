@@ -12,7 +12,12 @@
 //!
 //! A unary append keeps its bytes until its response is produced (the
 //! decoded events and framed records live that long). A stream gives back a
-//! message's bytes when the next message starts, or when the stream ends.
+//! message's bytes once the message is received in full, and never waits for
+//! room while it holds any (so streams cannot wait on each other). Known
+//! limits: the budget is charged at a message's declared length, so a client
+//! that declares a large message and then stalls holds that much until the
+//! stream ends; and a request waiting for room keeps its received data in the
+//! connection's flow-control window (sized generously in `serve`).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -190,6 +195,17 @@ impl BudgetBody {
     }
 }
 
+impl BudgetBody {
+    /// A stream gives its bytes back once a message has been received in
+    /// full (tonic decodes and appends it next), so an idle stream holds none.
+    /// A unary append keeps them until its answer.
+    fn release_if_received(&self) {
+        if self.streaming && self.remaining == 0 && self.header_len == 0 {
+            self.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        }
+    }
+}
+
 impl hyper::body::Body for BudgetBody {
     type Data = Bytes;
     type Error = Status;
@@ -204,14 +220,13 @@ impl hyper::body::Body for BudgetBody {
                 let permit = ready!(taking.as_mut().poll(cx));
                 this.taking = None;
                 let permit = permit?;
-                let mut held = this.held.lock().unwrap_or_else(|e| e.into_inner());
-                if this.streaming {
-                    // The messages before these were handed on: give them back.
-                    held.clear();
-                }
-                held.push(permit);
+                this.held
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(permit);
             }
             if let Some(data) = this.pending.take() {
+                this.release_if_received();
                 return Poll::Ready(Some(Ok(Frame::data(data))));
             }
             let frame = match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
@@ -230,7 +245,13 @@ impl hyper::body::Body for BudgetBody {
             };
             let sizes = this.messages_started(&data);
             if sizes == 0 {
+                this.release_if_received();
                 return Poll::Ready(Some(Ok(Frame::data(data))));
+            }
+            if this.streaming {
+                // Never wait for room while holding some: a stream that did
+                // would wait on itself, and streams on each other.
+                this.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
             }
             this.pending = Some(data);
             this.taking = Some(this.budget.take(sizes));
@@ -277,6 +298,41 @@ mod tests {
     fn poll_once(body: &mut BudgetBody) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         let mut cx = Context::from_waker(std::task::Waker::noop());
         hyper::body::Body::poll_frame(Pin::new(body), &mut cx)
+    }
+
+    /// Regression: a stream took room for its next message while holding its
+    /// previous one's, so two messages over half the budget in one stream
+    /// waited on each other until the timeout.
+    #[tokio::test]
+    async fn a_stream_never_waits_on_itself() {
+        let budget = AppendBudget::new(1 << 20, Duration::from_millis(200));
+        let message = |len: usize| {
+            let mut wire = vec![0u8];
+            wire.extend_from_slice(&(len as u32).to_be_bytes());
+            wire.resize(5 + len, 1);
+            Ok::<_, Status>(Frame::data(Bytes::from(wire)))
+        };
+        let frames = tokio_stream::iter(vec![message(700 << 10), message(700 << 10)]);
+        let mut stream = BudgetBody {
+            inner: Body::new(http_body_util::StreamBody::new(frames)),
+            budget: budget.clone(),
+            held: Arc::default(),
+            streaming: true,
+            header: [0; 5],
+            header_len: 0,
+            remaining: 0,
+            pending: None,
+            taking: None,
+        };
+        for i in 0..2 {
+            let frame = stream.frame().await.expect("a frame");
+            assert!(frame.is_ok(), "message {i}: {frame:?}");
+        }
+        assert_eq!(
+            budget.available_bytes(),
+            1 << 20,
+            "a received message holds nothing"
+        );
     }
 
     #[tokio::test]

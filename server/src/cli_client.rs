@@ -157,7 +157,21 @@ async fn append_with<R: BufRead>(
     let requests = tokio_stream::wrappers::ReceiverStream::new(rx);
     let mut acks = client.append_stream(requests).await?.into_inner();
     let mut acked = 0u64;
-    while let Some(ack) = acks.message().await? {
+    // After a failure, the requests grouped with it that were stored in full
+    // are still acknowledged before the stream's status: print them all,
+    // then report the first failure.
+    let mut first_failure: Option<Status> = None;
+    loop {
+        let ack = match acks.message().await {
+            Ok(Some(ack)) => ack,
+            Ok(None) => break,
+            Err(status) => {
+                if first_failure.is_none() {
+                    first_failure = Some(status);
+                }
+                break;
+            }
+        };
         if let Some(failure) = ack.failure {
             let stored = if failure.stored.is_empty() {
                 String::new()
@@ -171,10 +185,14 @@ async fn append_with<R: BufRead>(
                 format!(" (stored anyway: {})", at.join(", "))
             };
             let message = format!("{}{stored}", failure.message);
-            return Err(Status::new(Code::from(failure.code), message).into());
+            first_failure.get_or_insert(Status::new(Code::from(failure.code), message));
+            continue;
         }
         print_acks(out, &ack.positions)?;
         acked += ack.positions.len() as u64;
+    }
+    if let Some(status) = first_failure {
+        return Err(status.into());
     }
     // Dropping the call releases the request stream, so a reader still
     // blocked on a full queue (a server that ended early) gets unstuck.

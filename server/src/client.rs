@@ -285,6 +285,9 @@ impl Follower {
             }
             if let Some(cursor) = self.response_cursor.take() {
                 self.checkpoint = Some(cursor);
+                // resume_truncated was for the cursor the follower started
+                // from; a later crash's truncation must be reported again.
+                self.request.resume_truncated = false;
             }
             if self.ended {
                 return Ok(None);

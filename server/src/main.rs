@@ -331,6 +331,11 @@ fn serve(config: ServerConfig) -> Result<()> {
             .http2_keepalive_timeout(Some(Duration::from_secs(10)))
             .tcp_keepalive(Some(Duration::from_secs(60)))
             .max_concurrent_streams(Some(4096))
+            // Append bodies waiting for the append budget keep what they
+            // received in flow-control windows: small per stream, roomy per
+            // connection, so one waiting stream cannot block its neighbours.
+            .initial_stream_window_size(Some(256 << 10))
+            .initial_connection_window_size(Some(32 << 20))
             .add_service(health_service)
             .add_service(ringfeed)
             .serve_with_incoming_shutdown(ringfeed_server::incoming(listener), signal);

@@ -290,19 +290,23 @@ impl Lane {
         filter: &Filter,
         match_all: bool,
         durable_only: bool,
-    ) -> Result<Option<i64>, SubscribeError> {
+    ) -> Result<Option<(i64, bool)>, SubscribeError> {
         let w = &self.shard().watermarks;
         let claimed = w.claimed_ts();
         let committed = w.committed_next();
         if self.fill(filter, match_all)? {
             return Ok(None);
         }
+        // The second value: whether a claim can raise the bound. One that
+        // waits on a flush is raised by the flush alone (which wakes the
+        // subscription); asking for claims then would only make the shard
+        // and the subscriber wake each other until the flush.
         let bound = if !durable_only || self.next >= committed {
-            claimed
+            (claimed, true)
         } else {
-            self.seen_ts
+            (self.seen_ts, false)
         };
-        self.seen_ts = self.seen_ts.max(bound);
+        self.seen_ts = self.seen_ts.max(bound.0);
         Ok(Some(bound))
     }
 
@@ -417,6 +421,12 @@ impl Subscription {
                 .iter()
                 .map(|s| s.watermarks.snapshot().retained_from)
                 .collect(),
+            // Durable only: from the flushed end, so the start cursor never
+            // covers events a crash could still take back (it would be
+            // refused as truncated although nothing was delivered).
+            Start::Now if request.durable_only => {
+                shards.iter().map(|s| s.watermarks.flushed_next()).collect()
+            }
             Start::Now => shards
                 .iter()
                 .map(|s| s.watermarks.committed_next())
@@ -607,13 +617,15 @@ impl Subscription {
                 if Some(i) == candidate || lane.head.is_some() {
                     continue;
                 }
-                let Some(claimed) =
+                let Some((claimed, claimable)) =
                     lane.fill_or_bound(&self.filter, self.match_all, self.durable_only)?
                 else {
                     continue 'select;
                 };
                 if claimed < bound {
-                    lane.shard().request_claim(bound);
+                    if claimable {
+                        lane.shard().request_claim(bound);
+                    }
                     blocked = true;
                 }
             }
@@ -638,14 +650,15 @@ impl Subscription {
             if lane.done {
                 continue;
             }
-            let claimed = lane
+            let (claimed, claimable) = lane
                 .fill_or_bound(&self.filter, self.match_all, self.durable_only)?
-                .unwrap_or(i64::MIN);
+                .unwrap_or((i64::MIN, false));
             if let Some(until) = self.until_ns {
                 match lane.head {
                     Some(h) if h.ts > until => lane.done = true,
                     None if claimed >= until => lane.done = true,
-                    None => lane.shard().request_claim(until),
+                    None if claimable => lane.shard().request_claim(until),
+                    None => {}
                     Some(_) => {}
                 }
             }
