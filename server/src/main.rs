@@ -334,7 +334,7 @@ fn serve(config: ServerConfig) -> Result<()> {
             // Append bodies waiting for the append budget keep what they
             // received in flow-control windows: small per stream, roomy per
             // connection, so one waiting stream cannot block its neighbours.
-            .initial_stream_window_size(Some(256 << 10))
+            .initial_stream_window_size(Some(1 << 20))
             .initial_connection_window_size(Some(32 << 20))
             .add_service(health_service)
             .add_service(ringfeed)
