@@ -90,14 +90,19 @@ impl Generations {
         self.entries.last().map_or(0, |e| e.generation)
     }
 
-    /// The history with a new generation starting at `next_offset`.
-    pub fn next(&self, next_offset: u64) -> Generations {
+    /// The history with a new generation above both its own and `at_least`,
+    /// starting at `next_offset`. `None` if no such history can exist: the
+    /// numbers are used up, or the log now ends below where the newest
+    /// generation started (records below a generation's start were durable
+    /// when it began, so that is damage, not a crash).
+    pub fn next(&self, next_offset: u64, at_least: u32) -> Option<Generations> {
+        let generation = self.current().max(at_least).checked_add(1)?;
         let mut entries = self.entries.clone();
         entries.push(GenerationStart {
-            generation: self.current() + 1,
+            generation,
             first_offset: next_offset,
         });
-        Generations { entries }
+        Generations::from_entries(entries)
     }
 
     /// The generation that wrote the event at `offset` (any offset at or past
@@ -264,6 +269,22 @@ mod tests {
         assert_eq!(h.of_offset(99), 1);
         assert_eq!(h.of_offset(100), 3);
         assert_eq!(h.of_offset(5_000), 3);
+    }
+
+    #[test]
+    fn an_impossible_next_generation_is_refused_not_panicked_on() {
+        let h = history(&[(1, 0), (2, 100)]);
+        assert_eq!(h.next(150, 0).unwrap().current(), 3);
+        assert_eq!(
+            h.next(150, 7).unwrap().current(),
+            8,
+            "above every chunk's generation"
+        );
+        assert!(
+            h.next(99, 0).is_none(),
+            "the log ends below the newest start"
+        );
+        assert!(h.next(150, u32::MAX).is_none(), "numbers used up");
     }
 
     #[test]

@@ -294,18 +294,20 @@ impl<S: Storage> Log<S> {
             Some(history) => history,
             None => log.generations_from_chunks(),
         };
+        // Above every generation a chunk names too: chunks of a generation
+        // the history does not know (its file was replaced) must never see
+        // that number handed out again.
         let highest_chunk = log.chunks().map(|c| c.entry.generation).max().unwrap_or(0);
-        let mut next = history.next(log.next_offset);
-        if highest_chunk >= next.current() {
-            // Chunks of a generation the history does not know (its file was
-            // replaced): never hand that number out again.
-            let mut entries = history.entries().to_vec();
-            entries.push(GenerationStart {
-                generation: highest_chunk + 1,
-                first_offset: log.next_offset,
-            });
-            next = Generations::from_entries(entries).expect("ascending");
-        }
+        let next = history
+            .next(log.next_offset, highest_chunk)
+            .ok_or_else(|| RecoveryError::Io {
+                what: "the generation history".into(),
+                source: std::io::Error::other(format!(
+                    "no new generation can follow [{history}] at offset {} \
+                     (the log ends below the newest generation's start, or the numbers are used up)",
+                    log.next_offset
+                )),
+            })?;
         next.store(&log.storage)
             .await
             .map_err(recovery_io("the generation history"))?;
