@@ -27,24 +27,11 @@ fn an_append_dropped_while_it_waits_for_room_is_never_applied() {
     let _watchdog = ringfeed_watchdog::arm();
     let storages = vec![MemStorage::new()];
     let engine = mem_engine(small_engine_config(1), &storages);
-    // The disk hangs: nothing unflushed can become durable.
-    storages[0].stall_syncs(true);
-    let big = |id: u64| {
-        let mut e = event("/d", id);
-        e.payload = vec![b'x'; 8 << 10];
-        e
-    };
-    let mut id = 0;
-    while engine.shard(0).unflushed_bytes() < 240 << 10 {
-        id += 1;
-        engine
-            .append_blocking(vec![big(id)], Durability::Memory)
-            .unwrap();
-    }
+    stick_shard_0(&engine, &storages[0]);
     let before = engine.shard(0).watermarks.committed_next();
 
     // This one must wait for room; its caller gives up after 200 ms.
-    let batch: Vec<_> = (0..4).map(|k| big(1000 + k)).collect();
+    let batch: Vec<_> = (0..4).map(|k| big_event(1000 + k)).collect();
     let gave_up = futures_lite::future::block_on(futures_lite::future::or(
         async { Some(engine.append(batch, Durability::Memory).await) },
         async {

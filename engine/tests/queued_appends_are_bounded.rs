@@ -22,19 +22,7 @@ fn appends_past_the_queue_bound_are_refused_whole() {
         },
         &storages,
     );
-    storages[0].stall_syncs(true);
-    let big = |id: u64| {
-        let mut e = event("/d", id);
-        e.payload = vec![b'x'; 8 << 10];
-        e
-    };
-    let mut id = 0;
-    while engine.shard(0).unflushed_bytes() < 240 << 10 {
-        id += 1;
-        engine
-            .append_blocking(vec![big(id)], Durability::Memory)
-            .unwrap();
-    }
+    stick_shard_0(&engine, &storages[0]);
     let committed = engine.shard(0).watermarks.committed_next();
 
     // Each of these is sent (or refused) at its first poll; the shard is
@@ -42,7 +30,7 @@ fn appends_past_the_queue_bound_are_refused_whole() {
     let mut waiting = Vec::new();
     let mut refused = None;
     for k in 0..20u64 {
-        let batch = (0..2).map(|j| big(1000 + 2 * k + j)).collect();
+        let batch = (0..2).map(|j| big_event(1000 + 2 * k + j)).collect();
         let mut append = Box::pin(engine.append(batch, Durability::Memory));
         match futures_lite::future::block_on(futures_lite::future::poll_once(&mut append)) {
             None => waiting.push(append),

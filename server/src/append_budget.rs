@@ -125,17 +125,12 @@ where
         }
         let held: Held = Arc::default();
         let (parts, body) = request.into_parts();
-        let body = Body::new(BudgetBody {
-            inner: body,
-            budget: self.budget.clone(),
-            held: held.clone(),
+        let body = Body::new(BudgetBody::new(
+            body,
+            self.budget.clone(),
+            held.clone(),
             streaming,
-            header: [0; 5],
-            header_len: 0,
-            remaining: 0,
-            pending: None,
-            taking: None,
-        });
+        ));
         let response = self.inner.call(http::Request::from_parts(parts, body));
         Box::pin(async move {
             let response = response.await;
@@ -164,6 +159,20 @@ struct BudgetBody {
 }
 
 impl BudgetBody {
+    fn new(inner: Body, budget: Arc<AppendBudget>, held: Held, streaming: bool) -> BudgetBody {
+        BudgetBody {
+            inner,
+            budget,
+            held,
+            streaming,
+            header: [0; 5],
+            header_len: 0,
+            remaining: 0,
+            pending: None,
+            taking: None,
+        }
+    }
+
     /// Walks `data` through the framing; returns the sizes of the messages
     /// whose length prefix ends in it.
     fn messages_started(&mut self, data: &[u8]) -> usize {
@@ -278,20 +287,11 @@ mod tests {
         wire.extend_from_slice(&(len as u32).to_be_bytes());
         wire.resize(5 + len, 1);
         let held: Held = Arc::default();
-        let body = BudgetBody {
-            inner: Body::new(
-                http_body_util::Full::new(Bytes::from(wire))
-                    .map_err(|e: Infallible| -> Status { match e {} }),
-            ),
-            budget: budget.clone(),
-            held: held.clone(),
-            streaming: false,
-            header: [0; 5],
-            header_len: 0,
-            remaining: 0,
-            pending: None,
-            taking: None,
-        };
+        let inner = Body::new(
+            http_body_util::Full::new(Bytes::from(wire))
+                .map_err(|e: Infallible| -> Status { match e {} }),
+        );
+        let body = BudgetBody::new(inner, budget.clone(), held.clone(), false);
         (body, held)
     }
 
@@ -313,17 +313,8 @@ mod tests {
             Ok::<_, Status>(Frame::data(Bytes::from(wire)))
         };
         let frames = tokio_stream::iter(vec![message(700 << 10), message(700 << 10)]);
-        let mut stream = BudgetBody {
-            inner: Body::new(http_body_util::StreamBody::new(frames)),
-            budget: budget.clone(),
-            held: Arc::default(),
-            streaming: true,
-            header: [0; 5],
-            header_len: 0,
-            remaining: 0,
-            pending: None,
-            taking: None,
-        };
+        let inner = Body::new(http_body_util::StreamBody::new(frames));
+        let mut stream = BudgetBody::new(inner, budget.clone(), Arc::default(), true);
         for i in 0..2 {
             let frame = stream.frame().await.expect("a frame");
             assert!(frame.is_ok(), "message {i}: {frame:?}");
@@ -378,17 +369,7 @@ mod tests {
     #[test]
     fn message_sizes_are_read_from_length_prefixes_split_anywhere() {
         let budget = AppendBudget::new(1 << 20, Duration::from_secs(1));
-        let mut body = BudgetBody {
-            inner: Body::empty(),
-            budget,
-            held: Arc::default(),
-            streaming: true,
-            header: [0; 5],
-            header_len: 0,
-            remaining: 0,
-            pending: None,
-            taking: None,
-        };
+        let mut body = BudgetBody::new(Body::empty(), budget, Arc::default(), true);
         // Two messages: 3 bytes, then 70,000 bytes.
         let mut wire = vec![0, 0, 0, 0, 3, 1, 2, 3, 0];
         wire.extend_from_slice(&70_000u32.to_be_bytes());

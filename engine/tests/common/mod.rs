@@ -191,6 +191,27 @@ pub fn event(dir: &str, id: u64) -> NewEvent {
     }
 }
 
+/// An event in `/d` with an 8 KiB payload.
+pub fn big_event(id: u64) -> NewEvent {
+    let mut e = event("/d", id);
+    e.payload = vec![b'x'; 8 << 10];
+    e
+}
+
+/// Makes shard 0 of a `small_engine_config` engine stuck: its disk hangs
+/// (`storage` stalls syncs) and its unflushed bytes are at the bound, so its
+/// next append waits for room that never comes until syncs are released.
+pub fn stick_shard_0(engine: &Engine, storage: &MemStorage) {
+    storage.stall_syncs(true);
+    let mut id = 0;
+    while engine.shard(0).unflushed_bytes() < 240 << 10 {
+        id += 1;
+        engine
+            .append_blocking(vec![big_event(id)], ringfeed_engine::Durability::Memory)
+            .unwrap();
+    }
+}
+
 /// Small windows and bounds, so tests exercise sealing, flushing and eviction.
 pub fn small_engine_config(shards: u32) -> EngineConfig {
     EngineConfig {
