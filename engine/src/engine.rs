@@ -332,11 +332,7 @@ impl Engine {
                 .shared
                 .reserve_queue(records.len(), self.max_queued_bytes);
             if let Err(e) = reserved {
-                for (earlier, (indexes, records)) in parts[..shard].iter().enumerate() {
-                    if !indexes.is_empty() {
-                        self.shards[earlier].shared.release_queue(records.len());
-                    }
-                }
+                self.release_queued(parts[..shard].iter().map(|(_, r)| r.len()).enumerate());
                 return Err(e);
             }
         }
@@ -363,11 +359,7 @@ impl Engine {
                 // Not sent: give back its room (the shard is gone anyway).
                 self.shards[shard].shared.release_queue(len);
                 if pending.is_empty() {
-                    for (shard, (indexes, records)) in parts {
-                        if !indexes.is_empty() {
-                            self.shards[shard].shared.release_queue(records.len());
-                        }
-                    }
+                    self.release_queued(parts.map(|(s, (_, r))| (s, r.len())));
                     return Err(e); // nothing was sent anywhere
                 }
                 failure = Some(e);
@@ -376,11 +368,7 @@ impl Engine {
             pending.push((indexes, answer));
         }
         // Parts never sent (the engine shut down meanwhile) give back their room.
-        for (shard, (indexes, records)) in parts {
-            if !indexes.is_empty() {
-                self.shards[shard].shared.release_queue(records.len());
-            }
-        }
+        self.release_queued(parts.map(|(s, (_, r))| (s, r.len())));
         let mut positions = vec![None; count];
         for (indexes, answer) in pending {
             match answer
@@ -399,6 +387,14 @@ impl Engine {
             }
         }
         Ok((positions, failure))
+    }
+
+    /// Gives back queue room reserved for parts that were never sent, as
+    /// `(shard, record bytes)` (an empty part reserved nothing: 0 bytes).
+    fn release_queued(&self, parts: impl Iterator<Item = (usize, usize)>) {
+        for (shard, bytes) in parts {
+            self.shards[shard].shared.release_queue(bytes);
+        }
     }
 
     /// [`Engine::append`] for callers that are not async.

@@ -182,18 +182,17 @@ impl Generations {
     }
 
     /// Reads the history from `storage`; `None` if the file does not exist.
-    /// Removes the leftover of an interrupted [`Generations::store`].
-    pub async fn load<S: Storage>(storage: &S) -> std::io::Result<Option<Generations>> {
-        if storage.list().await?.iter().any(|n| n == TEMP_FILE) {
+    /// Unless `read_only`, removes the leftover of an interrupted
+    /// [`Generations::store`].
+    pub async fn load<S: Storage>(
+        storage: &S,
+        read_only: bool,
+    ) -> std::io::Result<Option<Generations>> {
+        let names = storage.list().await?;
+        if !read_only && names.iter().any(|n| n == TEMP_FILE) {
             // A write that did not finish: the renamed file (if any) is the truth.
             storage.remove(TEMP_FILE).await?;
         }
-        Generations::load_read_only(storage).await
-    }
-
-    /// [`Generations::load`] without removing anything.
-    pub async fn load_read_only<S: Storage>(storage: &S) -> std::io::Result<Option<Generations>> {
-        let names = storage.list().await?;
         if !names.iter().any(|n| n == GENERATIONS_FILE) {
             return Ok(None);
         }

@@ -240,15 +240,8 @@ impl<S: Storage> Log<S> {
         }
         report.removed.sort();
         if read_only {
-            let history = match Generations::load_read_only(&log.storage)
-                .await
-                .map_err(recovery_io("the generation history"))?
-            {
-                Some(history) => history,
-                None => log.generations_from_chunks(),
-            };
-            log.generations = history.clone();
-            report.generations = Some(history);
+            log.generations = log.load_generations(true).await?;
+            report.generations = Some(log.generations.clone());
             log.latched = Some("opened read-only".into());
             report.segments = log.segments.len();
             report.next_offset = log.next_offset;
@@ -287,13 +280,7 @@ impl<S: Storage> Log<S> {
         log.synced_offset = log.next_offset;
         // Everything kept is durable now: start a new generation there, and
         // make it durable before any event of it can be seen.
-        let history = match Generations::load(&log.storage)
-            .await
-            .map_err(recovery_io("the generation history"))?
-        {
-            Some(history) => history,
-            None => log.generations_from_chunks(),
-        };
+        let history = log.load_generations(false).await?;
         // Above every generation a chunk names too: chunks of a generation
         // the history does not know (its file was replaced) must never see
         // that number handed out again.
@@ -339,8 +326,17 @@ impl<S: Storage> Log<S> {
         &self.generations
     }
 
-    /// The history as the chunk headers tell it, for a log whose history file
-    /// is missing (written before generations existed: generation 0).
+    /// The stored generation history, or for a log without one (written
+    /// before generations existed) the history its chunk headers tell.
+    async fn load_generations(&self, read_only: bool) -> Result<Generations, RecoveryError> {
+        Ok(Generations::load(&self.storage, read_only)
+            .await
+            .map_err(recovery_io("the generation history"))?
+            .unwrap_or_else(|| self.generations_from_chunks()))
+    }
+
+    /// The history as the chunk headers tell it (generation 0 in chunks
+    /// written before generations existed).
     fn generations_from_chunks(&self) -> Generations {
         let mut entries: Vec<GenerationStart> = Vec::new();
         for c in self.chunks() {
