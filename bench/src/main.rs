@@ -648,6 +648,7 @@ fn fill_chunk<B: AsRef<[u8]> + AsMut<[u8]>>(
             new_name: "file",
             new_parent: "",
             payload,
+            producer: None,
         };
         if chunk.push(&rec).is_err() {
             return;

@@ -15,8 +15,11 @@ use glommio::{ExecutorJoinHandle, LocalExecutorBuilder, Placement};
 use thiserror::Error;
 
 use crate::clock::{Clock, SystemClock};
-use crate::event::{validate_batch, AppendError, Durability, Limits, NewEvent, Position};
+use crate::event::{
+    validate_batch, AppendError, Durability, Limits, NewEvent, Position, Producer, Stored,
+};
 use crate::log::{LogConfig, RecoveryReport};
+use crate::record::ProducerStamp;
 use crate::retention::RetentionPolicy;
 use crate::segment::FORMAT_VERSION;
 use crate::shard::{self, Command, ShardConfig, ShardShared};
@@ -117,6 +120,55 @@ pub struct Engine {
     limits: Limits,
     max_queued_bytes: usize,
     reports: Vec<RecoveryReport>,
+    sequences: std::sync::Mutex<Sequences>,
+}
+
+/// Each idempotent producer's next sequence across shards: a batch starting
+/// above it is a gap and refused. Shards decide new/duplicate per event
+/// (`crate::producer`); this only sees the batch's first number, so it is
+/// advanced when a batch is sent, and a batch that then fails on a shard is
+/// retried below it. Rebuilt at open from the shards' tables; bounded like
+/// them (the least recently used producer is forgotten, and a forgotten or
+/// unknown producer may start at any sequence).
+#[derive(Default)]
+struct Sequences {
+    next: std::collections::HashMap<u64, (u64, u64)>,
+    uses: u64,
+    capacity: usize,
+}
+
+impl Sequences {
+    /// Admits a batch of `count` events, or says where the producer must resume.
+    fn admit(&mut self, producer: Producer, count: u64) -> Result<(), AppendError> {
+        self.uses += 1;
+        let end = producer.first_sequence + count;
+        if let Some((next, used)) = self.next.get_mut(&producer.id) {
+            if producer.first_sequence > *next {
+                return Err(AppendError::SequenceGap {
+                    producer_id: producer.id,
+                    expected: *next,
+                    first: producer.first_sequence,
+                });
+            }
+            *next = (*next).max(end);
+            *used = self.uses;
+            return Ok(());
+        }
+        self.insert(producer.id, end);
+        Ok(())
+    }
+
+    fn insert(&mut self, id: u64, next: u64) {
+        if self.next.len() >= self.capacity {
+            let oldest = self.next.iter().min_by_key(|(_, v)| v.1).map(|(&k, _)| k);
+            if let Some(id) = oldest {
+                self.next.remove(&id);
+            }
+        }
+        let entry = self.next.entry(id).or_insert((0, 0));
+        entry.0 = entry.0.max(next);
+        entry.1 = self.uses;
+    }
 }
 
 const META_FILE: &str = "ringfeed.meta";
@@ -212,10 +264,20 @@ impl Engine {
             limits: config.limits,
             max_queued_bytes: config.max_queued_bytes,
             reports: Vec::new(),
+            sequences: std::sync::Mutex::new(Sequences {
+                capacity: crate::producer::MAX_PRODUCERS * config.shards as usize,
+                ..Sequences::default()
+            }),
         };
         for (id, ready) in readies.into_iter().enumerate() {
             match ready.recv() {
-                Ok(Ok(report)) => engine.reports.push(report),
+                Ok(Ok((report, heads))) => {
+                    engine.reports.push(report);
+                    let mut sequences = engine.sequences.lock().expect("not poisoned");
+                    for (producer, next) in heads {
+                        sequences.insert(producer, next);
+                    }
+                }
                 Ok(Err(source)) => {
                     return Err(EngineError::Recovery {
                         shard: id as u32,
@@ -274,28 +336,73 @@ impl Engine {
         events: Vec<NewEvent>,
         durability: Durability,
     ) -> Result<Vec<Position>, AppendError> {
-        let (positions, failure) = self.append_partial(events, durability).await?;
+        let stored = self.append_idempotent(events, durability, None).await?;
+        Ok(stored.into_iter().map(|s| s.position).collect())
+    }
+
+    /// [`Engine::append`] for an idempotent producer (`None`: an ordinary
+    /// append). Events stored before by the same producer and sequence are
+    /// not appended again; they come back with their original position and
+    /// `duplicate` set. A batch starting past the producer's next sequence
+    /// is refused whole (`SequenceGap`); a shard holding a later sequence of
+    /// the producer than one it is sent and does not remember refuses its
+    /// part (`StaleSequence`).
+    pub async fn append_idempotent(
+        &self,
+        events: Vec<NewEvent>,
+        durability: Durability,
+        producer: Option<Producer>,
+    ) -> Result<Vec<Stored>, AppendError> {
+        let (stored, failure) = self.append_partial(events, durability, producer).await?;
         if let Some(e) = failure {
             return Err(e);
         }
-        Ok(positions
+        Ok(stored
             .into_iter()
             .map(|p| p.expect("every event was answered"))
             .collect())
     }
 
-    /// [`Engine::append`], saying what was stored when a shard fails: each
-    /// event's position if its shard appended (and, for `Durable`,
-    /// acknowledged) it, and the first shard's error. `Err` means nothing was
-    /// sent to any shard (the batch was refused whole).
+    /// [`Engine::append_idempotent`], saying what was stored when a shard
+    /// fails: each event's outcome if its shard appended (and, for
+    /// `Durable`, acknowledged) it, and the first shard's error. `Err` means
+    /// nothing was sent to any shard (the batch was refused whole).
     pub async fn append_partial(
         &self,
         events: Vec<NewEvent>,
         durability: Durability,
-    ) -> Result<(Vec<Option<Position>>, Option<AppendError>), AppendError> {
+        producer: Option<Producer>,
+    ) -> Result<(Vec<Option<Stored>>, Option<AppendError>), AppendError> {
         let arrived = std::time::Instant::now();
         validate_batch(&events, &self.limits)?;
         let count = events.len();
+        if let Some(p) = producer {
+            if p.id == 0 {
+                return Err(AppendError::Invalid {
+                    index: 0,
+                    field: "producer_id",
+                    reason: "is 0, which means \"no producer\"".into(),
+                });
+            }
+            if p.first_sequence.checked_add(count as u64).is_none() {
+                return Err(AppendError::Invalid {
+                    index: 0,
+                    field: "first_sequence",
+                    reason: format!("{} leaves no room for {count} events", p.first_sequence),
+                });
+            }
+        }
+        let stamp = |index: usize| {
+            producer.map(|p| ProducerStamp {
+                producer_id: p.id,
+                sequence: p.first_sequence + index as u64,
+            })
+        };
+        let stamp_len = if producer.is_some() {
+            crate::record::PRODUCER_STAMP_LEN
+        } else {
+            0
+        };
         // Route, then frame each shard's records here, on the caller's thread,
         // so the shard's core only copies and stamps them.
         let routes: Vec<usize> = events
@@ -308,7 +415,7 @@ impl Engine {
         let mut sizes = vec![(0usize, 0usize); self.shards.len()];
         for (event, &shard) in events.iter().zip(&routes) {
             sizes[shard].0 += 1;
-            sizes[shard].1 += event.record_len();
+            sizes[shard].1 += event.record_len() + stamp_len;
         }
         let mut parts: Vec<(Vec<usize>, Vec<u8>)> = sizes
             .iter()
@@ -317,8 +424,10 @@ impl Engine {
         for (index, (event, &shard)) in events.iter().zip(&routes).enumerate() {
             let (indexes, records) = &mut parts[shard];
             let at = records.len();
-            records.resize(at + event.record_len(), 0);
-            event.record(0, 0).encode_into(&mut records[at..])?;
+            records.resize(at + event.record_len() + stamp_len, 0);
+            let mut record = event.record(0, 0);
+            record.producer = stamp(index);
+            record.encode_into(&mut records[at..])?;
             indexes.push(index);
         }
         drop(events);
@@ -336,39 +445,22 @@ impl Engine {
                 return Err(e);
             }
         }
-        let mut pending = Vec::new();
-        let mut failure = None;
-        let mut parts = parts.into_iter().enumerate();
-        for (shard, (indexes, records)) in parts.by_ref() {
-            if indexes.is_empty() {
-                continue;
-            }
-            let (reply, answer) = flume::bounded(1);
-            let len = records.len();
-            let sent = self.send(
-                shard,
-                Command::Append {
-                    records,
-                    count: indexes.len(),
-                    durability,
-                    arrived,
-                    reply,
-                },
-            );
-            if let Err(e) = sent {
-                // Not sent: give back its room (the shard is gone anyway).
-                self.shards[shard].shared.release_queue(len);
-                if pending.is_empty() {
-                    self.release_queued(parts.map(|(s, (_, r))| (s, r.len())));
-                    return Err(e); // nothing was sent anywhere
+        // An idempotent producer's batch is admitted (its first sequence
+        // checked against the producer's next) and sent to every shard under
+        // one lock, so two batches of one producer reach every shard in the
+        // order they were admitted.
+        let (pending, mut failure) = match producer {
+            Some(p) => {
+                let mut sequences = self.sequences.lock().expect("not poisoned");
+                if let Err(e) = sequences.admit(p, count as u64) {
+                    drop(sequences);
+                    self.release_queued(parts.iter().map(|(_, r)| r.len()).enumerate());
+                    return Err(e);
                 }
-                failure = Some(e);
-                break;
+                self.send_parts(parts, durability, arrived, true)?
             }
-            pending.push((indexes, answer));
-        }
-        // Parts never sent (the engine shut down meanwhile) give back their room.
-        self.release_queued(parts.map(|(s, (_, r))| (s, r.len())));
+            None => self.send_parts(parts, durability, arrived, false)?,
+        };
         let mut positions = vec![None; count];
         for (indexes, answer) in pending {
             match answer
@@ -387,6 +479,63 @@ impl Engine {
             }
         }
         Ok((positions, failure))
+    }
+
+    /// Sends each shard its part. `Err` if nothing could be sent; otherwise
+    /// the parts sent (their batch indexes and where the answer comes) and
+    /// the error that stopped the rest, if any. Never waits.
+    #[allow(clippy::type_complexity)]
+    fn send_parts(
+        &self,
+        parts: Vec<(Vec<usize>, Vec<u8>)>,
+        durability: Durability,
+        arrived: std::time::Instant,
+        idempotent: bool,
+    ) -> Result<
+        (
+            Vec<(
+                Vec<usize>,
+                flume::Receiver<Result<Vec<Stored>, AppendError>>,
+            )>,
+            Option<AppendError>,
+        ),
+        AppendError,
+    > {
+        let mut pending = Vec::new();
+        let mut failure = None;
+        let mut parts = parts.into_iter().enumerate();
+        for (shard, (indexes, records)) in parts.by_ref() {
+            if indexes.is_empty() {
+                continue;
+            }
+            let (reply, answer) = flume::bounded(1);
+            let len = records.len();
+            let sent = self.send(
+                shard,
+                Command::Append {
+                    records,
+                    count: indexes.len(),
+                    durability,
+                    arrived,
+                    idempotent,
+                    reply,
+                },
+            );
+            if let Err(e) = sent {
+                // Not sent: give back its room (the shard is gone anyway).
+                self.shards[shard].shared.release_queue(len);
+                if pending.is_empty() {
+                    self.release_queued(parts.map(|(s, (_, r))| (s, r.len())));
+                    return Err(e); // nothing was sent anywhere
+                }
+                failure = Some(e);
+                break;
+            }
+            pending.push((indexes, answer));
+        }
+        // Parts never sent (the engine shut down meanwhile) give back their room.
+        self.release_queued(parts.map(|(s, (_, r))| (s, r.len())));
+        Ok((pending, failure))
     }
 
     /// Gives back queue room reserved for parts that were never sent, as

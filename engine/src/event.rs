@@ -51,6 +51,7 @@ impl NewEvent {
             new_name: &self.new_name,
             new_parent: &self.new_parent,
             payload: &self.payload,
+            producer: None,
         }
     }
 
@@ -144,6 +145,49 @@ pub enum AppendError {
     Latched { shard: u32, cause: String },
     #[error("the engine is shut down")]
     ShutDown,
+    #[error(
+        "producer {producer_id}: the batch starts at sequence {first}, but the next \
+         sequence is {expected} (sequences {expected}..{first} were never sent); \
+         nothing of this batch was appended. Resend from sequence {expected}"
+    )]
+    SequenceGap {
+        producer_id: u64,
+        expected: u64,
+        first: u64,
+    },
+    #[error(
+        "producer {producer_id}: sequence {sequence} is at or below {last}, the highest \
+         shard {shard} stored, and is not one ringfeed remembers storing (older than \
+         the events it keeps per producer, or skipped: a later sequence of this \
+         producer reached the shard first). Nothing of this batch was appended to \
+         shard {shard}; continue with new sequences above {last}"
+    )]
+    StaleSequence {
+        producer_id: u64,
+        sequence: u64,
+        shard: u32,
+        last: u64,
+    },
+}
+
+/// An idempotent producer's batch: who sends it and the sequence number of
+/// its first event (each next event takes the next number). A retry with
+/// the same id and numbers stores nothing again and gets the original
+/// positions back (`crate::producer` says what is remembered).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Producer {
+    /// Any number but 0, stable across the producer's restarts.
+    pub id: u64,
+    pub first_sequence: u64,
+}
+
+/// What became of one appended event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Stored {
+    pub position: Position,
+    /// The event had been stored before (an idempotent producer's retry):
+    /// `position` is where, and nothing was appended now.
+    pub duplicate: bool,
 }
 
 fn invalid(index: usize, field: &'static str, reason: impl Into<String>) -> AppendError {

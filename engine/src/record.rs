@@ -16,6 +16,11 @@
 //!
 //! `len` counts the whole record, itself included. `crc32c` covers every byte
 //! after the crc field.
+//!
+//! A record appended by an idempotent producer has bit 7 of `kind` set and
+//! carries `u64 producer_id | u64 sequence` between the fixed header and the
+//! signatures ([`ProducerStamp`]); records without it are laid out as above,
+//! so logs written before producer ids existed read unchanged.
 
 use thiserror::Error;
 
@@ -31,7 +36,22 @@ pub const MAX_PATH_LEN: usize = u16::MAX as usize;
 /// Most signatures one record carries.
 pub const MAX_SIGNATURES: usize = u8::MAX as usize;
 
+/// Bytes a [`ProducerStamp`] adds after the fixed header.
+pub const PRODUCER_STAMP_LEN: usize = 16;
+
+/// Bit of the `kind` byte saying a [`ProducerStamp`] follows the fixed header.
+const KIND_PRODUCER: u8 = 0x80;
+
 const CRC_START: usize = 8;
+
+/// Which idempotent producer appended a record, and its sequence number
+/// there: a retry carries the same pair, which is how the shard knows it
+/// already holds the event (see `crate::producer`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ProducerStamp {
+    pub producer_id: u64,
+    pub sequence: u64,
+}
 
 /// What a namespace mutation did. Which entries it carries follows from it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -76,6 +96,8 @@ pub struct Record<'a> {
     pub new_parent: &'a str,
     /// The producer's encoded event, stored verbatim.
     pub payload: &'a [u8],
+    /// Set when an idempotent producer appended the record.
+    pub producer: Option<ProducerStamp>,
 }
 
 /// Signatures as stored: little-endian `i32`s, read without copying.
@@ -149,6 +171,11 @@ impl<'a> Record<'a> {
     /// Bytes this record occupies when encoded.
     pub fn encoded_len(&self) -> usize {
         RECORD_HEADER_LEN
+            + if self.producer.is_some() {
+                PRODUCER_STAMP_LEN
+            } else {
+                0
+            }
             + 4 * self.signatures.len()
             + self.directory.len()
             + self.old_name.len()
@@ -224,13 +251,23 @@ impl<'a> Record<'a> {
         out[0..4].copy_from_slice(&(len as u32).to_le_bytes());
         out[8..16].copy_from_slice(&self.ts.to_le_bytes());
         out[16..24].copy_from_slice(&self.offset.to_le_bytes());
-        out[24] = self.kind as u8;
+        out[24] = self.kind as u8
+            | if self.producer.is_some() {
+                KIND_PRODUCER
+            } else {
+                0
+            };
         out[25] = self.signatures.len() as u8;
         out[26..28].copy_from_slice(&(self.directory.len() as u16).to_le_bytes());
         out[28..30].copy_from_slice(&(self.old_name.len() as u16).to_le_bytes());
         out[30..32].copy_from_slice(&(self.new_name.len() as u16).to_le_bytes());
         out[32..34].copy_from_slice(&(self.new_parent.len() as u16).to_le_bytes());
         let mut at = RECORD_HEADER_LEN;
+        if let Some(stamp) = self.producer {
+            out[at..at + 8].copy_from_slice(&stamp.producer_id.to_le_bytes());
+            out[at + 8..at + 16].copy_from_slice(&stamp.sequence.to_le_bytes());
+            at += PRODUCER_STAMP_LEN;
+        }
         for signature in self.signatures.iter() {
             out[at..at + 4].copy_from_slice(&signature.to_le_bytes());
             at += 4;
@@ -316,7 +353,9 @@ pub struct RecordHeader<'a> {
     pub len: usize,
     pub offset: u64,
     pub ts: i64,
+    /// The kind's number (1 ..= 4 in a valid record), the producer bit masked off.
     pub kind: u8,
+    pub producer: Option<ProducerStamp>,
     /// Little-endian `i32`s.
     pub signatures: &'a [u8],
     pub directory: &'a [u8],
@@ -340,6 +379,8 @@ impl RecordHeader<'_> {
 pub fn peek_header(buf: &[u8]) -> Result<RecordHeader<'_>, RecordError> {
     let len = peek_len(buf)?;
     let bytes = &buf[..len];
+    let stamped = bytes[24] & KIND_PRODUCER != 0;
+    let fixed = RECORD_HEADER_LEN + if stamped { PRODUCER_STAMP_LEN } else { 0 };
     let sig_count = bytes[25] as usize;
     let lens = [
         read_u16(bytes, 26) as usize,
@@ -347,11 +388,15 @@ pub fn peek_header(buf: &[u8]) -> Result<RecordHeader<'_>, RecordError> {
         read_u16(bytes, 30) as usize,
         read_u16(bytes, 32) as usize,
     ];
-    let fields = RECORD_HEADER_LEN + 4 * sig_count + lens.iter().sum::<usize>();
+    let fields = fixed + 4 * sig_count + lens.iter().sum::<usize>();
     if fields > len {
         return Err(RecordError::FieldsOverrun { fields, len });
     }
-    let mut at = RECORD_HEADER_LEN + 4 * sig_count;
+    let producer = stamped.then(|| ProducerStamp {
+        producer_id: read_u64(bytes, RECORD_HEADER_LEN),
+        sequence: read_u64(bytes, RECORD_HEADER_LEN + 8),
+    });
+    let mut at = fixed + 4 * sig_count;
     let mut parts: [&[u8]; 4] = [&[]; 4];
     for (part, field_len) in parts.iter_mut().zip(lens) {
         *part = &bytes[at..at + field_len];
@@ -361,8 +406,9 @@ pub fn peek_header(buf: &[u8]) -> Result<RecordHeader<'_>, RecordError> {
         len,
         offset: read_u64(bytes, 16),
         ts: read_u64(bytes, 8) as i64,
-        kind: bytes[24],
-        signatures: &bytes[RECORD_HEADER_LEN..RECORD_HEADER_LEN + 4 * sig_count],
+        kind: bytes[24] & !KIND_PRODUCER,
+        producer,
+        signatures: &bytes[fixed..fixed + 4 * sig_count],
         directory: parts[0],
         old_name: parts[1],
         new_name: parts[2],
@@ -372,8 +418,8 @@ pub fn peek_header(buf: &[u8]) -> Result<RecordHeader<'_>, RecordError> {
 }
 
 fn parse_verified(bytes: &[u8]) -> Result<Record<'_>, RecordError> {
-    let kind = Kind::from_u8(bytes[24]).ok_or(RecordError::UnknownKind(bytes[24]))?;
     let h = peek_header(bytes)?;
+    let kind = Kind::from_u8(h.kind).ok_or(RecordError::UnknownKind(bytes[24]))?;
     let text =
         |field, part| std::str::from_utf8(part).map_err(|_| RecordError::InvalidUtf8 { field });
     Ok(Record {
@@ -386,6 +432,7 @@ fn parse_verified(bytes: &[u8]) -> Result<Record<'_>, RecordError> {
         new_name: text("new_name", h.new_name)?,
         new_parent: text("new_parent", h.new_parent)?,
         payload: &bytes[h.payload_at..],
+        producer: h.producer,
     })
 }
 
@@ -419,6 +466,7 @@ pub(crate) fn test_create(offset: u64, ts: i64) -> Record<'static> {
         new_name: "f",
         new_parent: "",
         payload: b"payload",
+        producer: None,
     }
 }
 
@@ -437,6 +485,7 @@ mod tests {
             new_name: "y",
             new_parent: "/c",
             payload: b"payload",
+            producer: None,
         }
     }
 
@@ -465,9 +514,47 @@ mod tests {
         );
     }
 
+    fn stamped() -> Record<'static> {
+        Record {
+            producer: Some(ProducerStamp {
+                producer_id: 0x0102_0304_0506_0708,
+                sequence: 77,
+            }),
+            ..sample()
+        }
+    }
+
+    #[test]
+    fn a_producer_stamp_round_trips_and_moves_the_fields_after_it() {
+        let rec = stamped();
+        assert_eq!(
+            rec.encoded_len(),
+            sample().encoded_len() + PRODUCER_STAMP_LEN
+        );
+        let mut buf = vec![0u8; rec.encoded_len()];
+        rec.encode_into(&mut buf).unwrap();
+        let (back, _) = Record::decode(&buf).unwrap();
+        assert_eq!(back.producer, rec.producer);
+        assert_eq!(back.kind, Kind::Rename);
+        assert_eq!(back.signatures.iter().collect::<Vec<_>>(), vec![7, -3]);
+        assert_eq!((back.directory, back.payload), ("/a/b", &b"payload"[..]));
+        let h = peek_header(&buf).unwrap();
+        assert_eq!((h.kind, h.producer), (Kind::Rename as u8, rec.producer));
+        assert!(h.has_signature(-3));
+        // A record without a stamp reads as before: no producer.
+        let mut plain = vec![0u8; sample().encoded_len()];
+        sample().encode_into(&mut plain).unwrap();
+        assert_eq!(Record::decode(&plain).unwrap().0.producer, None);
+    }
+
     #[test]
     fn every_flipped_bit_is_caught() {
-        let rec = sample();
+        for rec in [sample(), stamped()] {
+            flipped_bits_are_caught(rec);
+        }
+    }
+
+    fn flipped_bits_are_caught(rec: Record<'_>) {
         let mut buf = vec![0u8; rec.encoded_len()];
         rec.encode_into(&mut buf).unwrap();
         for byte in 0..buf.len() {

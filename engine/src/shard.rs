@@ -20,10 +20,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use event_listener::Event;
 
 use crate::clock::Clock;
-use crate::event::{AppendError, Durability, Position};
+use crate::event::{AppendError, Durability, Position, Stored};
 use crate::generation::Generations;
 use crate::latency::LatencyHistogram;
 use crate::log::{ChunkImage, Log, LogConfig, RecoveryReport};
+use crate::producer::{ProducerTable, Seen};
 use crate::rate_limit::RateLimit;
 use crate::record;
 use crate::retention::RetentionPolicy;
@@ -48,9 +49,12 @@ pub(crate) enum Command {
         durability: Durability,
         /// When the append reached the engine: `append_timeout` counts from here.
         arrived: Instant,
+        /// The records carry producer stamps: each is checked against the
+        /// shard's producer table (see `crate::producer`).
+        idempotent: bool,
         /// The caller waits on this; once it is gone (its future dropped: a
         /// cancelled stream, a passed deadline) the append is not applied.
-        reply: Reply<Result<Vec<Position>, AppendError>>,
+        reply: Reply<Result<Vec<Stored>, AppendError>>,
     },
     /// Flush everything committed so far; reply when it is durable.
     Flush {
@@ -131,6 +135,9 @@ pub struct ShardStats {
     /// Appends not applied because their caller had gone before the shard
     /// could take them (cancelled, deadline passed).
     pub abandoned: std::sync::atomic::AtomicU64,
+    /// Events of idempotent producers that the shard held already (a
+    /// retry): answered with their original positions, not stored again.
+    pub duplicates: std::sync::atomic::AtomicU64,
 }
 
 impl ShardShared {
@@ -241,7 +248,7 @@ struct DurableWaiter {
 }
 
 enum DurableReply {
-    Append(Reply<Result<Vec<Position>, AppendError>>, Vec<Position>),
+    Append(Reply<Result<Vec<Stored>, AppendError>>, Vec<Stored>),
     Flush(Reply<Result<(), AppendError>>),
 }
 
@@ -266,6 +273,7 @@ impl DurableReply {
 struct State {
     ring: Ring,
     last_ts: i64,
+    producers: ProducerTable,
     waiters: VecDeque<DurableWaiter>,
     latched: Option<String>,
     flush_wanted: bool,
@@ -290,10 +298,10 @@ pub(crate) async fn run<S: Storage + 'static>(
     shared: Arc<ShardShared>,
     clock: Arc<dyn Clock>,
     commands: flume::Receiver<Command>,
-    ready: flume::Sender<Result<RecoveryReport, RecoveryError>>,
+    ready: flume::Sender<Result<(RecoveryReport, Vec<(u64, u64)>), RecoveryError>>,
 ) {
     let _ = shared.files.set(storage.reader());
-    let (log, report) = match Log::open(storage, config.log.clone()).await {
+    let (mut log, report) = match Log::open(storage, config.log.clone()).await {
         Ok(opened) => opened,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -310,6 +318,8 @@ pub(crate) async fn run<S: Storage + 'static>(
     w.publish_flushed(next, last_ts);
     w.publish_evicted(next);
     w.publish_retained(log.retained().map_or(next, |r| r.0));
+    let producers = log.take_producers();
+    let heads = producers.heads().collect();
     let state = Rc::new(RefCell::new(State {
         ring: Ring::new(
             config.window_bytes,
@@ -318,13 +328,14 @@ pub(crate) async fn run<S: Storage + 'static>(
             shared.ring.clone(),
         ),
         last_ts,
+        producers,
         waiters: VecDeque::new(),
         latched: None,
         flush_wanted: false,
         retention_due: false,
         closing: false,
     }));
-    let _ = ready.send(Ok(report));
+    let _ = ready.send(Ok((report, heads)));
 
     let wake_flusher = Rc::new(Event::new());
     let wake_ticker = Rc::new(Event::new());
@@ -355,6 +366,7 @@ pub(crate) async fn run<S: Storage + 'static>(
                 count,
                 durability,
                 arrived,
+                idempotent,
                 reply,
             } => {
                 append(
@@ -368,6 +380,7 @@ pub(crate) async fn run<S: Storage + 'static>(
                     count,
                     durability,
                     arrived,
+                    idempotent,
                     reply,
                 )
                 .await;
@@ -416,7 +429,8 @@ async fn append(
     count: usize,
     durability: Durability,
     arrived: Instant,
-    reply: Reply<Result<Vec<Position>, AppendError>>,
+    idempotent: bool,
+    reply: Reply<Result<Vec<Stored>, AppendError>>,
 ) {
     // Back-pressure: wait while the batch would push unflushed bytes past the
     // bound, at most `append_timeout` since the append arrived (not since
@@ -463,8 +477,23 @@ async fn append(
     // stamped but invisible, and stamps strictly increase with offsets.
     let step = Instant::now();
     let mut st = state.borrow_mut();
+    // Idempotent producers: every event is judged before any is staged, so
+    // a stale one refuses this shard's part whole.
+    let seen = if idempotent {
+        match judge(&st.producers, shared.id, records) {
+            Ok(seen) => seen,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        }
+    } else {
+        Vec::new()
+    };
     let was_flushed = st.ring.unflushed_bytes() == 0;
     let mut positions = Vec::with_capacity(count);
+    let mut staged = 0usize;
+    let mut duplicates_end = 0;
     // One clock read per batch: stamps within it are consecutive nanoseconds.
     let now = clock.now_ns().max(shared.watermarks.fence() + 1);
     let mut at = 0;
@@ -478,16 +507,38 @@ async fn append(
             }));
             return;
         };
-        let ts = now.max(st.last_ts + 1);
-        let offset = st.ring.stage(&records[at..at + len], ts);
-        st.last_ts = ts;
-        positions.push(Position {
-            shard: shared.id,
-            offset,
-            ts,
-        });
+        let record = &records[at..at + len];
         at += len;
+        let judged = seen.get(positions.len()).copied();
+        if let Some((_, Seen::Duplicate { offset, ts })) = judged {
+            duplicates_end = duplicates_end.max(offset + 1);
+            positions.push(Stored {
+                position: Position {
+                    shard: shared.id,
+                    offset,
+                    ts,
+                },
+                duplicate: true,
+            });
+            continue;
+        }
+        let ts = now.max(st.last_ts + 1);
+        let offset = st.ring.stage(record, ts);
+        st.last_ts = ts;
+        if let Some((stamp, _)) = judged {
+            st.producers.record(stamp, offset, ts);
+        }
+        staged += len;
+        positions.push(Stored {
+            position: Position {
+                shard: shared.id,
+                offset,
+                ts,
+            },
+            duplicate: false,
+        });
     }
+    let duplicates = positions.iter().filter(|p| p.duplicate).count();
     // Before the batch is visible: a merge that sees it may ask other shards
     // to claim its stamp, and they claim up to this at once.
     shared.stamped_high.fetch_max(st.last_ts, Ordering::AcqRel);
@@ -498,21 +549,30 @@ async fn append(
     shared
         .stats
         .appended
-        .fetch_add(positions.len() as u64, Ordering::Relaxed);
+        .fetch_add((positions.len() - duplicates) as u64, Ordering::Relaxed);
+    shared
+        .stats
+        .duplicates
+        .fetch_add(duplicates as u64, Ordering::Relaxed);
     shared
         .stats
         .appended_bytes
-        .fetch_add(records.len() as u64, Ordering::Relaxed);
+        .fetch_add(staged as u64, Ordering::Relaxed);
     shared
         .stats
         .append_ns
         .fetch_add(step.elapsed().as_nanos() as u64, Ordering::Relaxed);
     let window_full = st.ring.unflushed_bytes() >= config.window_bytes;
+    // A duplicate is acknowledged as durable only once its original is.
+    let needed = if staged > 0 { next } else { duplicates_end };
     match durability {
         Durability::Memory => drop(reply.send(Ok(positions))),
+        Durability::Durable if needed <= shared.watermarks.flushed_next() => {
+            drop(reply.send(Ok(positions)))
+        }
         Durability::Durable => {
             st.waiters.push_back(DurableWaiter {
-                needed: next,
+                needed,
                 reply: DurableReply::Append(reply, positions),
             });
             st.flush_wanted = true;
@@ -529,6 +589,45 @@ async fn append(
         // the flush interval's clock.
         wake_ticker.notify(usize::MAX);
     }
+}
+
+/// Judges each record of an idempotent producer's append against the table:
+/// its stamp and whether it is new or a duplicate. A stale one refuses the
+/// whole part (see `crate::producer`).
+fn judge(
+    producers: &ProducerTable,
+    shard: u32,
+    records: &[u8],
+) -> Result<Vec<(crate::record::ProducerStamp, Seen)>, AppendError> {
+    let mut seen = Vec::new();
+    let mut at = 0;
+    while at < records.len() {
+        let header = record::peek_header(&records[at..]).map_err(|_| AppendError::Invalid {
+            index: seen.len(),
+            field: "event",
+            reason: "malformed framing".into(),
+        })?;
+        let Some(stamp) = header.producer else {
+            return Err(AppendError::Invalid {
+                index: seen.len(),
+                field: "event",
+                reason: "framed without its producer stamp".into(),
+            });
+        };
+        match producers.check(stamp) {
+            Seen::Stale { last } => {
+                return Err(AppendError::StaleSequence {
+                    producer_id: stamp.producer_id,
+                    sequence: stamp.sequence,
+                    shard,
+                    last,
+                })
+            }
+            judged => seen.push((stamp, judged)),
+        }
+        at += header.len;
+    }
+    Ok(seen)
 }
 
 async fn flusher<S: Storage>(

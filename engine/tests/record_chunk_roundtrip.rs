@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use ringfeed_engine::chunk::{self, ChunkBuilder, ChunkHeader};
-use ringfeed_engine::record::{Kind, Record, Signatures, MAX_PATH_LEN};
+use ringfeed_engine::record::{Kind, ProducerStamp, Record, Signatures, MAX_PATH_LEN};
 use ringfeed_engine::segment::SegmentHeader;
 
 #[derive(Clone, Debug)]
@@ -16,6 +16,7 @@ struct Owned {
     new_name: String,
     new_parent: String,
     payload: Vec<u8>,
+    producer: Option<ProducerStamp>,
 }
 
 fn path() -> impl Strategy<Value = String> {
@@ -40,27 +41,34 @@ fn owned() -> impl Strategy<Value = Owned> {
         name(),
         prop_oneof![Just(String::new()), path()],
         prop_oneof![Just(Vec::new()), prop::collection::vec(any::<u8>(), 0..300)],
+        prop::option::of((any::<u64>(), any::<u64>())),
     )
-        .prop_map(|(k, signatures, directory, old, new, parent, payload)| {
-            let (kind, old_name, new_name, new_parent) = match k {
-                0 => (Kind::Create, String::new(), new, String::new()),
-                1 => (Kind::Delete, old, String::new(), String::new()),
-                2 => (Kind::Update, old.clone(), old, String::new()),
-                _ => {
-                    let new = if new == old { format!("{new}2") } else { new };
-                    (Kind::Rename, old, new, parent)
+        .prop_map(
+            |(k, signatures, directory, old, new, parent, payload, producer)| {
+                let (kind, old_name, new_name, new_parent) = match k {
+                    0 => (Kind::Create, String::new(), new, String::new()),
+                    1 => (Kind::Delete, old, String::new(), String::new()),
+                    2 => (Kind::Update, old.clone(), old, String::new()),
+                    _ => {
+                        let new = if new == old { format!("{new}2") } else { new };
+                        (Kind::Rename, old, new, parent)
+                    }
+                };
+                Owned {
+                    kind,
+                    signatures,
+                    directory,
+                    old_name,
+                    new_name,
+                    new_parent,
+                    payload,
+                    producer: producer.map(|(producer_id, sequence)| ProducerStamp {
+                        producer_id,
+                        sequence,
+                    }),
                 }
-            };
-            Owned {
-                kind,
-                signatures,
-                directory,
-                old_name,
-                new_name,
-                new_parent,
-                payload,
-            }
-        })
+            },
+        )
 }
 
 fn view(o: &Owned, offset: u64, ts: i64) -> Record<'_> {
@@ -74,6 +82,7 @@ fn view(o: &Owned, offset: u64, ts: i64) -> Record<'_> {
         new_name: &o.new_name,
         new_parent: &o.new_parent,
         payload: &o.payload,
+        producer: o.producer,
     }
 }
 
@@ -87,7 +96,7 @@ fn assert_same(a: &Record<'_>, b: &Record<'_>) {
         (a.directory, a.old_name, a.new_name, a.new_parent),
         (b.directory, b.old_name, b.new_name, b.new_parent)
     );
-    assert_eq!(a.payload, b.payload);
+    assert_eq!((a.payload, a.producer), (b.payload, b.producer));
 }
 
 proptest! {

@@ -58,6 +58,7 @@ pub async fn append_records<S: Storage>(
                 new_name: "file",
                 new_parent: "",
                 payload: &payload,
+                producer: None,
             };
             builder
                 .push(&rec)
