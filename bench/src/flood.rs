@@ -92,6 +92,7 @@ async fn flood(addr: &str, clients: usize, batch_mib: usize) -> Result<Vec<Outco
                 })
                 .collect(),
             durability: v1::Durability::Memory as i32,
+            ..Default::default()
         })
         .collect();
     let tasks: Vec<_> = connected

@@ -92,6 +92,7 @@ async fn append_load(
                     .append(v1::AppendRequest {
                         events,
                         durability: 0,
+                        ..Default::default()
                     })
                     .await
                     .map_err(|e| anyhow!("{e}"))?;

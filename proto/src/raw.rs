@@ -121,6 +121,11 @@ pub struct RawAppendRequest {
     /// (unknown values read as `Unspecified`, which means memory).
     #[prost(enumeration = "v1::Durability", tag = "2")]
     pub durability: i32,
+    /// Idempotent producer (0: none) and the sequence of `events[0]`.
+    #[prost(uint64, tag = "3")]
+    pub producer_id: u64,
+    #[prost(uint64, tag = "4")]
+    pub first_sequence: u64,
 }
 
 impl From<v1::EventMessage> for RawEventMessage {
@@ -171,6 +176,8 @@ impl From<v1::AppendRequest> for RawAppendRequest {
                 .map(|e| Bytes::from(e.encode_to_vec()))
                 .collect(),
             durability: r.durability,
+            producer_id: r.producer_id,
+            first_sequence: r.first_sequence,
         }
     }
 }

@@ -90,6 +90,7 @@ fn enums_are_names_and_oneofs_are_flat() {
             ..Default::default()
         }],
         durability: Durability::Durable as i32,
+        ..Default::default()
     };
     let json = serde_json::to_string(&request).expect("serialize");
     assert_eq!(

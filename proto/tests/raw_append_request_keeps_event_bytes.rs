@@ -24,6 +24,7 @@ fn events_arrive_as_their_encodings() {
     let request = AppendRequest {
         events: events.clone(),
         durability: Durability::Durable as i32,
+        ..Default::default()
     };
     let raw = RawAppendRequest::decode(Bytes::from(request.encode_to_vec())).expect("decode");
     assert_eq!(raw.durability(), Durability::Durable);

@@ -47,6 +47,7 @@ impl Store {
         AppendResponse {
             positions,
             failure: None,
+            duplicates: 0,
         }
     }
 }
@@ -167,6 +168,7 @@ async fn run(addr: SocketAddr, store: Store) {
         .append(AppendRequest {
             events: events[..2].to_vec(),
             durability: Durability::Memory as i32,
+            ..Default::default()
         })
         .await
         .expect("append")
@@ -179,6 +181,7 @@ async fn run(addr: SocketAddr, store: Store) {
     let batches = tokio_stream::iter(events.clone().into_iter().skip(2).map(|e| AppendRequest {
         events: vec![e],
         durability: Durability::Durable as i32,
+        ..Default::default()
     }));
     let acks: Vec<AppendResponse> = client
         .append_stream(batches)

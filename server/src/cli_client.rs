@@ -105,6 +105,19 @@ pub struct AppendArgs {
     #[arg(long, value_name = "N", default_value_t = 1024,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub batch: u32,
+    /// Append as idempotent producer ID (any number but 0, the same each time
+    /// this producer runs): events are numbered from --first-sequence in
+    /// input order, and events ringfeed stored before under the same ID and
+    /// number are not stored again. Replaying the same input with the same ID
+    /// and --first-sequence prints the same acknowledgements and stores
+    /// nothing new (stderr says how many were already stored).
+    #[arg(long, value_name = "ID",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub producer_id: Option<u64>,
+    /// Sequence number of the first event read (with --producer-id); each
+    /// next event takes the next number. Default 0.
+    #[arg(long, value_name = "N", requires = "producer_id")]
+    pub first_sequence: Option<u64>,
 }
 
 /// Appends per `args` and prints one line per acknowledged event on stdout.
@@ -125,6 +138,8 @@ async fn append_with<R: BufRead>(
     } else {
         Durability::Memory
     } as i32;
+    let producer_id = args.producer_id.unwrap_or(0);
+    let mut next_sequence = args.first_sequence.unwrap_or(0);
     if args.dir.is_some() {
         let event = flag_event(&args)?;
         let mut client = connect(&args.server).await?;
@@ -132,10 +147,14 @@ async fn append_with<R: BufRead>(
             .append(AppendRequest {
                 events: vec![event],
                 durability,
+                producer_id,
+                first_sequence: next_sequence,
             })
             .await?
             .into_inner();
-        return print_acks(out, &response.positions);
+        print_acks(out, &response.positions)?;
+        report_duplicates(response.duplicates.into(), 1, producer_id);
+        return Ok(());
     }
 
     let (tx, rx) = tokio::sync::mpsc::channel::<AppendRequest>(APPEND_QUEUE);
@@ -145,8 +164,15 @@ async fn append_with<R: BufRead>(
     // runtime thread.
     std::thread::spawn(move || {
         let read = read_batches(input(), batch, |events| {
-            tx.blocking_send(AppendRequest { events, durability })
-                .is_ok()
+            let first_sequence = next_sequence;
+            next_sequence += events.len() as u64;
+            tx.blocking_send(AppendRequest {
+                events,
+                durability,
+                producer_id,
+                first_sequence,
+            })
+            .is_ok()
         });
         // `tx` is dropped here (with the closure), which ends the request
         // stream; only then is the result reported.
@@ -157,6 +183,7 @@ async fn append_with<R: BufRead>(
     let requests = tokio_stream::wrappers::ReceiverStream::new(rx);
     let mut acks = client.append_stream(requests).await?.into_inner();
     let mut acked = 0u64;
+    let mut duplicates = 0u64;
     // After a failure, the requests grouped with it that were stored in full
     // are still acknowledged before the stream's status: print them all,
     // then report the first failure.
@@ -190,7 +217,9 @@ async fn append_with<R: BufRead>(
         }
         print_acks(out, &ack.positions)?;
         acked += ack.positions.len() as u64;
+        duplicates += u64::from(ack.duplicates);
     }
+    report_duplicates(duplicates, acked, producer_id);
     if let Some(status) = first_failure {
         return Err(status.into());
     }
@@ -205,6 +234,17 @@ async fn append_with<R: BufRead>(
         bail!("the server acknowledged {acked} of {sent} events sent");
     }
     Ok(())
+}
+
+/// Says on stderr how many acknowledged events an idempotent producer had
+/// stored before (stdout, the acknowledgements, is the same either way).
+fn report_duplicates(duplicates: u64, acked: u64, producer_id: u64) {
+    if duplicates > 0 {
+        eprintln!(
+            "ringfeed append: {duplicates} of {acked} acknowledged event(s) were stored before \
+             by producer {producer_id}; their original positions are printed, nothing was stored again"
+        );
+    }
 }
 
 /// The one event described by the flags of `args` (which has `--dir`).

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ringfeed_engine::{
-    AppendError, Cursor, Durability, Engine, Filter, NewEvent, Ordering, Start, SubscribeError,
-    SubscribeRequest,
+    AppendError, Cursor, Durability, Engine, Filter, NewEvent, Ordering, Producer, Start,
+    SubscribeError, SubscribeRequest,
 };
 use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::prost::Message;
@@ -98,24 +98,22 @@ impl Service {
     }
 
     async fn append_batch(&self, request: RawAppendRequest) -> Result<v1::AppendResponse, Status> {
-        let (durability, events) = decode_request(request)?;
-        self.append_decoded(events, durability).await
+        let (durability, producer, events) = decode_request(request)?;
+        self.append_decoded(events, durability, producer).await
     }
 
     async fn append_decoded(
         &self,
         events: Vec<NewEvent>,
         durability: Durability,
+        producer: Option<Producer>,
     ) -> Result<v1::AppendResponse, Status> {
-        let positions = self
+        let stored = self
             .engine
-            .append(events, durability)
+            .append_idempotent(events, durability, producer)
             .await
             .map_err(append_status)?;
-        Ok(v1::AppendResponse {
-            positions: positions.into_iter().map(position).collect(),
-            failure: None,
-        })
+        Ok(acknowledged(stored))
     }
 
     /// Appends requests of one `AppendStream` that were queued together as
@@ -131,16 +129,18 @@ impl Service {
         &self,
         group: Vec<RawAppendRequest>,
     ) -> Vec<Result<v1::AppendResponse, Status>> {
-        let decoded: Result<Vec<(Durability, Vec<NewEvent>)>, Status> =
+        let decoded: Result<Vec<Decoded>, Status> =
             group.iter().cloned().map(decode_request).collect();
-        let merged = decoded
-            .ok()
-            .filter(|d| d.iter().all(|(dur, _)| *dur == d[0].0));
+        let merged = decoded.ok().filter(|d| mergeable(d));
         if let Some(decoded) = merged {
-            let durability = decoded[0].0;
-            let counts: Vec<usize> = decoded.iter().map(|(_, e)| e.len()).collect();
-            let events: Vec<NewEvent> = decoded.into_iter().flat_map(|(_, e)| e).collect();
-            match self.engine.append_partial(events, durability).await {
+            let (durability, producer) = (decoded[0].0, decoded[0].1);
+            let counts: Vec<usize> = decoded.iter().map(|(_, _, e)| e.len()).collect();
+            let events: Vec<NewEvent> = decoded.into_iter().flat_map(|(_, _, e)| e).collect();
+            match self
+                .engine
+                .append_partial(events, durability, producer)
+                .await
+            {
                 Ok((positions, failure)) => return group_answers(&counts, positions, failure),
                 Err(
                     AppendError::Invalid { .. }
@@ -165,6 +165,35 @@ impl Service {
     }
 }
 
+/// A request decoded: its durability, producer and events.
+type Decoded = (Durability, Option<Producer>, Vec<NewEvent>);
+
+/// Requests that can be appended as one engine batch: the same durability,
+/// and either no producer on any, or one producer whose sequences continue
+/// from each request to the next (so the batch's numbers are the requests').
+fn mergeable(decoded: &[Decoded]) -> bool {
+    let (durability, producer) = (decoded[0].0, decoded[0].1);
+    let mut next = producer.map(|p| p.first_sequence);
+    decoded.iter().all(|(d, p, events)| {
+        let continues = match (p, next) {
+            (None, None) => true,
+            (Some(p), Some(n)) => Some(p.id) == producer.map(|q| q.id) && p.first_sequence == n,
+            _ => false,
+        };
+        next = next.and_then(|n| n.checked_add(events.len() as u64));
+        *d == durability && continues
+    })
+}
+
+/// The answer to a request stored in full.
+fn acknowledged(stored: Vec<ringfeed_engine::Stored>) -> v1::AppendResponse {
+    v1::AppendResponse {
+        duplicates: stored.iter().filter(|s| s.duplicate).count() as u32,
+        positions: stored.into_iter().map(|s| position(s.position)).collect(),
+        failure: None,
+    }
+}
+
 fn position(p: ringfeed_engine::Position) -> v1::Position {
     v1::Position {
         shard: p.shard,
@@ -180,7 +209,7 @@ fn position(p: ringfeed_engine::Position) -> v1::Position {
 /// no request is left unanswered while parts of it are stored.
 fn group_answers(
     counts: &[usize],
-    positions: Vec<Option<ringfeed_engine::Position>>,
+    positions: Vec<Option<ringfeed_engine::Stored>>,
     failure: Option<AppendError>,
 ) -> Vec<Result<v1::AppendResponse, Status>> {
     let status = failure.map(append_status);
@@ -190,10 +219,7 @@ fn group_answers(
         .map(|&n| {
             let mine: Vec<_> = positions.by_ref().take(n).collect();
             if mine.iter().all(Option::is_some) {
-                return Ok(v1::AppendResponse {
-                    positions: mine.into_iter().flatten().map(position).collect(),
-                    failure: None,
-                });
+                return Ok(acknowledged(mine.into_iter().flatten().collect()));
             }
             let status = status
                 .as_ref()
@@ -201,10 +227,11 @@ fn group_answers(
             let (stored_indexes, stored) = mine
                 .into_iter()
                 .enumerate()
-                .filter_map(|(i, p)| p.map(|p| (i as u32, position(p))))
+                .filter_map(|(i, p)| p.map(|p| (i as u32, position(p.position))))
                 .unzip();
             Ok(v1::AppendResponse {
                 positions: Vec::new(),
+                duplicates: 0,
                 failure: Some(v1::AppendFailure {
                     code: status.code() as i32,
                     message: status.message().to_owned(),
@@ -220,8 +247,8 @@ fn group_answers(
     answers
 }
 
-/// The durability and events of one append request, each event decoded.
-fn decode_request(request: RawAppendRequest) -> Result<(Durability, Vec<NewEvent>), Status> {
+/// The durability, producer and events of one append request, each event decoded.
+fn decode_request(request: RawAppendRequest) -> Result<Decoded, Status> {
     let durability = match v1::Durability::try_from(request.durability) {
         Ok(v1::Durability::Durable) => Durability::Durable,
         Ok(_) => Durability::Memory,
@@ -232,13 +259,22 @@ fn decode_request(request: RawAppendRequest) -> Result<(Durability, Vec<NewEvent
             )))
         }
     };
+    let producer = match (request.producer_id, request.first_sequence) {
+        (0, 0) => None,
+        (0, _) => {
+            return Err(Status::invalid_argument(
+                "first_sequence is set but producer_id is 0 (no producer): set both or neither",
+            ))
+        }
+        (id, first_sequence) => Some(Producer { id, first_sequence }),
+    };
     let events = request
         .events
         .into_iter()
         .enumerate()
         .map(|(i, bytes)| new_event(i, bytes))
         .collect::<Result<Vec<_>, Status>>()?;
-    Ok((durability, events))
+    Ok((durability, producer, events))
 }
 
 /// Decodes one stored-to-be event to validate it and read its header fields.
@@ -280,6 +316,9 @@ fn append_status(e: AppendError) -> Status {
             Status::resource_exhausted(e.to_string())
         }
         AppendError::Latched { .. } | AppendError::ShutDown => Status::unavailable(e.to_string()),
+        AppendError::SequenceGap { .. } | AppendError::StaleSequence { .. } => {
+            Status::failed_precondition(e.to_string())
+        }
     }
 }
 

@@ -40,6 +40,7 @@ async fn every_client_is_acked_or_refused_and_only_acked_events_are_stored() {
         let request = v1::AppendRequest {
             events,
             durability: v1::Durability::Memory as i32,
+            ..Default::default()
         };
         tasks.push(tokio::spawn(async move { client.append(request).await }));
     }

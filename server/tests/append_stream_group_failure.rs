@@ -114,6 +114,7 @@ async fn every_request_of_a_failed_group_is_answered() {
             Some(v1::AppendResponse {
                 failure: None,
                 positions,
+                ..
             }) => {
                 assert_eq!(positions.len(), names.len(), "request {r}");
             }

@@ -99,6 +99,7 @@ async fn invalid_requests_are_refused_whole_with_the_field_named() {
             v1::AppendRequest {
                 events: vec![good.clone()],
                 durability: 7,
+                ..Default::default()
             },
             "durability",
         ),
@@ -120,6 +121,7 @@ async fn invalid_requests_are_refused_whole_with_the_field_named() {
     let raw = ringfeed_proto::RawAppendRequest {
         events: vec![good.encode_to_vec().into(), bytes.into()],
         durability: 0,
+        ..Default::default()
     };
     let channel =
         ringfeed_proto::tonic::transport::Channel::from_shared(format!("http://{}", server.addr))

@@ -101,6 +101,7 @@ impl Ringfeed {
                     let request = v1::AppendRequest {
                         events: request.map(|i| event(i, payload)).collect(),
                         durability: durability(durable),
+                        ..Default::default()
                     };
                     let sent = Instant::now();
                     client
@@ -209,6 +210,7 @@ impl Appender {
         let request = v1::AppendRequest {
             events: vec![event(index, payload)],
             durability: durability(false),
+            ..Default::default()
         };
         stream
             .send((request, ack))

@@ -103,6 +103,7 @@ pub fn request(events: Vec<v1::Event>, durable: bool) -> v1::AppendRequest {
         } else {
             v1::Durability::Memory as i32
         },
+        ..Default::default()
     }
 }
 
