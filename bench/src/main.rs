@@ -21,6 +21,7 @@ mod delivery;
 mod flood;
 mod grpc;
 mod idle;
+mod producer_open;
 mod report;
 mod results;
 mod scenarios;
@@ -170,6 +171,21 @@ enum Command {
         /// The shards' flush interval in ms (the server's default is 10).
         #[arg(long, default_value_t = 10)]
         flush_interval_ms: u64,
+    },
+    /// What idempotent producers cost at open: the same events with and
+    /// without producer stamps, median reopen time of each and the time spent
+    /// rebuilding the producer table.
+    ProducerOpen {
+        /// Scratch directory on the disk to measure (not tmpfs); removed afterwards.
+        #[arg(long, default_value = "./bench-scratch")]
+        dir: PathBuf,
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+        /// Idempotent producers taking turns, one 1000-event batch each.
+        #[arg(long, default_value_t = 100)]
+        producers: u64,
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
     },
     #[command(flatten)]
     Scenario(cli::ScenarioCmd),
@@ -369,6 +385,22 @@ fn main() -> Result<()> {
             shards,
             flush_interval_ms,
         }),
+        Command::ProducerOpen {
+            dir,
+            events,
+            producers,
+            reps,
+        } => {
+            if reps == 0 || producers == 0 {
+                bail!("reps and producers must be positive");
+            }
+            producer_open::producer_open(&producer_open::Args {
+                dir: &dir,
+                events,
+                producers,
+                reps,
+            })
+        }
         Command::Scenario(cmd) => {
             let kinds = [cmd.common().system];
             cli::run_scenario(&cmd, &kinds, cmd.common().out.as_deref()).map(drop)

@@ -794,13 +794,19 @@ fn rebuild_producers(table: &mut ProducerTable, body: &[u8]) {
     while at < body.len() {
         // The body's checksum matched, so its records are as a shard framed
         // them: a header that does not parse cannot happen here.
-        let Ok(h) = crate::record::peek_header(&body[at..]) else {
+        let Ok(len) = crate::record::peek_len(&body[at..]) else {
             return;
         };
-        if let Some(stamp) = h.producer {
-            table.record(stamp, h.offset, h.ts);
+        let record = &body[at..at + len];
+        at += len;
+        if !crate::record::has_producer_stamp(record) {
+            continue; // the common case: only the length and one byte read
         }
-        at += h.len;
+        if let Ok(h) = crate::record::peek_header(record) {
+            if let Some(stamp) = h.producer {
+                table.record(stamp, h.offset, h.ts);
+            }
+        }
     }
 }
 

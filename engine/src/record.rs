@@ -336,6 +336,12 @@ pub fn peek_len(buf: &[u8]) -> Result<usize, RecordError> {
     Ok(len)
 }
 
+/// True if the record at the front of `buf` (at least its fixed header)
+/// carries a [`ProducerStamp`].
+pub fn has_producer_stamp(buf: &[u8]) -> bool {
+    buf.get(24).is_some_and(|kind| kind & KIND_PRODUCER != 0)
+}
+
 /// The offset and stamp of the record at the front of `buf`, without verifying it.
 /// Used to walk a chunk body whose checksum has already been verified.
 pub fn peek_position(buf: &[u8]) -> Result<(usize, u64, i64), RecordError> {

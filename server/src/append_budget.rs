@@ -45,12 +45,23 @@ pub struct AppendBudget {
     units: usize,
     /// How long a message may wait for room before it is refused.
     wait: Duration,
+    /// A message declared larger than this could never be appended (it is
+    /// over the batch limit): refused at its length prefix, taking nothing.
+    max_message: usize,
 }
 
 impl AppendBudget {
     pub fn new(bytes: usize, wait: Duration) -> Arc<AppendBudget> {
+        AppendBudget::with_max_message(bytes, wait, usize::MAX)
+    }
+
+    /// [`AppendBudget::new`], refusing at once (INVALID_ARGUMENT) a message
+    /// declared larger than `max_message` bytes instead of letting it wait
+    /// for room (the whole budget) only to be refused by the decoder.
+    pub fn with_max_message(bytes: usize, wait: Duration, max_message: usize) -> Arc<AppendBudget> {
         let units = bytes.div_ceil(UNIT).max(1);
         Arc::new(AppendBudget {
+            max_message,
             permits: Arc::new(Semaphore::new(units)),
             units,
             wait,
@@ -152,6 +163,8 @@ struct BudgetBody {
     header_len: usize,
     /// Bytes of the current message not yet seen.
     remaining: usize,
+    /// The declared length of a message over `max_message`, once seen.
+    oversize: Option<usize>,
     /// A data frame held back until the budget has room for the messages
     /// it starts.
     pending: Option<Bytes>,
@@ -168,6 +181,7 @@ impl BudgetBody {
             header: [0; 5],
             header_len: 0,
             remaining: 0,
+            oversize: None,
             pending: None,
             taking: None,
         }
@@ -197,6 +211,9 @@ impl BudgetBody {
                     self.header[4],
                 ]) as usize;
                 self.remaining = len;
+                if len > self.budget.max_message {
+                    self.oversize.get_or_insert(len);
+                }
                 sizes += len.max(1);
             }
         }
@@ -253,6 +270,14 @@ impl hyper::body::Body for BudgetBody {
                 Err(frame) => return Poll::Ready(Some(Ok(frame))),
             };
             let sizes = this.messages_started(&data);
+            if let Some(len) = this.oversize {
+                return Poll::Ready(Some(Err(Status::invalid_argument(format!(
+                    "a request of {len} bytes is larger than any batch the server accepts \
+                     ({} bytes: max_batch_bytes plus framing); nothing of it was appended: \
+                     split it into smaller requests",
+                    this.budget.max_message
+                )))));
+            }
             if sizes == 0 {
                 this.release_if_received();
                 return Poll::Ready(Some(Ok(Frame::data(data))));
@@ -363,6 +388,30 @@ mod tests {
         assert!(
             refused.message().contains("append_budget_bytes"),
             "{refused:?}"
+        );
+    }
+
+    /// A message over the batch limit could never be appended: it is refused
+    /// at its length prefix, without waiting for room (here the budget is
+    /// all taken) and without taking any.
+    #[tokio::test]
+    async fn a_message_over_the_batch_limit_is_refused_at_once() {
+        let budget = AppendBudget::with_max_message(64 << 10, Duration::from_secs(30), 128 << 10);
+        let (mut holder, _held) = body(&budget, 64 << 10);
+        holder.frame().await.expect("a frame").expect("no error");
+        assert_eq!(budget.available_bytes(), 0);
+        let (mut big, _) = body(&budget, 200 << 10);
+        match poll_once(&mut big) {
+            Poll::Ready(Some(Err(status))) => {
+                assert_eq!(status.code(), ringfeed_proto::tonic::Code::InvalidArgument);
+                assert!(status.message().contains("max_batch_bytes"), "{status:?}");
+            }
+            other => panic!("expected an immediate refusal, got {other:?}"),
+        }
+        let (mut fits, _) = body(&budget, 100 << 10);
+        assert!(
+            poll_once(&mut fits).is_pending(),
+            "within the limit it waits"
         );
     }
 

@@ -256,7 +256,7 @@ fn serve(config: ServerConfig) -> Result<()> {
         .with_context(|| format!("opening data dir {}", data_dir.display()))?;
     for (shard, report) in engine.recovery_reports().iter().enumerate() {
         println!(
-            "shard {shard}: {} segment(s), {} record(s), next offset {}{}{}",
+            "shard {shard}: {} segment(s), {} record(s), next offset {}{}{}{}",
             report.segments,
             report.records,
             report.next_offset,
@@ -268,7 +268,8 @@ fn serve(config: ServerConfig) -> Result<()> {
             match &report.truncated {
                 Some((segment, torn)) => format!(", torn tail cut at {segment}:{}", torn.position),
                 None => String::new(),
-            }
+            },
+            producers_line(report)
         );
     }
     let engine = Arc::new(engine);
@@ -316,9 +317,10 @@ fn serve(config: ServerConfig) -> Result<()> {
             .max_encoding_message_size(max_message);
         let ringfeed = ringfeed_server::append_budget::Budgeted::new(
             ringfeed,
-            ringfeed_server::append_budget::AppendBudget::new(
+            ringfeed_server::append_budget::AppendBudget::with_max_message(
                 config.append_budget_bytes,
                 config.engine.append_timeout,
+                max_message,
             ),
         );
         let signal = async move {
@@ -391,6 +393,19 @@ async fn wait_for_signal() {
     }
 }
 
+/// The idempotent producers a shard's open found, and what rebuilding their
+/// table from the log cost (empty when there are none).
+fn producers_line(report: &ringfeed_engine::RecoveryReport) -> String {
+    if report.producers == 0 {
+        return String::new();
+    }
+    format!(
+        ", {} idempotent producer(s) (table rebuilt from the log in {:.1} ms)",
+        report.producers,
+        report.producer_rebuild.as_secs_f64() * 1e3
+    )
+}
+
 fn inspect(data_dir: &Path) -> Result<()> {
     if !data_dir.is_dir() {
         bail!("{} is not a directory", data_dir.display());
@@ -426,6 +441,9 @@ fn inspect(data_dir: &Path) -> Result<()> {
                 );
                 for name in &report.removed {
                     println!("  {name}: a leftover a server's open would remove");
+                }
+                if report.producers > 0 {
+                    println!("  {}", producers_line(&report).trim_start_matches(", "));
                 }
                 if let Some((name, torn)) = &report.truncated {
                     println!(
