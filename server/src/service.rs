@@ -352,6 +352,7 @@ pub(crate) fn subscribe_status(e: SubscribeError) -> Status {
         SubscribeError::Corrupt { .. }
         | SubscribeError::Io { .. }
         | SubscribeError::Record { .. } => Status::data_loss(e.to_string()),
+        SubscribeError::Latched { .. } => Status::unavailable(e.to_string()),
     }
 }
 

@@ -140,6 +140,18 @@ pub enum SubscribeError {
     },
     #[error("shard {shard}: reading segments: {reason}")]
     Io { shard: u32, reason: String },
+    #[error(
+        "shard {shard} stopped after an I/O failure ({cause}): its events from offset \
+         {durable_end} on are not durable and may never be, so a durable-only subscription \
+         cannot continue past them until the server is restarted (then resume from the cursor)"
+    )]
+    Latched {
+        shard: u32,
+        cause: String,
+        /// The shard's flushed watermark: everything below it was delivered
+        /// (or is deliverable), nothing at or past it can be.
+        durable_end: u64,
+    },
     #[error("shard {shard}: a stored record does not decode: {source}")]
     Record {
         shard: u32,

@@ -106,6 +106,18 @@ impl ShardReader {
             self.shard.watermarks.committed_next()
         };
         if next >= limit {
+            // Durable-only, waiting on a flush that a latched shard will
+            // never make: say so instead of waiting silently forever (the
+            // latch notifies `flushed`, which wakes the subscription).
+            if self.durable_only && next < self.shard.watermarks.committed_next() {
+                if let Some(cause) = self.shard.latched() {
+                    return Err(SubscribeError::Latched {
+                        shard: self.shard.id,
+                        cause,
+                        durable_end: limit,
+                    });
+                }
+            }
             return Ok(None);
         }
         if let Some(run) = self.read_ring(next, limit) {
