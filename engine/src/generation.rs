@@ -117,6 +117,12 @@ impl Generations {
     /// Whether a cursor whose last covered event was written by `generation`
     /// and whose next offset is `next` covers only events that still exist.
     pub fn check(&self, generation: u32, next: u64) -> CursorCheck {
+        if next == 0 {
+            // Covers no event, so none of them can be gone, whatever
+            // generation it names (one the history may not list: a legacy
+            // log's 0, rebuilt from chunks that hold no record).
+            return CursorCheck::Valid;
+        }
         let Some(i) = self.entries.iter().position(|e| e.generation == generation) else {
             return CursorCheck::Unknown;
         };
@@ -268,6 +274,20 @@ mod tests {
         assert_eq!(h.of_offset(99), 1);
         assert_eq!(h.of_offset(100), 3);
         assert_eq!(h.of_offset(5_000), 3);
+    }
+
+    /// Review finding: a cursor at offset 0 naming a generation the history
+    /// does not hold (gen 0 of a legacy log with no records, whose history
+    /// was rebuilt without it) was refused; it covers nothing, so it is valid.
+    #[test]
+    fn a_cursor_that_covers_nothing_is_valid_in_any_generation() {
+        let history = Generations::from_entries(vec![GenerationStart {
+            generation: 1,
+            first_offset: 0,
+        }])
+        .unwrap();
+        assert_eq!(history.check(0, 0), CursorCheck::Valid);
+        assert_eq!(history.check(0, 1), CursorCheck::Unknown);
     }
 
     #[test]

@@ -121,7 +121,7 @@ fn a_cursor_past_what_a_crash_kept_is_refused_with_the_surviving_end() {
     let message = err.to_string();
     for part in [
         "truncated by a crash",
-        "saw 5 event(s)",
+        "passed 5 event(s)",
         "last surviving is 9",
     ] {
         assert!(message.contains(part), "{message:?} lacks {part:?}");

@@ -429,7 +429,8 @@ fn inspect(data_dir: &Path) -> Result<()> {
     LocalExecutorBuilder::new(Placement::Unbound)
         .spawn(move || async move {
             for (shard, dir) in shard_dirs {
-                let storage = DmaStorage::open(&dir).map_err(|e| e.to_string())?;
+                let storage = DmaStorage::open_read_only(&dir)
+                    .map_err(|e| format!("{}: {e}", dir.display()))?;
                 let (log, report) = Log::open_read_only(storage, LogConfig::new(shard))
                     .await
                     .map_err(|e| format!("shard {shard}: {e}"))?;

@@ -170,7 +170,7 @@ fn a_sigkill_under_live_tails_is_reported_never_skipped() {
     for part in [
         "FAILED_PRECONDITION",
         "truncated by a crash",
-        "saw 40 event(s) that no longer exist",
+        "passed 40 event(s) that no longer exist",
         "last surviving is 9",
         "--resume-truncated",
     ] {

@@ -19,6 +19,7 @@ const FS_BLOCK: usize = 4096;
 #[derive(Clone, Debug)]
 pub struct DmaStorage {
     dir: PathBuf,
+    read_only: bool,
 }
 
 impl DmaStorage {
@@ -26,7 +27,38 @@ impl DmaStorage {
     pub fn open(dir: impl Into<PathBuf>) -> io::Result<DmaStorage> {
         let dir = dir.into();
         fs::create_dir_all(&dir)?;
-        Ok(DmaStorage { dir })
+        Ok(DmaStorage {
+            dir,
+            read_only: false,
+        })
+    }
+
+    /// Uses an existing `dir` without changing anything in it: files are
+    /// opened read-only (so this works on a read-only mount or with read
+    /// permission alone), and every create, remove, rename or directory sync
+    /// fails. For `ringfeed inspect`.
+    pub fn open_read_only(dir: impl Into<PathBuf>) -> io::Result<DmaStorage> {
+        let dir = dir.into();
+        if !fs::metadata(&dir)?.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                format!("{} is not a directory", dir.display()),
+            ));
+        }
+        Ok(DmaStorage {
+            dir,
+            read_only: true,
+        })
+    }
+
+    fn writable(&self) -> io::Result<()> {
+        if self.read_only {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("{} was opened read-only", self.dir.display()),
+            ));
+        }
+        Ok(())
     }
 
     pub fn dir(&self) -> &Path {
@@ -93,6 +125,7 @@ impl Storage for DmaStorage {
     }
 
     async fn create(&self, name: &str) -> io::Result<DmaFileHandle> {
+        self.writable()?;
         self.prime_iopoll_probe().await?;
         let file = OpenOptions::new()
             .read(true)
@@ -107,7 +140,7 @@ impl Storage for DmaStorage {
     async fn open(&self, name: &str) -> io::Result<DmaFileHandle> {
         let file = OpenOptions::new()
             .read(true)
-            .write(true)
+            .write(!self.read_only)
             .dma_open(self.dir.join(name))
             .await
             .map_err(to_io)?;
@@ -115,14 +148,17 @@ impl Storage for DmaStorage {
     }
 
     async fn remove(&self, name: &str) -> io::Result<()> {
+        self.writable()?;
         fs::remove_file(self.dir.join(name))
     }
 
     async fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        self.writable()?;
         fs::rename(self.dir.join(from), self.dir.join(to))
     }
 
     async fn sync_dir(&self) -> io::Result<()> {
+        self.writable()?;
         fs::File::open(&self.dir)?.sync_all()
     }
 }

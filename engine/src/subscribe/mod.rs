@@ -115,9 +115,9 @@ pub enum SubscribeError {
     },
     #[error(
         "shard {shard}: the feed was truncated by a crash: generation {generation} kept offsets \
-         below {surviving_end}{}, but the cursor is at offset {next}, so this subscriber saw {lost} \
-         event(s) that no longer exist (offsets {surviving_end}..{next}; new events may since have \
-         taken them). Resume from the surviving end explicitly (resume_truncated; \
+         below {surviving_end}{}, but the cursor is at offset {next}, so this subscriber's cursor \
+         passed {lost} event(s) that no longer exist (offsets {surviving_end}..{next}; it saw those \
+         its filters matched, and new events may since have taken those offsets). Resume from the surviving end explicitly (resume_truncated; \
          `ringfeed tail --resume-truncated`), or from a time",
         if *surviving_end == 0 { String::new() } else { format!(" (the last surviving is {})", surviving_end - 1) },
         lost = next - surviving_end
