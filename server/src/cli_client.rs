@@ -164,7 +164,8 @@ async fn append_with<R: BufRead>(
     // runtime thread.
     std::thread::spawn(move || {
         let read = read_batches(input(), batch, |events| {
-            let first_sequence = next_sequence;
+            // Numbered only for a producer (a sequence without one is refused).
+            let first_sequence = if producer_id == 0 { 0 } else { next_sequence };
             next_sequence += events.len() as u64;
             tx.blocking_send(AppendRequest {
                 events,

@@ -1,0 +1,93 @@
+//! Every name acknowledged data depends on is durable before anything is
+//! acknowledged (issue 15): opening a data dir fsyncs the data dir itself
+//! (which holds the new `shard-NNN` directories and `ringfeed.meta`), its
+//! parent (which holds the data dir's own name) and each shard's segment
+//! directory. Before the fix the data dir and its parent were never synced,
+//! so a power loss could take away a shard directory holding durable
+//! acknowledged events.
+//!
+//! Seen from outside with the real binary under `strace` (`.ci/run`
+//! installs it): `ringfeed serve` is pointed at a listen address that is
+//! taken, so it opens the data dir and then exits.
+
+use std::collections::{BTreeSet, HashMap};
+use std::process::Command;
+use std::time::Duration;
+
+mod serve_binary;
+use serve_binary::run_bounded;
+
+#[test]
+fn opening_a_data_dir_fsyncs_it_its_parent_and_each_shard_dir() {
+    let _watchdog = ringfeed_watchdog::arm();
+    if Command::new("strace").arg("-V").output().is_err() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "strace is missing: .ci/run installs it, so CI must have it"
+        );
+        eprintln!("strace not installed: skipped (CI installs it)");
+        return;
+    }
+    let root = tempfile::tempdir().expect("temp dir");
+    let parent = root.path().join("parent");
+    let data = parent.join("data");
+    let trace = root.path().join("trace.txt");
+    // Taken, so serve stops right after opening the engine.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = taken.local_addr().unwrap().to_string();
+    let mut command = Command::new("strace");
+    command
+        .args(["-f", "-qq", "-e", "trace=openat,fsync,fdatasync", "-o"])
+        .arg(&trace)
+        .arg(env!("CARGO_BIN_EXE_ringfeed"))
+        .args(["serve", "--shards", "2", "--listen", &listen, "--data-dir"])
+        .arg(&data);
+    let out = run_bounded(command, None, Duration::from_secs(60));
+    assert_ne!(
+        out.code(),
+        Some(0),
+        "serve cannot listen on a taken address: {out}"
+    );
+    assert!(data.join("shard-001").is_dir(), "the engine opened: {out}");
+
+    // `PID openat(AT_FDCWD, "PATH", ...) = FD` then `PID fsync(FD) = 0`.
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let mut open: HashMap<(String, String), String> = HashMap::new();
+    let mut synced = BTreeSet::new();
+    for line in text.lines() {
+        let mut words = line.splitn(2, ' ');
+        let (Some(pid), Some(call)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let call = call.trim_start();
+        if let Some(rest) = call.strip_prefix("openat(") {
+            let path = rest.split('"').nth(1).unwrap_or_default().to_owned();
+            if let Some(fd) = call
+                .rsplit("= ")
+                .next()
+                .filter(|fd| fd.parse::<u32>().is_ok())
+            {
+                open.insert((pid.to_owned(), fd.to_owned()), path);
+            }
+        } else if let Some(rest) = call.strip_prefix("fsync(") {
+            let fd = rest.split(')').next().unwrap_or_default().to_owned();
+            if call.ends_with("= 0") {
+                if let Some(path) = open.get(&(pid.to_owned(), fd)) {
+                    synced.insert(path.clone());
+                }
+            }
+        }
+    }
+    for dir in [
+        parent.clone(),
+        data.clone(),
+        data.join("shard-000"),
+        data.join("shard-001"),
+    ] {
+        let dir = dir.display().to_string();
+        assert!(
+            synced.contains(&dir),
+            "{dir} was never fsynced; synced: {synced:#?}"
+        );
+    }
+}
