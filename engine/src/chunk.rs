@@ -374,7 +374,7 @@ mod tests {
     use super::*;
 
     fn rec(offset: u64, ts: i64) -> Record<'static> {
-        crate::record::test_create(offset, ts)
+        crate::testing::test_create(offset, ts)
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::record::{Kind, Record, Signatures};
+pub use ringfeed_core::path::path_problem;
 
 /// One namespace mutation, as a producer hands it in.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -231,30 +232,6 @@ fn check_len(
         ));
     }
     Ok(())
-}
-
-/// What is wrong with a directory-like path, if anything: it must be
-/// absolute, normalized (no trailing '/', '//', '.' or '..'; `/` is the root)
-/// and free of NUL.
-pub fn path_problem(path: &str) -> Option<String> {
-    if !path.starts_with('/') {
-        return Some(format!("{path:?} is not absolute"));
-    }
-    if path.contains('\0') {
-        return Some("contains NUL".into());
-    }
-    if path != "/"
-        && (path.ends_with('/')
-            || path
-                .split('/')
-                .skip(1)
-                .any(|c| c.is_empty() || c == "." || c == ".."))
-    {
-        return Some(format!(
-            "{path:?} is not normalized (no trailing '/', '//', '.' or '..')"
-        ));
-    }
-    None
 }
 
 fn check_name(

@@ -16,7 +16,8 @@ pub mod latency;
 pub mod log;
 pub mod producer;
 pub mod rate_limit;
-pub mod record;
+/// The record format, shared with clients (`ringfeed-core`).
+pub use ringfeed_core::record;
 pub mod retention;
 mod ring;
 pub mod segment;
@@ -26,6 +27,28 @@ pub mod storage;
 pub mod subscribe;
 pub mod watermark;
 pub mod window;
+
+/// Helpers for the crate's unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use crate::record::{Kind, Record, Signatures};
+
+    /// A small create record.
+    pub(crate) fn test_create(offset: u64, ts: i64) -> Record<'static> {
+        Record {
+            ts,
+            offset,
+            kind: Kind::Create,
+            signatures: Signatures::new(&[]),
+            directory: "/d",
+            old_name: "",
+            new_name: "f",
+            new_parent: "",
+            payload: b"payload",
+            producer: None,
+        }
+    }
+}
 
 pub use engine::{shard_dir, Engine, EngineConfig, EngineError};
 pub use error::{LogError, RecoveryError};

@@ -271,7 +271,7 @@ mod tests {
     }
 
     fn rec(offset: u64, ts: i64) -> Record<'static> {
-        crate::record::test_create(offset, ts)
+        crate::testing::test_create(offset, ts)
     }
 
     /// Regression: records appended while a flush was in flight kept the stamp

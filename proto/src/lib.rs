@@ -16,6 +16,7 @@ pub use prost;
 pub use tonic;
 
 pub mod raw;
+pub mod wire;
 
 /// Generated code for package `ringfeed.v1`.
 pub mod v1 {

@@ -5,7 +5,8 @@
 
 pub mod append_budget;
 pub mod cli_client;
-pub mod client;
+/// The client library (its own crate, `ringfeed-client`, which does not build the engine).
+pub use ringfeed_client as client;
 pub mod config;
 pub mod metrics;
 pub mod registry;

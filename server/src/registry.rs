@@ -35,8 +35,7 @@ struct Stream {
     cancel: Arc<Notify>,
 }
 
-/// How the CANCELLED message of a superseded stream starts.
-pub const SUPERSEDED: &str = "superseded";
+pub use ringfeed_proto::wire::SUPERSEDED;
 
 /// What a superseded stream learns: the epoch that replaced it.
 pub(crate) struct Superseded(pub u64);

@@ -27,10 +27,7 @@ use crate::metrics::ServerMetrics;
 use crate::registry::Registry;
 use crate::sender::{Admission, Connected, Sender, StreamOptions, SubscriberLimits};
 
-/// Response metadata (binary) of every Subscribe stream: the cursor where the
-/// stream starts, so a client that is cut off before its first response still
-/// resumes exactly (a start at "now" cannot be repeated later).
-pub const START_CURSOR_METADATA: &str = "ringfeed-start-cursor-bin";
+pub use ringfeed_proto::wire::START_CURSOR_METADATA;
 
 /// Responses queued per append stream before it waits on the client.
 const APPEND_QUEUE: usize = 16;

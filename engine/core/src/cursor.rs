@@ -9,7 +9,7 @@
 //! (u64 next offset, u32 generation) per shard | u32 crc32c of everything
 //! before it`. The generation is that of the last event the cursor covers on
 //! the shard (0 when it covers none): it lets a server tell a cursor whose
-//! events a crash destroyed from a valid one (see `crate::generation`).
+//! events a crash destroyed from a valid one (see `ringfeed_engine::generation`).
 //!
 //! Version 1 (`u64 next offset` per shard, no generations) still parses; such
 //! a cursor resumes as before, but truncation by a crash cannot be detected
@@ -95,7 +95,7 @@ impl Cursor {
 
     /// Moves `shard`'s next offset, keeping its generation: right for any
     /// offset at or below the one a server put in this cursor (see
-    /// `crate::generation`), which is how a client checkpoints inside a response.
+    /// `ringfeed_engine::generation`), which is how a client checkpoints inside a response.
     pub fn set_next(&mut self, shard: u32, next: u64) {
         if let Some(slot) = self.next.get_mut(shard as usize) {
             *slot = next;

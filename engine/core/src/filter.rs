@@ -12,7 +12,7 @@
 
 use thiserror::Error;
 
-use crate::event::path_problem;
+use crate::path::path_problem;
 use crate::record::RecordHeader;
 
 /// A subscription's filter. `Default` delivers every event.

@@ -46,7 +46,7 @@ const CRC_START: usize = 8;
 
 /// Which idempotent producer appended a record, and its sequence number
 /// there: a retry carries the same pair, which is how the shard knows it
-/// already holds the event (see `crate::producer`).
+/// already holds the event (see `ringfeed_engine::producer`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ProducerStamp {
     pub producer_id: u64,
@@ -442,38 +442,25 @@ fn parse_verified(bytes: &[u8]) -> Result<Record<'_>, RecordError> {
     })
 }
 
-// The readers below are only called on ranges already bounds-checked.
-pub(crate) fn read_u16(b: &[u8], at: usize) -> u16 {
+// The readers below are only called on ranges already bounds-checked (the
+// engine's chunk and segment headers use them too).
+#[doc(hidden)]
+pub fn read_u16(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
 
-pub(crate) fn read_u32(b: &[u8], at: usize) -> u32 {
+#[doc(hidden)]
+pub fn read_u32(b: &[u8], at: usize) -> u32 {
     let mut a = [0u8; 4];
     a.copy_from_slice(&b[at..at + 4]);
     u32::from_le_bytes(a)
 }
 
-pub(crate) fn read_u64(b: &[u8], at: usize) -> u64 {
+#[doc(hidden)]
+pub fn read_u64(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(a)
-}
-
-/// A small create record for unit tests elsewhere in the crate.
-#[cfg(test)]
-pub(crate) fn test_create(offset: u64, ts: i64) -> Record<'static> {
-    Record {
-        ts,
-        offset,
-        kind: Kind::Create,
-        signatures: Signatures::new(&[]),
-        directory: "/d",
-        old_name: "",
-        new_name: "f",
-        new_parent: "",
-        payload: b"payload",
-        producer: None,
-    }
 }
 
 #[cfg(test)]

@@ -29,13 +29,11 @@ use crate::generation::CursorCheck;
 use crate::record::{self, Record, RecordError, RecordHeader};
 use crate::shard::ShardShared;
 
-mod cursor;
-mod filter;
 mod reader;
 
-pub use cursor::{Cursor, CursorError};
-pub use filter::{Filter, FilterError};
 use reader::ShardReader;
+pub use ringfeed_core::cursor::{Cursor, CursorError};
+pub use ringfeed_core::filter::{Filter, FilterError};
 
 /// Where a subscription starts.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,4 +1,6 @@
 //! The client library: [`Follower`] follows the feed through disconnects.
+//! It depends on the protocol crate and `ringfeed-core` (cursors, filters,
+//! the record format) only: using it never builds the storage engine.
 //!
 //! It subscribes, hands out events one at a time, and keeps a checkpoint: the
 //! cursor just after the last event it handed out, exact even inside a batch
@@ -23,8 +25,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use ringfeed_engine::record::peek_header;
-use ringfeed_engine::{Cursor, Filter};
+use ringfeed_core::record::peek_header;
+use ringfeed_core::{Cursor, Filter};
 use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::prost::Message;
 use ringfeed_proto::tonic::codec::{ProstCodec, Streaming};
@@ -34,8 +36,8 @@ use ringfeed_proto::tonic::{self, Code, Status};
 use ringfeed_proto::v1::{self, subscribe_request::Start, SubscribeRequest};
 use ringfeed_proto::{RawItem, RawSubscribeResponse};
 
-pub use crate::registry::SUPERSEDED;
-use crate::service::START_CURSOR_METADATA;
+use ringfeed_proto::wire::START_CURSOR_METADATA;
+pub use ringfeed_proto::wire::SUPERSEDED;
 
 /// Largest response the follower accepts (a chunk is at most a window).
 const MAX_RESPONSE_BYTES: usize = 256 << 20;
@@ -119,9 +121,7 @@ pub struct Truncation {
     pub next: u64,
 }
 
-/// Response-status metadata of a truncated cursor: `shard=S generation=G
-/// surviving_end=E next=N`.
-pub const TRUNCATION_METADATA: &str = "ringfeed-truncated";
+pub use ringfeed_proto::wire::TRUNCATION_METADATA;
 
 impl Truncation {
     /// The truncation a status reports, if it reports one.
@@ -221,9 +221,9 @@ impl Follower {
         }
         .normalized()
         .map_err(|e| FollowError::Refused(Status::invalid_argument(e.to_string())))?;
-        let now_us = ringfeed_engine::clock::Clock::now_ns(&ringfeed_engine::clock::SystemClock)
-            as u64
-            / 1000;
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_micros() as u64);
         if request.client_epoch == 0 {
             request.client_epoch = now_us;
         }
@@ -398,7 +398,7 @@ impl Follower {
         // Until the events are handed out, each shard's checkpoint is its
         // first pending event's offset, else where the response leaves it.
         // The response cursor's generations hold for every offset at or
-        // below its own (see ringfeed_engine::generation).
+        // below its own (see ringfeed_engine::generation, whose rules the server applies).
         let mut before = cursor.clone();
         for e in self.pending.iter().rev() {
             before.set_next(e.shard, e.offset);

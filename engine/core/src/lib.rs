@@ -1,0 +1,18 @@
+//! What the engine and a client of ringfeed both need to agree on, with no
+//! I/O and no executor: the record format (a client in chunk mode walks
+//! record headers), cursors (the resume token a client keeps), subscription
+//! filters (a client applies them to chunks) and the path rules both sides
+//! check. `ringfeed-engine` re-exports all of it; the client library
+//! (`ringfeed-client`) depends on this crate alone, so it never builds the
+//! storage engine.
+
+#![deny(unsafe_code)]
+
+pub mod cursor;
+pub mod filter;
+pub mod path;
+pub mod record;
+
+pub use cursor::{Cursor, CursorError};
+pub use filter::{Filter, FilterError};
+pub use record::{Kind, ProducerStamp, Record, RecordError, RecordHeader, Signatures};
