@@ -11,7 +11,7 @@ use ringfeed_engine::{
     Cursor, Durability, Engine, EngineConfig, Filter, NewEvent, Start, Step, SubscribeRequest,
 };
 
-use crate::{fresh_dir, machine, median};
+use crate::util::{fresh_dir, machine, median};
 
 /// One catch-up pass: events delivered and scanned, record bytes, time.
 struct Pass {

@@ -47,11 +47,12 @@ pub fn ceiling(dir: &Path, sizes: Sizes) -> Result<Run> {
             "grpc_messages": sizes.messages,
         }),
     );
-    crate::fresh_dir(dir)?;
+    crate::util::fresh_dir(dir)?;
     let write_bytes = sizes.write_bytes;
     let syncs = sizes.syncs;
     let path = dir.join("ceiling.dat");
-    let disk = crate::on_glommio(move || async move { disk(&path, write_bytes, syncs).await })?;
+    let disk =
+        crate::util::on_glommio(move || async move { disk(&path, write_bytes, syncs).await })?;
     run.rows.extend(disk);
     run.rows.push(memcpy(sizes.copies));
     run.rows.push(grpc_stream(sizes.messages)?);
@@ -194,7 +195,7 @@ fn memcpy(reps: usize) -> Row {
     }
     let best = rates.iter().copied().fold(0.0, f64::max);
     let mut row = Row::new(Kind::Machine, "memcpy 64 MiB", "memory");
-    row.figure("GB/s median", crate::median(rates))
+    row.figure("GB/s median", crate::util::median(rates))
         .figure("GB/s best", best);
     row
 }
@@ -218,7 +219,7 @@ impl pb::ceiling_server::Ceiling for Streamer {
 }
 
 fn grpc_stream(messages: u64) -> Result<Row> {
-    crate::runtime()?.block_on(async {
+    crate::util::runtime()?.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         tokio::spawn(
@@ -256,7 +257,7 @@ fn grpc_stream(messages: u64) -> Result<Row> {
             "loopback",
         );
         row.figure("messages", messages as f64)
-            .figure("messages/s median of 3", crate::median(rates));
+            .figure("messages/s median of 3", crate::util::median(rates));
         Ok(row)
     })
 }

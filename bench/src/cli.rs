@@ -351,7 +351,7 @@ pub fn run_scenario(cmd: &ScenarioCmd, kinds: &[Kind], out: Option<&Path>) -> Re
     let result = scenario.run(kinds, &common.setup());
     let _ = std::fs::remove_dir_all(&common.dir);
     let run = result?;
-    println!("# {} ({})", scenario.name(), crate::machine());
+    println!("# {} ({})", scenario.name(), crate::util::machine());
     run.print_table();
     if kinds.len() > 1 {
         println!();
@@ -381,7 +381,7 @@ pub fn ceiling(args: &CeilingArgs) -> Result<Run> {
             messages: pick(args.messages, 20_000, 2_000_000).max(1),
         },
     )?;
-    println!("# ceiling ({})", crate::machine());
+    println!("# ceiling ({})", crate::util::machine());
     run.print_table();
     if let Some(out) = &args.out {
         run.write(out)?;

@@ -16,7 +16,7 @@ use hdrhistogram::Histogram;
 use ringfeed_engine::clock::{Clock, SystemClock};
 use ringfeed_engine::{Durability, Engine, EngineConfig, NewEvent, Start, Step, SubscribeRequest};
 
-use crate::{fresh_dir, machine};
+use crate::util::{fresh_dir, machine};
 
 pub struct Args<'a> {
     pub dir: &'a Path,

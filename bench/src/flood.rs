@@ -14,7 +14,7 @@ use ringfeed_proto::tonic::transport::Channel;
 use ringfeed_proto::{v1, RingFeedClient};
 
 use crate::systems::{spawn_server_with, Process};
-use crate::{fresh_dir, machine};
+use crate::util::{fresh_dir, machine};
 
 pub struct Args<'a> {
     pub dir: &'a Path,

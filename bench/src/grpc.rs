@@ -15,7 +15,7 @@ use ringfeed_server::metrics::Exporter;
 use ringfeed_server::service::Service;
 
 use crate::systems::ringfeed_event as event;
-use crate::{fresh_dir, machine};
+use crate::util::{fresh_dir, machine};
 
 type Client = RingFeedClient<Channel>;
 
@@ -133,7 +133,10 @@ async fn scrape(at: std::net::SocketAddr) -> Result<usize> {
 fn spread(runs: &[f64]) -> String {
     let min = runs.iter().copied().fold(f64::INFINITY, f64::min);
     let max = runs.iter().copied().fold(0.0, f64::max);
-    format!("{:.0} ({min:.0}-{max:.0})", crate::median(runs.to_vec()))
+    format!(
+        "{:.0} ({min:.0}-{max:.0})",
+        crate::util::median(runs.to_vec())
+    )
 }
 
 /// Append throughput through a server without and with the metrics endpoint
@@ -149,7 +152,7 @@ pub fn metrics_cost(
     scrape_every: Duration,
 ) -> Result<()> {
     fresh_dir(dir)?;
-    let runtime = crate::runtime()?;
+    let runtime = crate::util::runtime()?;
     let engine = open_engine(dir)?;
     println!(
         "# metrics-cost: {}; {clients} gRPC clients, memory acks, {event_bytes}-byte events, {seconds} s per run, {reps} alternating runs per side; scrape every {} ms",
@@ -200,11 +203,11 @@ pub fn metrics_cost(
                 "| {batch} | {} | {} | {:.3} | {:.0} | {:.0} | {} | {:.0} | {scraped} |",
                 spread(&off),
                 spread(&on),
-                crate::median(on.clone()) / crate::median(off.clone()),
-                crate::median(p99_off),
-                crate::median(p99_on),
+                crate::util::median(on.clone()) / crate::util::median(off.clone()),
+                crate::util::median(p99_off),
+                crate::util::median(p99_on),
                 scrape_us.len(),
-                crate::median(scrape_us)
+                crate::util::median(scrape_us)
             );
         }
         Ok::<(), anyhow::Error>(())

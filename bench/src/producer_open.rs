@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Result};
 use ringfeed_engine::{Durability, Engine, EngineConfig, NewEvent, Producer};
 
-use crate::{fresh_dir, machine, median};
+use crate::util::{fresh_dir, machine, median};
 
 pub struct Args<'a> {
     pub dir: &'a Path,

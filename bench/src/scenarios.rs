@@ -136,7 +136,7 @@ impl Scenario {
     /// fresh in its own directory under `setup.dir` and stopped after.
     pub fn run(&self, kinds: &[Kind], setup: &Setup) -> Result<Run> {
         let mut run = Run::new(self.name(), self.params());
-        let runtime = crate::runtime()?;
+        let runtime = crate::util::runtime()?;
         for &kind in kinds {
             let dir = setup.dir.join(kind.name());
             let started = runtime.block_on(System::start(kind, &dir, &setup.ringfeed));
@@ -399,7 +399,7 @@ async fn follow(
             Err(_) => bail!("no event for {STALL:?} after {got} of {n}"),
         };
         if let Some(h) = latency.as_mut() {
-            h.record(((crate::now_ns() - d.sent_ns).max(0) / 1000) as u64)?;
+            h.record(((crate::util::now_ns() - d.sent_ns).max(0) / 1000) as u64)?;
         }
         first.get_or_insert_with(|| t0.elapsed());
         got += 1;
@@ -617,7 +617,7 @@ async fn storm(
     }
     // The resume window: one producer, so the event numbered `backlog` is
     // the first of it on every system (see `From::Resume`).
-    let wall_ns = crate::now_ns();
+    let wall_ns = crate::util::now_ns();
     system
         .append(backlog..backlog + behind, size, 1, PRELOAD_BATCH, false)
         .await?;

@@ -19,7 +19,7 @@ use super::{
     free_ports, stamp, unstamp, wait_ready, Acks, Delivered, From, Process, ResumePoints,
     READY_TIMEOUT,
 };
-use crate::now_ns;
+use crate::util::now_ns;
 
 mod pb {
     tonic::include_proto!("etcdserverpb");

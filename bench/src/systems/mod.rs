@@ -154,7 +154,7 @@ impl System {
     /// Starts `kind` on loopback with its data under `dir` (created empty),
     /// and waits until it accepts appends.
     pub async fn start(kind: Kind, dir: &Path, options: &RingfeedOptions) -> Result<Start> {
-        crate::fresh_dir(dir)?;
+        crate::util::fresh_dir(dir)?;
         match kind {
             Kind::Ringfeed => Ok(Start::Running(System::Ringfeed(
                 ringfeed::Ringfeed::start(dir, options).await?,
@@ -493,7 +493,7 @@ pub async fn probe(kind: Kind, dir: &Path, events: u64, payload: usize) -> Resul
         t.elapsed().as_secs_f64(),
         acks.value_at_quantile(0.5)
     );
-    let mid = crate::now_ns();
+    let mid = crate::util::now_ns();
     system
         .append(events..2 * events, payload, 1, 1, false)
         .await?;

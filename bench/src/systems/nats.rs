@@ -22,7 +22,7 @@ use super::{
     free_ports, producer_batches, stamp, unstamp, wait_ready, Acks, Delivered, From, Process,
     ResumePoints, READY_TIMEOUT,
 };
-use crate::now_ns;
+use crate::util::now_ns;
 
 const STREAM: &str = "BENCH";
 

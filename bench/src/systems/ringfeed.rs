@@ -16,7 +16,7 @@ use ringfeed_server::client::{Backoff, Follower};
 use super::{
     join_acks, producer_batches, stamp, unstamp, Delivered, From, Process, RingfeedOptions,
 };
-use crate::now_ns;
+use crate::util::now_ns;
 
 pub struct Ringfeed {
     pub addr: String,

@@ -27,7 +27,7 @@ use tonic::Streaming;
 use super::{
     free_ports, join_acks, producer_batches, stamp, unstamp, wait_ready, Delivered, From, Process,
 };
-use crate::now_ns;
+use crate::util::now_ns;
 
 /// Generated from `bench/peers/proto/filer.proto` (a subset of SeaweedFS's).
 mod pb {
