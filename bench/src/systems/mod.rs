@@ -11,21 +11,31 @@
 //! is stopped when dropped. A system whose binary is not installed is
 //! *skipped* ([`System::start`] returns [`Start::Skipped`]), never faked.
 
+#[cfg(feature = "peers")]
 mod etcd;
+#[cfg(feature = "peers")]
 mod nats;
 pub mod process;
 mod ringfeed;
 pub use ringfeed::{spawn_server, spawn_server_with};
+#[cfg(feature = "peers")]
 mod seaweedfs;
 
-use std::collections::BTreeMap;
-use std::future::Future;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::Result;
 use hdrhistogram::Histogram;
+// What only the peers' adapters use (built with the `peers` feature).
+#[cfg(feature = "peers")]
+use anyhow::{anyhow, bail};
+#[cfg(feature = "peers")]
+use std::{
+    collections::BTreeMap,
+    future::Future,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
 
 pub use process::Process;
 /// The bench's ringfeed event (also what `metrics-cost` appends).
@@ -82,7 +92,12 @@ pub enum From {
     /// `append` call lands after every event of the calls before it, so each
     /// call's lowest revision / stream sequence ([`ResumePoints`]) is where
     /// its first event's successors start.
-    Resume { index: u64, wall_ns: i64 },
+    Resume {
+        // Read by the peers' adapters only (ringfeed resumes by time).
+        #[cfg_attr(not(feature = "peers"), allow(dead_code))]
+        index: u64,
+        wall_ns: i64,
+    },
 }
 
 /// One event as a subscriber got it.
@@ -124,16 +139,22 @@ pub enum Start {
 /// A running system.
 pub enum System {
     Ringfeed(ringfeed::Ringfeed),
+    #[cfg(feature = "peers")]
     Etcd(etcd::Etcd),
+    #[cfg(feature = "peers")]
     Nats(nats::Nats),
+    #[cfg(feature = "peers")]
     Seaweedfs(seaweedfs::Seaweedfs),
 }
 
 /// A subscription on a running system.
 pub enum Subscriber {
     Ringfeed(ringfeed::Subscriber),
+    #[cfg(feature = "peers")]
     Etcd(etcd::Subscriber),
+    #[cfg(feature = "peers")]
     Nats(nats::Subscriber),
+    #[cfg(feature = "peers")]
     Seaweedfs(seaweedfs::Subscriber),
 }
 
@@ -160,18 +181,27 @@ impl System {
                 ringfeed::Ringfeed::start(dir, options).await?,
             ))),
             Kind::Machine => anyhow::bail!("the machine is not a system to start"),
+            #[cfg(not(feature = "peers"))]
+            Kind::Etcd | Kind::Nats | Kind::Seaweedfs => Ok(Start::Skipped(format!(
+                "{} not built in (the bench was built without its `peers` feature: \
+                 cargo build --release -p ringfeed-bench --features peers)",
+                kind.name()
+            ))),
+            #[cfg(feature = "peers")]
             Kind::Etcd => Ok(match find_binary("etcd") {
                 Some(binary) => {
                     Start::Running(System::Etcd(etcd::Etcd::start(&binary, dir).await?))
                 }
                 None => Start::Skipped(not_installed("etcd")),
             }),
+            #[cfg(feature = "peers")]
             Kind::Nats => Ok(match find_binary("nats-server") {
                 Some(binary) => {
                     Start::Running(System::Nats(nats::Nats::start(&binary, dir).await?))
                 }
                 None => Start::Skipped(not_installed("nats-server")),
             }),
+            #[cfg(feature = "peers")]
             Kind::Seaweedfs => Ok(match find_binary("weed") {
                 Some(weed) => Start::Running(System::Seaweedfs(
                     seaweedfs::Seaweedfs::start(&weed, dir).await?,
@@ -186,6 +216,7 @@ impl System {
     pub fn set_chunk_mode(&mut self, on: bool) {
         match self {
             System::Ringfeed(s) => s.chunk_mode = on,
+            #[cfg(feature = "peers")]
             System::Etcd(_) | System::Nats(_) | System::Seaweedfs(_) => {}
         }
     }
@@ -193,8 +224,11 @@ impl System {
     pub fn kind(&self) -> Kind {
         match self {
             System::Ringfeed(_) => Kind::Ringfeed,
+            #[cfg(feature = "peers")]
             System::Etcd(_) => Kind::Etcd,
+            #[cfg(feature = "peers")]
             System::Nats(_) => Kind::Nats,
+            #[cfg(feature = "peers")]
             System::Seaweedfs(_) => Kind::Seaweedfs,
         }
     }
@@ -204,8 +238,11 @@ impl System {
     pub fn processes(&self) -> &[Process] {
         match self {
             System::Ringfeed(s) => s.processes(),
+            #[cfg(feature = "peers")]
             System::Etcd(s) => s.processes(),
+            #[cfg(feature = "peers")]
             System::Nats(s) => s.processes(),
+            #[cfg(feature = "peers")]
             System::Seaweedfs(s) => s.processes(),
         }
     }
@@ -215,10 +252,13 @@ impl System {
         match self {
             System::Ringfeed(_) if durable => "fdatasync before the ack",
             System::Ringfeed(_) => "in memory (visible to subscribers) before the ack",
+            #[cfg(feature = "peers")]
             System::Etcd(_) => "WAL fsync before the ack",
+            #[cfg(feature = "peers")]
             System::Nats(_) => {
                 "stored in the stream's file before the ack; fsync periodic (default 2 min)"
             }
+            #[cfg(feature = "peers")]
             System::Seaweedfs(_) => {
                 "filer store write, no fsync; metadata log flushed to the volume server about once a minute"
             }
@@ -242,8 +282,11 @@ impl System {
     ) -> Result<Histogram<u64>> {
         match self {
             System::Ringfeed(s) => s.append(events, payload, producers, batch, durable).await,
+            #[cfg(feature = "peers")]
             System::Etcd(s) => s.append(events, payload, producers).await,
+            #[cfg(feature = "peers")]
             System::Nats(s) => s.append(events, payload, producers, batch).await,
+            #[cfg(feature = "peers")]
             System::Seaweedfs(s) => s.append(events, payload, producers).await,
         }
     }
@@ -253,8 +296,11 @@ impl System {
     pub fn appender(&self) -> Appender {
         match self {
             System::Ringfeed(s) => Appender::Ringfeed(s.appender()),
+            #[cfg(feature = "peers")]
             System::Etcd(s) => Appender::Etcd(s.appender()),
+            #[cfg(feature = "peers")]
             System::Nats(s) => Appender::Nats(s.appender()),
+            #[cfg(feature = "peers")]
             System::Seaweedfs(s) => Appender::Seaweedfs(s.appender()),
         }
     }
@@ -265,8 +311,11 @@ impl System {
     pub async fn subscribe(&self, from: From) -> Result<Subscriber> {
         match self {
             System::Ringfeed(s) => Ok(Subscriber::Ringfeed(s.subscribe(from).await?)),
+            #[cfg(feature = "peers")]
             System::Etcd(s) => Ok(Subscriber::Etcd(s.subscribe(from).await?)),
+            #[cfg(feature = "peers")]
             System::Nats(s) => Ok(Subscriber::Nats(s.subscribe(from).await?)),
+            #[cfg(feature = "peers")]
             System::Seaweedfs(s) => Ok(Subscriber::Seaweedfs(s.subscribe(from).await?)),
         }
     }
@@ -276,8 +325,11 @@ impl System {
 #[derive(Clone)]
 pub enum Appender {
     Ringfeed(ringfeed::Appender),
+    #[cfg(feature = "peers")]
     Etcd(etcd::Appender),
+    #[cfg(feature = "peers")]
     Nats(nats::Appender),
+    #[cfg(feature = "peers")]
     Seaweedfs(seaweedfs::Appender),
 }
 
@@ -287,8 +339,11 @@ impl Appender {
     pub async fn append_one(&self, index: u64, payload: usize) -> Result<()> {
         match self {
             Appender::Ringfeed(a) => a.append_one(index, payload).await,
+            #[cfg(feature = "peers")]
             Appender::Etcd(a) => a.append_one(index, payload).await,
+            #[cfg(feature = "peers")]
             Appender::Nats(a) => a.append_one(index, payload).await,
+            #[cfg(feature = "peers")]
             Appender::Seaweedfs(a) => a.append_one(index, payload).await,
         }
     }
@@ -300,13 +355,17 @@ impl Subscriber {
     pub async fn next(&mut self) -> Result<Option<Delivered>> {
         match self {
             Subscriber::Ringfeed(s) => s.next().await,
+            #[cfg(feature = "peers")]
             Subscriber::Etcd(s) => s.next().await,
+            #[cfg(feature = "peers")]
             Subscriber::Nats(s) => s.next().await,
+            #[cfg(feature = "peers")]
             Subscriber::Seaweedfs(s) => s.next().await,
         }
     }
 }
 
+#[cfg(feature = "peers")]
 /// Where a peer's binary is: on PATH, else in /usr/sbin, where Debian's
 /// nats-server package puts it (not on an ordinary user's PATH).
 fn find_binary(name: &str) -> Option<PathBuf> {
@@ -317,10 +376,12 @@ fn find_binary(name: &str) -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
+#[cfg(feature = "peers")]
 fn not_installed(binary: &str) -> String {
     format!("{binary} not installed (bench/peers/install.sh installs it)")
 }
 
+#[cfg(feature = "peers")]
 /// `n` distinct loopback ports that were free a moment ago (all bound at
 /// once, so none repeats, then released), for peers that must be told their
 /// ports. Another process could take one before the peer binds it; the peer
@@ -335,9 +396,11 @@ fn free_ports(n: usize) -> Result<Vec<u16>> {
         .collect()
 }
 
+#[cfg(feature = "peers")]
 /// How long a started peer may take to accept its first request.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
+#[cfg(feature = "peers")]
 /// Retries `attempt` every 100 ms until it succeeds, for at most `timeout`,
 /// and gives up at once if one of `processes` exits: a peer has started when
 /// it answers a real request, not when its port opens. `logs` names where
@@ -401,6 +464,7 @@ async fn join_acks(
     Ok(acks)
 }
 
+#[cfg(feature = "peers")]
 /// For peers that number events by their own counter (etcd's revision,
 /// a JetStream stream sequence): the lowest position each `append` call got,
 /// keyed by the call's first event, which is where [`From::Resume`] at that
@@ -408,6 +472,7 @@ async fn join_acks(
 #[derive(Default)]
 struct ResumePoints(std::sync::Mutex<BTreeMap<u64, u64>>);
 
+#[cfg(feature = "peers")]
 impl ResumePoints {
     fn record(&self, first_event: u64, position: u64) {
         self.0
@@ -428,6 +493,7 @@ impl ResumePoints {
     }
 }
 
+#[cfg(feature = "peers")]
 /// One producer's share of an `append` call: its ack latencies and the
 /// lowest position (revision, stream sequence) it was given.
 struct Acks {
@@ -435,6 +501,7 @@ struct Acks {
     lowest: Option<u64>,
 }
 
+#[cfg(feature = "peers")]
 impl Acks {
     fn new() -> Result<Acks> {
         Ok(Acks {

@@ -21,6 +21,9 @@ impl Process {
     /// Starts `command` with stdin closed. Its stdout and stderr go to
     /// `log` (a file in the system's temp dir), so a failing start can be
     /// diagnosed; the bench's own output stays clean.
+    // The bench starts ringfeed through `spawn_server`; only the peers'
+    // adapters start processes through this and `running`.
+    #[cfg_attr(not(feature = "peers"), allow(dead_code))]
     pub fn spawn(name: &str, mut command: Command, log: &Path) -> Result<Process> {
         let out =
             std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
@@ -75,6 +78,7 @@ impl Process {
     }
 
     /// Whether the process is still running (not exited).
+    #[cfg_attr(not(feature = "peers"), allow(dead_code))]
     pub fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
