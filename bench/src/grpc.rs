@@ -44,7 +44,11 @@ async fn start_server(
     let metrics_addr = if metrics {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let at = listener.local_addr()?;
-        let exporter = Exporter::new(engine.clone(), service.clone());
+        let exporter = Exporter::new(
+            engine.clone(),
+            service.metrics(),
+            service.subscribers().clone(),
+        );
         tokio::spawn(ringfeed_server::metrics::serve(
             listener,
             Arc::new(exporter),

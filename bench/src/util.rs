@@ -32,9 +32,7 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Wall-clock ns since the Unix epoch: the clock the shards stamp with.
-pub(crate) fn now_ns() -> i64 {
-    ringfeed_engine::clock::Clock::now_ns(&ringfeed_engine::clock::SystemClock)
-}
+pub(crate) use ringfeed_engine::clock::now_ns;
 
 /// The tokio runtime the gRPC benchmarks run their clients (and in-process
 /// servers) on: two workers, one per core of the target machine.

@@ -3,6 +3,8 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
+pub use ringfeed_core::now_ns;
+
 /// Wall-clock time in nanoseconds since the Unix epoch.
 pub trait Clock: Send + Sync {
     fn now_ns(&self) -> i64;
@@ -14,7 +16,7 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ns(&self) -> i64 {
-        crate::log::now_ns()
+        now_ns()
     }
 }
 

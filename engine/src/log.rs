@@ -746,7 +746,7 @@ impl<S: Storage> Log<S> {
                 shard: self.config.shard,
                 alignment: alignment as u32,
                 first_offset: first,
-                created_ns: now_ns(),
+                created_ns: crate::clock::now_ns(),
                 segment_bytes: self.config.segment_bytes,
                 max_unsynced_bytes: self.config.max_unsynced_bytes,
             };
@@ -808,10 +808,4 @@ fn rebuild_producers(table: &mut ProducerTable, body: &[u8]) {
             }
         }
     }
-}
-
-pub(crate) fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
 }

@@ -737,7 +737,7 @@ async fn flusher<S: Storage>(
             shared.flushed.notify(usize::MAX);
         }
         if retention {
-            let now = crate::log::now_ns();
+            let now = crate::clock::now_ns();
             if let Ok(outcome) = log.apply_retention(config.retention, now).await {
                 let next = shared.watermarks.committed_next();
                 shared

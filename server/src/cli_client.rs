@@ -919,10 +919,7 @@ async fn connect(server: &str) -> Result<RingFeedClient<Channel>> {
     Ok(client.max_decoding_message_size(MAX_RESPONSE_BYTES))
 }
 
-/// Wall-clock ns since the Unix epoch: the clock the shards stamp with.
-fn now_ns() -> i64 {
-    ringfeed_engine::clock::Clock::now_ns(&ringfeed_engine::clock::SystemClock)
-}
+use ringfeed_engine::clock::now_ns;
 
 /// Exit code and one-line message for an error from the functions above:
 /// a gRPC status -> (its numeric code, "error: <CODE_NAME>: <message>");

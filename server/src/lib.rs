@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod registry;
 pub mod sender;
 pub mod service;
+pub mod status;
 
 /// Accepted connections of `listener` with Nagle's algorithm off: small
 /// responses (acks, live events) would otherwise wait for the peer's delayed

@@ -302,7 +302,7 @@ fn serve(config: ServerConfig) -> Result<()> {
         let metrics_addr = match metrics {
             Some(listener) => {
                 let at = listener.local_addr()?;
-                let exporter = Exporter::new(engine.clone(), service.clone());
+                let exporter = Exporter::new(engine.clone(), service.metrics(), service.subscribers().clone());
                 tokio::spawn(ringfeed_server::metrics::serve(listener, Arc::new(exporter)));
                 Some(at)
             }

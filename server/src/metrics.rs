@@ -28,7 +28,7 @@ use prometheus_client::registry::Registry;
 use ringfeed_engine::{Engine, LatencySnapshot, SubscribeError};
 use ringfeed_proto::bytes::Bytes;
 
-use crate::service::Service;
+use crate::registry::Registry as Subscribers;
 
 /// Server-level metrics, shared by every subscription task (`Arc`). Each
 /// update is one atomic add, except the lag histogram's short lock per
@@ -198,11 +198,15 @@ pub struct Exporter {
 }
 
 impl Exporter {
-    pub fn new(engine: Arc<Engine>, service: Service) -> Exporter {
+    pub fn new(
+        engine: Arc<Engine>,
+        metrics: &ServerMetrics,
+        subscribers: Arc<Subscribers>,
+    ) -> Exporter {
         let mut registry = Registry::with_prefix("ringfeed");
-        service.metrics().register(&mut registry);
+        metrics.register(&mut registry);
         registry.register_collector(Box::new(Shards(engine)));
-        registry.register_collector(Box::new(SubscriberLag(service)));
+        registry.register_collector(Box::new(SubscriberLag(subscribers)));
         registry.register_collector(Box::new(ProcessStats));
         Exporter { registry }
     }
@@ -428,7 +432,7 @@ impl Collector for Shards {
 }
 
 /// The largest lag among connected subscribers, from the subscriber registry.
-struct SubscriberLag(Service);
+struct SubscriberLag(Arc<Subscribers>);
 
 impl std::fmt::Debug for SubscriberLag {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

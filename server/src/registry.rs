@@ -14,8 +14,9 @@ use ringfeed_proto::tonic::Status;
 use ringfeed_proto::v1::SubscriberInfo;
 use tokio::sync::Notify;
 
+/// The subscription streams connected now, by client identity.
 #[derive(Default)]
-pub(crate) struct Registry {
+pub struct Registry {
     state: Mutex<State>,
 }
 
@@ -56,7 +57,7 @@ impl Registry {
 
     /// Registers a stream, superseding an older stream of the same client.
     /// Returns the superseded stream's epoch, if any, with the registration.
-    pub fn register(
+    pub(crate) fn register(
         self: &Arc<Self>,
         info: SubscriberInfo,
     ) -> Result<(Registered, Option<u64>), Status> {
@@ -107,6 +108,15 @@ impl Registry {
     }
 
     /// Every connected stream, oldest first.
+    /// The largest lag among connected subscribers as of each one's last
+    /// response; 0 with none connected.
+    pub fn max_lag_seconds(&self) -> f64 {
+        self.list()
+            .iter()
+            .map(|s| s.lag_seconds)
+            .fold(0.0, f64::max)
+    }
+
     pub fn list(&self) -> Vec<SubscriberInfo> {
         let infos: Vec<_> = self
             .lock()

@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::ServerMetrics;
 use crate::registry::{Registered, SUPERSEDED};
-use crate::service::now_ns;
+use ringfeed_engine::clock::now_ns;
 
 /// How subscription streams are paced, batched and admitted.
 #[derive(Clone, Debug, PartialEq)]
@@ -207,7 +207,7 @@ enum Stop {
 
 impl From<SubscribeError> for Stop {
     fn from(e: SubscribeError) -> Self {
-        Stop::Failed(crate::service::subscribe_status(e))
+        Stop::Failed(crate::status::subscribe_status(e))
     }
 }
 

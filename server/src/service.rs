@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use ringfeed_engine::{
     AppendError, Cursor, Durability, Engine, Filter, NewEvent, Ordering, Producer, Start,
-    SubscribeError, SubscribeRequest,
+    SubscribeRequest,
 };
 use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::prost::Message;
@@ -23,9 +23,12 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 
+use ringfeed_engine::clock::now_ns;
+
 use crate::metrics::ServerMetrics;
 use crate::registry::Registry;
 use crate::sender::{Admission, Connected, Sender, StreamOptions, SubscriberLimits};
+use crate::status::{append_status, subscribe_status};
 
 pub use ringfeed_proto::wire::START_CURSOR_METADATA;
 
@@ -84,14 +87,9 @@ impl Service {
         &self.metrics
     }
 
-    /// The largest lag among connected subscribers as of each one's last
-    /// response; 0 with none connected.
-    pub fn max_lag_seconds(&self) -> f64 {
-        self.registry
-            .list()
-            .iter()
-            .map(|s| s.lag_seconds)
-            .fold(0.0, f64::max)
+    /// The connected subscribers.
+    pub fn subscribers(&self) -> &Arc<Registry> {
+        &self.registry
     }
 
     async fn append_batch(&self, request: RawAppendRequest) -> Result<v1::AppendResponse, Status> {
@@ -287,70 +285,6 @@ fn new_event(index: usize, bytes: Bytes) -> Result<NewEvent, Status> {
         signatures: event.signatures,
         payload: bytes.to_vec(),
     })
-}
-
-/// The engine's field names in the protocol's terms.
-fn proto_field(field: &str) -> &str {
-    match field {
-        "old_name" => "old_entry.name",
-        "new_name" => "new_entry.name",
-        "new_parent" => "new_parent_path",
-        other => other,
-    }
-}
-
-fn append_status(e: AppendError) -> Status {
-    match &e {
-        AppendError::Invalid {
-            index,
-            field,
-            reason,
-        } => Status::invalid_argument(format!("events[{index}].{}: {reason}", proto_field(field))),
-        AppendError::Frame(_) | AppendError::BatchTooLarge { .. } => {
-            Status::invalid_argument(e.to_string())
-        }
-        AppendError::ResourceExhausted { .. } | AppendError::QueueFull { .. } => {
-            Status::resource_exhausted(e.to_string())
-        }
-        AppendError::Latched { .. } | AppendError::ShutDown => Status::unavailable(e.to_string()),
-        AppendError::SequenceGap { .. } | AppendError::StaleSequence { .. } => {
-            Status::failed_precondition(e.to_string())
-        }
-    }
-}
-
-pub(crate) fn subscribe_status(e: SubscribeError) -> Status {
-    match &e {
-        SubscribeError::Cursor(_) | SubscribeError::Filter(_) => {
-            Status::invalid_argument(e.to_string())
-        }
-        SubscribeError::BelowRetention { .. } => Status::out_of_range(e.to_string()),
-        &SubscribeError::Truncated {
-            shard,
-            generation,
-            surviving_end,
-            next,
-        } => {
-            let mut status = Status::failed_precondition(e.to_string());
-            let value = crate::client::Truncation {
-                shard,
-                generation,
-                surviving_end,
-                next,
-            }
-            .metadata_value();
-            if let Ok(value) = value.parse() {
-                status
-                    .metadata_mut()
-                    .insert(crate::client::TRUNCATION_METADATA, value);
-            }
-            status
-        }
-        SubscribeError::Corrupt { .. }
-        | SubscribeError::Io { .. }
-        | SubscribeError::Record { .. } => Status::data_loss(e.to_string()),
-        SubscribeError::Latched { .. } => Status::unavailable(e.to_string()),
-    }
 }
 
 /// The engine request for a protocol request; INVALID_ARGUMENT names the field.
@@ -593,9 +527,4 @@ impl RingFeed for Service {
             subscribers: self.registry.list(),
         }))
     }
-}
-
-/// Wall-clock ns since the Unix epoch: the clock the shards stamp with.
-pub(crate) fn now_ns() -> i64 {
-    ringfeed_engine::clock::Clock::now_ns(&ringfeed_engine::clock::SystemClock)
 }

@@ -14,5 +14,13 @@ pub mod path;
 pub mod record;
 
 pub use cursor::{Cursor, CursorError};
+
+/// Wall-clock ns since the Unix epoch (0 before it): the clock shards stamp
+/// events with, and the one every "now" of ringfeed means.
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
 pub use filter::{Filter, FilterError};
 pub use record::{Kind, ProducerStamp, Record, RecordError, RecordHeader, Signatures};

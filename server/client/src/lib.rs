@@ -221,9 +221,7 @@ impl Follower {
         }
         .normalized()
         .map_err(|e| FollowError::Refused(Status::invalid_argument(e.to_string())))?;
-        let now_us = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_micros() as u64);
+        let now_us = (ringfeed_core::now_ns() / 1000).max(1) as u64;
         if request.client_epoch == 0 {
             request.client_epoch = now_us;
         }
