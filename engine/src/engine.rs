@@ -76,6 +76,23 @@ impl Default for EngineConfig {
     }
 }
 
+/// One shard's state, as [`Engine::status`] reports it.
+#[derive(Clone, Debug)]
+pub struct ShardStatus {
+    pub shard: u32,
+    pub watermarks: crate::watermark::WatermarkSnapshot,
+    /// Window memory held in the ring.
+    pub ring_bytes: usize,
+    /// Record bytes not yet durable.
+    pub unflushed_bytes: usize,
+    /// Record bytes of appends queued for the shard and not yet taken.
+    pub queued_bytes: usize,
+    /// Segment files in the shard's directory.
+    pub segments: usize,
+    /// Why the shard stopped acknowledging, if it did (an I/O failure).
+    pub latched: Option<String>,
+}
+
 /// Why the engine could not open.
 #[derive(Debug, Error)]
 pub enum EngineError {
@@ -307,6 +324,31 @@ impl Engine {
     /// A shard's watermarks, ring view and wake-up events.
     pub fn shard(&self, id: u32) -> &Arc<ShardShared> {
         &self.shards[id as usize].shared
+    }
+
+    /// What each shard holds and how far it is, now: for status pages and
+    /// tools, so they need not know the shard's files or their names.
+    pub fn status(&self) -> Vec<ShardStatus> {
+        self.shards
+            .iter()
+            .map(|s| {
+                let shard = &s.shared;
+                ShardStatus {
+                    shard: shard.id,
+                    watermarks: shard.watermarks.snapshot(),
+                    ring_bytes: shard.ring_bytes(),
+                    unflushed_bytes: shard.unflushed_bytes(),
+                    queued_bytes: shard.queued_bytes(),
+                    segments: shard.files().list().map_or(0, |names| {
+                        names
+                            .iter()
+                            .filter(|n| crate::segment::parse_segment_name(n).is_some())
+                            .count()
+                    }),
+                    latched: shard.latched(),
+                }
+            })
+            .collect()
     }
 
     /// Opens a subscription over every shard (see [`crate::subscribe`]).

@@ -50,7 +50,7 @@ pub(crate) mod testing {
     }
 }
 
-pub use engine::{shard_dir, Engine, EngineConfig, EngineError};
+pub use engine::{shard_dir, Engine, EngineConfig, EngineError, ShardStatus};
 pub use error::{LogError, RecoveryError};
 pub use event::{AppendError, Durability, Limits, NewEvent, Position, Producer, Stored};
 pub use generation::{CursorCheck, GenerationStart, Generations};

@@ -485,18 +485,14 @@ impl RingFeed for Service {
         &self,
         _request: Request<v1::StatusRequest>,
     ) -> Result<Response<v1::StatusResponse>, Status> {
-        let shards = (0..self.engine.shard_count())
-            .map(|id| {
-                let shard = self.engine.shard(id);
-                let w = shard.watermarks.snapshot();
-                let segment_count = shard.files().list().map_or(0, |names| {
-                    names
-                        .iter()
-                        .filter(|n| ringfeed_engine::segment::parse_segment_name(n).is_some())
-                        .count()
-                }) as u32;
+        let shards = self
+            .engine
+            .status()
+            .into_iter()
+            .map(|s| {
+                let w = s.watermarks;
                 v1::ShardStatus {
-                    shard: id,
+                    shard: s.shard,
                     committed_next: w.committed_next,
                     committed_ts_ns: w.committed_ts,
                     claimed_ts_ns: w.claimed_ts,
@@ -504,10 +500,10 @@ impl RingFeed for Service {
                     flushed_ts_ns: w.flushed_ts,
                     evicted_below: w.evicted_below,
                     retained_from: w.retained_from,
-                    ring_bytes: shard.ring_bytes() as u64,
-                    unflushed_bytes: shard.unflushed_bytes() as u64,
-                    segment_count,
-                    latched: shard.latched().unwrap_or_default(),
+                    ring_bytes: s.ring_bytes as u64,
+                    unflushed_bytes: s.unflushed_bytes as u64,
+                    segment_count: s.segments as u32,
+                    latched: s.latched.unwrap_or_default(),
                 }
             })
             .collect();
