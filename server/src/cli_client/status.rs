@@ -1,0 +1,191 @@
+//! `ringfeed status` and `ringfeed subscribers`: the server's shards and
+//! connected subscription streams, as tables or JSON.
+
+use super::*;
+
+/// List the connected subscription streams: client name, id and epoch, peer
+/// address, mode (waiting for admission, chunks, backlog, live), lag in
+/// events and seconds, events sent, connected since, filters and cursor.
+#[derive(clap::Args, Debug)]
+pub struct SubscribersArgs {
+    /// Server address (a URI with a scheme is also accepted).
+    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_SERVER)]
+    pub server: String,
+    /// Print the ListSubscribersResponse as one proto3-JSON object instead of
+    /// a table (64-bit numbers are strings, the cursor is standard base64).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Prints the server's subscribers per `args` on stdout.
+pub async fn subscribers(args: SubscribersArgs) -> Result<()> {
+    let mut client = connect(&args.server).await?;
+    let list = client
+        .list_subscribers(ListSubscribersRequest {})
+        .await?
+        .into_inner();
+    let text = if args.json {
+        serde_json::to_string(&list).context("encoding the subscribers as JSON")? + "\n"
+    } else {
+        subscribers_table(&list.subscribers)
+    };
+    write_out(&mut io::stdout(), &text).context("writing to stdout")
+}
+
+/// Show the server's per-shard watermarks, ring and flush state, and its
+/// subscribers.
+#[derive(clap::Args, Debug)]
+pub struct StatusArgs {
+    /// Server address (a URI with a scheme is also accepted).
+    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_SERVER)]
+    pub server: String,
+    /// Print the StatusResponse as one proto3-JSON object instead of tables
+    /// (64-bit numbers are strings there, as the mapping says).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Prints the server's status per `args` on stdout.
+pub async fn status(args: StatusArgs) -> Result<()> {
+    let mut client = connect(&args.server).await?;
+    let status = client.status(StatusRequest {}).await?.into_inner();
+    let mut out = io::stdout();
+    let text = if args.json {
+        serde_json::to_string(&status).context("encoding the status as JSON")? + "\n"
+    } else {
+        let subscribers = match client.list_subscribers(ListSubscribersRequest {}).await {
+            Ok(response) => Some(response.into_inner().subscribers),
+            // An older server: the count in the status is all there is.
+            Err(status) if status.code() == Code::Unimplemented => None,
+            Err(status) => return Err(status.into()),
+        };
+        render_status(&status, subscribers.as_deref())
+    };
+    write_out(&mut out, &text).context("writing to stdout")
+}
+
+pub(super) fn render_status(
+    status: &StatusResponse,
+    subscribers: Option<&[SubscriberInfo]>,
+) -> String {
+    let mut text = format!(
+        "ringfeed {} at {}: {} shard{}, {} subscriber{}\n\n",
+        if status.version.is_empty() {
+            "?"
+        } else {
+            &status.version
+        },
+        format_ts(status.now_ns),
+        status.shards.len(),
+        plural(status.shards.len() as u64),
+        status.subscribers,
+        plural(status.subscribers),
+    );
+    let rows: Vec<Vec<String>> = status.shards.iter().map(shard_row).collect();
+    text.push_str(&table(
+        &[
+            ("shard", Align::Right),
+            ("committed", Align::Right),
+            ("flushed", Align::Right),
+            ("evicted", Align::Right),
+            ("retained", Align::Right),
+            ("ring bytes", Align::Right),
+            ("unflushed bytes", Align::Right),
+            ("segments", Align::Right),
+            ("last committed", Align::Left),
+            ("latched", Align::Left),
+        ],
+        &rows,
+    ));
+    text.push_str(
+        "(committed/flushed = first offset not yet committed/durable; evicted = ring holds offsets from here; retained = oldest offset on disk)\n",
+    );
+    if let Some(subscribers) = subscribers {
+        text.push('\n');
+        text.push_str(&subscribers_table(subscribers));
+    }
+    text
+}
+
+/// The subscribers as a table, or "no subscribers".
+pub(super) fn subscribers_table(subscribers: &[SubscriberInfo]) -> String {
+    if subscribers.is_empty() {
+        return "no subscribers\n".to_owned();
+    }
+    let rows: Vec<Vec<String>> = subscribers.iter().map(subscriber_row).collect();
+    table(
+        &[
+            ("client", Align::Left),
+            ("id", Align::Right),
+            ("epoch", Align::Right),
+            ("peer", Align::Left),
+            ("mode", Align::Left),
+            ("lag events", Align::Right),
+            ("lag s", Align::Right),
+            ("sent", Align::Right),
+            ("connected since", Align::Left),
+            ("filters", Align::Left),
+            ("cursor", Align::Left),
+        ],
+        &rows,
+    )
+}
+
+pub(super) fn shard_row(shard: &ShardStatus) -> Vec<String> {
+    vec![
+        shard.shard.to_string(),
+        shard.committed_next.to_string(),
+        shard.flushed_next.to_string(),
+        shard.evicted_below.to_string(),
+        shard.retained_from.to_string(),
+        shard.ring_bytes.to_string(),
+        shard.unflushed_bytes.to_string(),
+        shard.segment_count.to_string(),
+        format_ts(shard.committed_ts_ns),
+        if shard.latched.is_empty() {
+            "-".to_owned()
+        } else {
+            shard.latched.clone()
+        },
+    ]
+}
+
+pub(super) fn subscriber_row(s: &SubscriberInfo) -> Vec<String> {
+    let mut filters = Vec::new();
+    if !s.path_prefix.is_empty() {
+        filters.push(format!("prefix={}", s.path_prefix));
+    }
+    filters.extend(s.path_prefixes.iter().map(|p| format!("prefix={p}")));
+    filters.extend(s.directories.iter().map(|d| format!("dir={d}")));
+    filters.extend(s.exclude_prefixes.iter().map(|p| format!("exclude={p}")));
+    if s.signature != 0 {
+        filters.push(format!("signature={}", s.signature));
+    }
+    if s.ordering == Ordering::PerShard as i32 {
+        filters.push("per-shard".to_owned());
+    }
+    let or_dash = |s: &str| {
+        if s.is_empty() {
+            "-".to_owned()
+        } else {
+            s.to_owned()
+        }
+    };
+    vec![
+        or_dash(&s.client_name),
+        s.client_id.to_string(),
+        s.client_epoch.to_string(),
+        or_dash(&s.peer),
+        or_dash(&s.mode),
+        s.lag_events.to_string(),
+        format!("{:.3}", s.lag_seconds),
+        s.events_sent.to_string(),
+        format_ts(s.connected_since_ns),
+        if filters.is_empty() {
+            "-".to_owned()
+        } else {
+            filters.join(" ")
+        },
+        or_dash(&CURSOR_B64.encode(&s.cursor)),
+    ]
+}

@@ -1,0 +1,273 @@
+//! `ringfeed tail`: follow the feed through reconnects and print one JSON line
+//! per event with the cursor to resume after it.
+
+use super::*;
+
+/// Follow the feed, like `weed filer.meta.tail`: prints
+/// `{"ts":T,"shard":S,"offset":O,"cursor":"C","event":{..}}` per event (the
+/// event in proto3 JSON) and exits 0 when the stream ends after --until.
+///
+/// `cursor` resumes (with --cursor) right after its line, also inside
+/// batches and chunks. The tail reconnects by itself after a lost connection
+/// or a server restart (backoff 1 s, x1.6, capped at 2 min) and resumes
+/// exactly, with no line missed or repeated; errors a retry cannot fix
+/// (OUT_OF_RANGE, INVALID_ARGUMENT, FAILED_PRECONDITION when a server crash
+/// lost events the cursor covers, ...) end it with their gRPC code.
+#[derive(clap::Args, Debug)]
+pub struct TailArgs {
+    /// Server address (a URI with a scheme is also accepted).
+    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_SERVER)]
+    pub server: String,
+    /// Only events under this path prefix (directory-boundary match: /a/b
+    /// matches /a/b and /a/b/..., not /a/bc). Repeat for several. Default:
+    /// every path.
+    #[arg(long = "prefix", value_name = "PATH")]
+    pub prefixes: Vec<String>,
+    /// Never events under this path prefix, even when another filter matches.
+    /// Repeatable.
+    #[arg(long = "exclude", value_name = "PATH")]
+    pub excludes: Vec<String>,
+    /// Only events in exactly this directory (or renamed into it); not its
+    /// subdirectories. Repeatable; combines with --prefix as "either".
+    #[arg(long = "dir", value_name = "DIR")]
+    pub dirs: Vec<String>,
+    /// Start at events stamped at or after this time: a duration back from
+    /// now ("1h", "90s", "2days") or an RFC 3339 time
+    /// ("2026-11-29T10:00:00Z", "...+02:00").
+    #[arg(long, value_name = "WHEN", group = "start_at")]
+    pub since: Option<String>,
+    /// Start at events stamped at or after this time, ns since the Unix epoch.
+    #[arg(long, value_name = "NS", group = "start_at",
+          value_parser = clap::value_parser!(i64).range(0..))]
+    pub since_ns: Option<i64>,
+    /// Resume exactly after the line that printed this cursor. Without any
+    /// start flag the tail starts now: only new events.
+    #[arg(long, value_name = "CURSOR", group = "start_at")]
+    pub cursor: Option<String>,
+    /// Start at the oldest retained event.
+    #[arg(long, group = "start_at")]
+    pub beginning: bool,
+    /// Stop (exit 0) after the last event stamped at or before this RFC 3339
+    /// time. Default: follow forever.
+    #[arg(long, value_name = "TIME", group = "stop_at")]
+    pub until: Option<String>,
+    /// Stop (exit 0) after the last event stamped at or before this time, ns
+    /// since the Unix epoch.
+    #[arg(long, value_name = "NS", group = "stop_at",
+          value_parser = clap::value_parser!(i64).range(1..))]
+    pub until_ns: Option<i64>,
+    /// Deliver each shard in its own order as events arrive (lowest latency,
+    /// no order across shards) instead of one merged order by time.
+    #[arg(long)]
+    pub per_shard: bool,
+    /// Skip events whose signatures contain N (loop prevention). Not 0.
+    #[arg(long, value_name = "N")]
+    pub signature: Option<i32>,
+    /// Let the server pack events into batches while catching up; every
+    /// event still prints its own line. Default: one event per response.
+    #[arg(long)]
+    pub batching: bool,
+    /// Catch up from raw stored chunks (decoded and filtered here, fastest
+    /// for large backlogs), then switch to events at the live edge. Each
+    /// shard's events stay in order; shards interleave by chunk until then.
+    #[arg(long)]
+    pub chunk_mode: bool,
+    /// Print only durable events (flushed to disk), so no line can ever name
+    /// an event that a server crash then loses. Memory-acknowledged events
+    /// print up to the server's flush interval later.
+    #[arg(long)]
+    pub durable_only: bool,
+    /// With --cursor: if a server crash lost events this cursor had already
+    /// printed (the tail then exits 9, FAILED_PRECONDITION, "truncated by a
+    /// crash"), continue from where the feed survived instead. The lines
+    /// printed past that point before the crash are to be taken back.
+    #[arg(long, requires = "cursor")]
+    pub resume_truncated: bool,
+    /// Print progress on stderr, at most once a second while catching up:
+    /// events so far, events/s, lag (now minus the last event's or
+    /// heartbeat's time). Asks the server for heartbeats.
+    #[arg(long)]
+    pub progress: bool,
+}
+
+/// Follows the feed per `args`, printing one line per event on stdout.
+pub async fn tail(args: TailArgs) -> Result<()> {
+    tail_to(args, &mut io::stdout()).await
+}
+
+pub(super) async fn tail_to(args: TailArgs, out: &mut (impl Write + Send)) -> Result<()> {
+    let request = subscribe_request(&args, now_ns())?;
+    let mut progress = args.progress.then(Progress::new);
+    // An unreachable server at the start is an error, not something to wait for.
+    connect(&args.server).await?;
+    let mut follower = Follower::new(&args.server, request, Backoff::default())?;
+    let mut text = String::new();
+    while let Some(event) = follower.next().await? {
+        let cursor = follower
+            .cursor()
+            .map(|c| CURSOR_B64.encode(c.to_bytes()))
+            .unwrap_or_default();
+        event_line(&mut text, &event, &cursor)?;
+        if let Some(progress) = progress.as_mut() {
+            progress.observe(1, follower.watermark_ns());
+        }
+        // Write when nothing more is at hand, so a batch is one write.
+        if follower.buffered() == 0 || text.len() > 1 << 16 {
+            if !write_lines(out, &text)? {
+                return Ok(());
+            }
+            text.clear();
+        }
+        if let Some(line) = progress
+            .as_mut()
+            .and_then(|p| p.line(Instant::now(), now_ns()))
+        {
+            eprintln!("{line}");
+        }
+    }
+    write_lines(out, &text).map(drop)
+}
+
+/// Writes tail output; `Ok(false)` when the reader went away (`| head`),
+/// which ends the tail cleanly.
+pub(super) fn write_lines(out: &mut impl Write, text: &str) -> Result<bool> {
+    match write_out(out, text) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(e).context("writing to stdout"),
+    }
+}
+
+/// Writes `text` and flushes.
+pub(super) fn write_out(out: &mut impl Write, text: &str) -> io::Result<()> {
+    out.write_all(text.as_bytes()).and_then(|()| out.flush())
+}
+
+/// The SubscribeRequest for `args`; `now_ns` anchors `--since <duration>`.
+pub(super) fn subscribe_request(args: &TailArgs, now_ns: i64) -> Result<SubscribeRequest> {
+    let start = if let Some(cursor) = &args.cursor {
+        Start::Cursor(decode_cursor(cursor)?)
+    } else if let Some(ns) = args.since_ns {
+        Start::SinceNs(ns)
+    } else if let Some(since) = &args.since {
+        Start::SinceNs(parse_since(since, now_ns)?)
+    } else if args.beginning {
+        Start::Beginning(true)
+    } else {
+        Start::Now(true)
+    };
+    let until_ns = match (&args.until, args.until_ns) {
+        (Some(until), _) => parse_timestamp(until).with_context(|| format!("--until {until:?}"))?,
+        (None, Some(ns)) => ns,
+        (None, None) => 0,
+    };
+    if args.signature == Some(0) {
+        bail!("--signature 0 means no signature; give the producer's non-zero signature");
+    }
+    let mut prefixes = args.prefixes.iter().cloned();
+    Ok(SubscribeRequest {
+        client_name: "ringfeed tail".to_owned(),
+        path_prefix: prefixes.next().unwrap_or_default(),
+        path_prefixes: prefixes.collect(),
+        directories: args.dirs.clone(),
+        exclude_prefixes: args.excludes.clone(),
+        signature: args.signature.unwrap_or(0),
+        start: Some(start),
+        until_ns,
+        ordering: if args.per_shard {
+            Ordering::PerShard
+        } else {
+            Ordering::Merged
+        } as i32,
+        batching: args.batching,
+        chunk_mode: args.chunk_mode,
+        heartbeats: args.progress,
+        durable_only: args.durable_only,
+        resume_truncated: args.resume_truncated,
+        ..Default::default()
+    })
+}
+
+pub(super) fn event_line(text: &mut String, event: &FollowedEvent, cursor: &str) -> Result<()> {
+    let decoded = event.decode().context("decoding an event")?;
+    // serde_json::to_string keeps the proto field order (to_value would sort
+    // the keys); the JSON is the same either way.
+    let json = serde_json::to_string(&decoded).context("encoding an event as JSON")?;
+    // The cursor is URL-safe base64: nothing in it needs JSON escaping.
+    let _ = writeln!(
+        text,
+        r#"{{"ts":{},"shard":{},"offset":{},"cursor":"{}","event":{}}}"#,
+        event.ts_ns, event.shard, event.offset, cursor, json
+    );
+    Ok(())
+}
+
+pub(super) fn decode_cursor(text: &str) -> Result<Bytes> {
+    let bytes = CURSOR_B64.decode(text.trim()).with_context(|| {
+        format!("--cursor {text:?} is not a cursor printed by tail (URL-safe base64)")
+    })?;
+    if bytes.is_empty() {
+        bail!("--cursor is empty");
+    }
+    Ok(Bytes::from(bytes))
+}
+
+/// Lag (s) above which a quiet tail still reports progress.
+pub(super) const QUIET_LAG_S: f64 = 3.0;
+
+/// `--progress`: counts what arrives and says so at most once a second.
+pub(super) struct Progress {
+    pub(super) since: Instant,
+    pub(super) events_since: u64,
+    pub(super) events: u64,
+    /// Latest time known delivered: last event's ts or heartbeat watermark.
+    pub(super) watermark_ns: i64,
+}
+
+impl Progress {
+    pub(super) fn new() -> Self {
+        Self {
+            since: Instant::now(),
+            events_since: 0,
+            events: 0,
+            watermark_ns: 0,
+        }
+    }
+
+    /// `count` more events; everything stamped at or below `watermark_ns`
+    /// has been printed.
+    pub(super) fn observe(&mut self, count: u64, watermark_ns: i64) {
+        let ts = watermark_ns;
+        self.events_since += count;
+        self.events += count;
+        self.watermark_ns = self.watermark_ns.max(ts);
+    }
+
+    /// A progress line if a second has passed and the tail is still catching
+    /// up (events flowed, or it lags by more than [`QUIET_LAG_S`]).
+    pub(super) fn line(&mut self, now: Instant, now_ns: i64) -> Option<String> {
+        let elapsed = now.duration_since(self.since);
+        if elapsed < Duration::from_secs(1) {
+            return None;
+        }
+        let lag_s =
+            (self.watermark_ns > 0).then(|| now_ns.saturating_sub(self.watermark_ns) as f64 / 1e9);
+        // Heartbeat watermarks trail the clock by about a heartbeat period,
+        // so a quiet live tail shows ~1 s of lag: only more counts as behind.
+        let behind = self.events_since > 0 || lag_s.is_some_and(|lag| lag >= QUIET_LAG_S);
+        let rate = self.events_since as f64 / elapsed.as_secs_f64();
+        self.since = now;
+        self.events_since = 0;
+        if !behind {
+            return None;
+        }
+        let lag = match lag_s {
+            Some(lag) => format!("{lag:.1}s"),
+            None => "unknown".to_owned(),
+        };
+        Some(format!(
+            "progress: {} events, {rate:.0} events/s, lag {lag}",
+            self.events
+        ))
+    }
+}
