@@ -26,6 +26,7 @@ mod producer_open;
 mod report;
 mod results;
 mod scenarios;
+mod since_lookup;
 mod systems;
 mod util;
 
@@ -183,6 +184,21 @@ enum Command {
         /// Idempotent producers taking turns, one 1000-event batch each.
         #[arg(long, default_value_t = 100)]
         producers: u64,
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+    },
+    /// The cost of a since_ns start's chunk look-up as the log grows: the
+    /// chunk index's binary search beside a linear walk of the same chunks
+    /// (in memory, the search alone).
+    SinceLookup {
+        /// Log sizes to measure, in segments.
+        #[arg(long, value_delimiter = ',', default_value = "100,1000")]
+        segments: Vec<u64>,
+        /// Chunks per segment.
+        #[arg(long, default_value_t = 256)]
+        chunks: u64,
+        #[arg(long, default_value_t = 2000)]
+        lookups: u64,
         #[arg(long, default_value_t = 5)]
         reps: usize,
     },
@@ -397,6 +413,22 @@ fn main() -> Result<()> {
                 dir: &dir,
                 events,
                 producers,
+                reps,
+            })
+        }
+        Command::SinceLookup {
+            segments,
+            chunks,
+            lookups,
+            reps,
+        } => {
+            if segments.contains(&0) || chunks == 0 || lookups == 0 || reps == 0 {
+                bail!("segments, chunks, lookups and reps must be positive");
+            }
+            since_lookup::since_lookup(&since_lookup::Args {
+                segments,
+                chunks,
+                lookups,
                 reps,
             })
         }

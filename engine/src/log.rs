@@ -617,31 +617,32 @@ impl<S: Storage> Log<S> {
 
     /// The chunk holding `offset`.
     pub fn locate_offset(&self, offset: u64) -> Option<ChunkLocation> {
-        let i = self
-            .segments
-            .partition_point(|s| s.header.first_offset <= offset);
-        let segment = self.segments.get(i.checked_sub(1)?)?;
-        segment
-            .index
-            .find_offset(offset)
-            .map(|&entry| ChunkLocation {
-                segment: segment.header.first_offset,
-                entry,
-            })
+        let (segment, entry) = crate::segment::index::locate_offset(
+            &self.segments,
+            |s| s.header.first_offset,
+            |s| &s.index,
+            offset,
+        )?;
+        Some(ChunkLocation { segment, entry })
     }
 
     /// The first chunk holding a record stamped at or after `ts`.
     pub fn locate_ts(&self, ts: i64) -> Option<ChunkLocation> {
-        let i = self
-            .segments
-            .partition_point(|s| s.index.last().is_none_or(|c| c.last_ts < ts));
-        // Empty segments sort as "before": only the active segment can be empty,
-        // and it is last, so the predicate stays monotone.
-        let segment = self.segments.get(i)?;
-        segment.index.find_ts(ts).map(|&entry| ChunkLocation {
-            segment: segment.header.first_offset,
-            entry,
-        })
+        let (segment, entry) = crate::segment::index::locate_ts(
+            &self.segments,
+            |s| s.header.first_offset,
+            |s| &s.index,
+            ts,
+        )?;
+        Some(ChunkLocation { segment, entry })
+    }
+
+    /// Each segment's first offset and chunk index, in offset order: what a
+    /// shard publishes for its readers (`LogIndex::sync_from`).
+    pub fn segment_indexes(&self) -> impl Iterator<Item = (u64, &SegmentIndex)> + '_ {
+        self.segments
+            .iter()
+            .map(|s| (s.header.first_offset, &s.index))
     }
 
     /// Reads and verifies a chunk. The buffer starts at the chunk header.

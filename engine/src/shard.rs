@@ -29,6 +29,7 @@ use crate::rate_limit::RateLimit;
 use crate::record;
 use crate::retention::RetentionPolicy;
 use crate::ring::{Ring, RingView};
+use crate::segment::index::{ChunkEntry, LogIndex};
 use crate::storage::{ReadFiles, Storage};
 use crate::watermark::Watermarks;
 use crate::RecoveryError;
@@ -98,6 +99,9 @@ pub struct ShardShared {
     claim_requested: Event,
     /// The generation history, set when the log opened (before ready).
     generations: std::sync::OnceLock<Generations>,
+    /// The log's chunk index as readers may use it: every chunk below the
+    /// flushed watermark is in it (extended before that watermark moves).
+    chunk_index: std::sync::RwLock<LogIndex>,
     /// The highest stamp any shard of the engine has made visible (shared by
     /// all of them): a claim up to it never pushes stamps past what the feed
     /// already holds, so a quiet shard can answer a merge at once even when
@@ -202,8 +206,34 @@ impl ShardShared {
             files: std::sync::OnceLock::new(),
             claim_requested: Event::new(),
             generations: std::sync::OnceLock::new(),
+            chunk_index: std::sync::RwLock::new(LogIndex::default()),
             stamped_high,
         }
+    }
+
+    /// The durable chunk holding `offset`, with its segment's first offset.
+    pub fn locate_offset(&self, offset: u64) -> Option<(u64, ChunkEntry)> {
+        self.chunk_index
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .find_offset(offset)
+    }
+
+    /// The first durable chunk holding a record stamped at or after `ts`.
+    pub fn locate_ts(&self, ts: i64) -> Option<(u64, ChunkEntry)> {
+        self.chunk_index
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .find_ts(ts)
+    }
+
+    /// Brings the readers' chunk index up to the log's (new chunks, a new
+    /// segment, segments retention removed).
+    fn publish_index<S: Storage>(&self, log: &Log<S>) {
+        self.chunk_index
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .sync_from(log.segment_indexes());
     }
 
     /// Asks the shard to claim "no future stamp at or below `ts`", so a merge
@@ -315,6 +345,7 @@ pub(crate) async fn run<S: Storage + 'static>(
     shared.stamped_high.fetch_max(last_ts, Ordering::AcqRel);
     w.publish_committed(next, last_ts);
     w.claim(last_ts);
+    shared.publish_index(&log);
     w.publish_flushed(next, last_ts);
     w.publish_evicted(next);
     w.publish_retained(log.retained().map_or(next, |r| r.0));
@@ -703,8 +734,10 @@ async fn flusher<S: Storage>(
                 Ok(flushed_next) => {
                     st.ring.mark_flushed(&plan);
                     let w = &shared.watermarks;
-                    // Flushed before evicted: a reader that finds an offset gone
-                    // from the ring must find it covered by the flushed watermark.
+                    // Index, then flushed, then evicted: a reader that finds an
+                    // offset gone from the ring must find it covered by the
+                    // flushed watermark, and its chunk in the index.
+                    shared.publish_index(&log);
                     w.publish_flushed(flushed_next, log.last_ts().unwrap_or(0));
                     let evicted = st.ring.evict();
                     w.publish_evicted(evicted);
@@ -743,6 +776,7 @@ async fn flusher<S: Storage>(
                 shared
                     .watermarks
                     .publish_retained(outcome.retained.map_or(next, |r| r.0));
+                shared.publish_index(&log);
             }
             shared
                 .stats

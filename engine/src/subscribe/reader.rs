@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use crate::chunk::{self, ChunkHeader, CHUNK_HEADER_LEN};
 use crate::record;
-use crate::segment::{parse_segment_name, segment_name, SegmentHeader, SEGMENT_HEADER_BLOCK};
+use crate::segment::{segment_name, SegmentHeader};
 use crate::shard::ShardShared;
 use crate::window::Window;
 
@@ -58,8 +58,6 @@ pub(crate) struct ShardReader {
     /// Hand out only durable records (below the flushed watermark).
     durable_only: bool,
     hint: Hint,
-    /// First offsets of the shard's segments, ascending (refreshed on a miss).
-    segments: Vec<u64>,
 }
 
 /// A view of `len` committed bytes of a window that keeps the window alive.
@@ -80,7 +78,6 @@ impl ShardReader {
             shard,
             durable_only,
             hint: Hint::None,
-            segments: Vec::new(),
         }
     }
 
@@ -204,7 +201,9 @@ impl ShardReader {
     }
 
     fn read_disk(&mut self, next: u64) -> Result<Run, SubscribeError> {
-        let (segment, mut pos) = match &self.hint {
+        // After a chunk the next one follows it; anywhere else the shard's
+        // published chunk index says where `next` is (a binary search).
+        let (mut segment, mut pos) = match &self.hint {
             Hint::Chunk {
                 segment,
                 pos,
@@ -212,15 +211,12 @@ impl ShardReader {
             } if header.end_offset() == next => {
                 (segment.clone(), pos + header.disk_len(segment.alignment))
             }
-            _ => {
-                let segment = self.segment_for(next)?;
-                (segment, SEGMENT_HEADER_BLOCK)
-            }
+            _ => self.locate(next)?,
         };
-        let mut segment = segment;
-        let mut remapped = false;
+        let mut looked_up = false;
         loop {
             match chunk_at(&segment, pos) {
+                // A seal (no records) or, past a hint, nothing of `next` yet.
                 Some(header) if header.end_offset() <= next => {
                     pos += header.disk_len(segment.alignment);
                 }
@@ -265,79 +261,66 @@ impl ShardReader {
                         ),
                     })
                 }
+                // The end of the chunks as mapped: `next` is in a later
+                // segment, or (an in-memory image) in bytes written after the
+                // mapping was taken. The index says which, once.
+                None if !looked_up => {
+                    looked_up = true;
+                    (segment, pos) = self.locate(next)?;
+                }
                 None => {
-                    // The end of this segment's chunks as mapped: `next` is in
-                    // a later segment, or (for an in-memory image) in bytes
-                    // written after the mapping was taken.
-                    let later = self.segment_for(next)?;
-                    if later.first_offset != segment.first_offset {
-                        segment = later;
-                        pos = SEGMENT_HEADER_BLOCK;
-                    } else if !remapped {
-                        remapped = true;
-                        segment = later;
-                    } else {
-                        return Err(SubscribeError::Corrupt {
-                            shard: self.shard.id,
-                            segment: segment_name(segment.first_offset),
-                            position: pos as u64,
-                            reason: format!("no chunk holds durable offset {next}"),
-                        });
-                    }
+                    return Err(SubscribeError::Corrupt {
+                        shard: self.shard.id,
+                        segment: segment_name(segment.first_offset),
+                        position: pos as u64,
+                        reason: format!("no chunk holds durable offset {next}"),
+                    })
                 }
             }
         }
     }
 
-    /// Maps the segment that holds `offset` (the last one starting at or before it).
-    fn segment_for(&mut self, offset: u64) -> Result<MappedSegment, SubscribeError> {
-        let files = self.shard.files();
-        let io_error = |e: std::io::Error| SubscribeError::Io {
-            shard: self.shard.id,
-            reason: e.to_string(),
+    /// The segment and byte position of the durable chunk holding `next`,
+    /// from the shard's chunk index (no directory listing, no walk).
+    fn locate(&mut self, next: u64) -> Result<(MappedSegment, usize), SubscribeError> {
+        let Some((first, entry)) = self.shard.locate_offset(next) else {
+            if next < self.shard.watermarks.snapshot().retained_from {
+                return Err(self.below_retention(next));
+            }
+            return Err(SubscribeError::Corrupt {
+                shard: self.shard.id,
+                segment: String::new(),
+                position: 0,
+                reason: format!("the chunk index holds no chunk for durable offset {next}"),
+            });
         };
-        for attempt in 0..2 {
-            if attempt == 1 || self.segments.last().is_none_or(|&last| last < offset) {
-                let mut firsts: Vec<u64> = files
-                    .list()
-                    .map_err(io_error)?
-                    .iter()
-                    .filter_map(|n| parse_segment_name(n))
-                    .collect();
-                firsts.sort_unstable();
-                self.segments = firsts;
+        Ok((self.map_segment(first, next)?, entry.position as usize))
+    }
+
+    /// Maps the segment starting at `first` (for a read of `offset`).
+    fn map_segment(&mut self, first: u64, offset: u64) -> Result<MappedSegment, SubscribeError> {
+        match self.shard.files().map(&segment_name(first)) {
+            Ok(bytes) => {
+                let header =
+                    SegmentHeader::decode(&bytes).map_err(|e| SubscribeError::Corrupt {
+                        shard: self.shard.id,
+                        segment: segment_name(first),
+                        position: 0,
+                        reason: e.to_string(),
+                    })?;
+                Ok(MappedSegment {
+                    first_offset: first,
+                    bytes,
+                    alignment: header.alignment as usize,
+                })
             }
-            let i = self.segments.partition_point(|&f| f <= offset);
-            let Some(&first) = i.checked_sub(1).and_then(|i| self.segments.get(i)) else {
-                if attempt == 1 {
-                    return Err(self.below_retention(offset));
-                }
-                continue;
-            };
-            match files.map(&segment_name(first)) {
-                Ok(bytes) => {
-                    let header =
-                        SegmentHeader::decode(&bytes).map_err(|e| SubscribeError::Corrupt {
-                            shard: self.shard.id,
-                            segment: segment_name(first),
-                            position: 0,
-                            reason: e.to_string(),
-                        })?;
-                    return Ok(MappedSegment {
-                        first_offset: first,
-                        bytes,
-                        alignment: header.alignment as usize,
-                    });
-                }
-                // Removed by retention since the listing: look again.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempt == 0 => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return Err(self.below_retention(offset))
-                }
-                Err(e) => return Err(io_error(e)),
-            }
+            // Removed by retention since the index was read.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(self.below_retention(offset)),
+            Err(e) => Err(SubscribeError::Io {
+                shard: self.shard.id,
+                reason: e.to_string(),
+            }),
         }
-        Err(self.below_retention(offset))
     }
 
     /// The typed error for an offset older than anything retained, naming the
@@ -357,18 +340,8 @@ impl ShardReader {
         let from = self.shard.watermarks.snapshot().retained_from;
         let ts = self
             .shard
-            .files()
-            .map(&segment_name(from))
-            .ok()
-            .and_then(|bytes| {
-                let header = SegmentHeader::decode(&bytes).ok()?;
-                let segment = MappedSegment {
-                    first_offset: from,
-                    bytes,
-                    alignment: header.alignment as usize,
-                };
-                first_data_chunk(&segment).map(|c| c.first_ts)
-            });
+            .locate_offset(from)
+            .map(|(_, chunk)| chunk.first_ts);
         (from, ts)
     }
 
@@ -388,57 +361,21 @@ impl ShardReader {
         }
     }
 
+    /// The first durable offset stamped at or after `since`: a binary search
+    /// of the chunk index, then a walk of one chunk's records.
     fn find_ts_on_disk(&mut self, since: i64, flushed: u64) -> Result<Option<u64>, SubscribeError> {
         let retained = self.shard.watermarks.snapshot().retained_from;
         if retained >= flushed {
             return Ok(None);
         }
-        // Skip to the last segment whose first chunk starts at or before `since`.
-        let mut segment = self.segment_for(retained)?;
-        loop {
-            let later = self
-                .segments
-                .iter()
-                .copied()
-                .find(|&f| f > segment.first_offset);
-            let Some(later) = later.filter(|&f| f < flushed) else {
-                break;
-            };
-            let candidate = self.segment_for(later)?;
-            match first_data_chunk(&candidate) {
-                Some(first) if first.first_ts <= since => segment = candidate,
-                Some(_) => break,
-                None => segment = candidate, // an empty segment: keep looking further
-            }
+        let Some((_, entry)) = self.shard.locate_ts(since) else {
+            return Ok(None);
+        };
+        if entry.first_offset >= flushed {
+            return Ok(None);
         }
-        // Walk its chunks, and the next segment's, for the first record >= since.
-        let mut pos = SEGMENT_HEADER_BLOCK;
-        loop {
-            match chunk_at(&segment, pos) {
-                Some(header) if header.first_offset >= flushed => return Ok(None),
-                Some(header) if header.record_count == 0 || header.last_ts < since => {
-                    pos += header.disk_len(segment.alignment);
-                }
-                Some(header) => {
-                    let run = self.read_disk(header.first_offset)?;
-                    return Ok(first_at_or_after(&run.bytes, since));
-                }
-                None => {
-                    let later = self
-                        .segments
-                        .iter()
-                        .copied()
-                        .find(|&f| f > segment.first_offset);
-                    match later.filter(|&f| f < flushed) {
-                        Some(first) => {
-                            segment = self.segment_for(first)?;
-                            pos = SEGMENT_HEADER_BLOCK;
-                        }
-                        None => return Ok(None),
-                    }
-                }
-            }
-        }
+        let run = self.read_disk(entry.first_offset.max(retained))?;
+        Ok(first_at_or_after(&run.bytes, since))
     }
 
     /// `Some(Some(offset))`: found; `Some(None)`: no record in `[from, committed)`
@@ -476,19 +413,6 @@ impl ShardReader {
 fn chunk_at(segment: &MappedSegment, pos: usize) -> Option<ChunkHeader> {
     let header = ChunkHeader::decode(segment.bytes.get(pos..)?).ok()?;
     (pos + header.disk_len(segment.alignment) <= segment.bytes.len()).then_some(header)
-}
-
-/// The segment's first chunk that holds records: a seal (no records, stamp
-/// 0) says nothing about the stamps a segment holds.
-fn first_data_chunk(segment: &MappedSegment) -> Option<ChunkHeader> {
-    let mut pos = SEGMENT_HEADER_BLOCK;
-    loop {
-        let header = chunk_at(segment, pos)?;
-        if header.record_count > 0 {
-            return Some(header);
-        }
-        pos += header.disk_len(segment.alignment);
-    }
 }
 
 /// Byte position of the record with `offset` in `records` (whose first record is `first`).
