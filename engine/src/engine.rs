@@ -11,13 +11,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use glommio::{ExecutorJoinHandle, LocalExecutorBuilder, Placement};
+use glommio::ExecutorJoinHandle;
 use thiserror::Error;
 
 use crate::clock::{Clock, SystemClock};
 use crate::event::{
     validate_batch, AppendError, Durability, Limits, NewEvent, Position, Producer, Stored,
 };
+use crate::executor;
 use crate::log::{LogConfig, RecoveryReport};
 use crate::record::ProducerStamp;
 use crate::retention::RetentionPolicy;
@@ -190,9 +191,6 @@ impl Sequences {
 
 const META_FILE: &str = "ringfeed.meta";
 
-/// Longest a shard's busy command loop runs before glommio reaps I/O completions.
-const SHARD_PREEMPT_TIMER: Duration = Duration::from_micros(500);
-
 impl Engine {
     /// Opens the data dir with O_DIRECT storage, one `shard-NNN` directory per shard.
     pub fn open(config: EngineConfig) -> Result<Engine, EngineError> {
@@ -250,25 +248,12 @@ impl Engine {
             let (tx, rx) = flume::unbounded();
             let (ready_tx, ready_rx) = flume::bounded(1);
             let shard_config = shard_config(&config, id);
-            let placement = match &config.cpus {
-                Some(cpus) if !cpus.is_empty() => Placement::Fixed(cpus[id as usize % cpus.len()]),
-                _ => Placement::Unbound,
-            };
+            let placement = executor::placement(config.cpus.as_deref(), id);
             let (make, shared2, clock2) = (storage.clone(), shared.clone(), clock.clone());
-            let thread = LocalExecutorBuilder::new(placement)
-                .name(&format!("ringfeed-shard-{id}"))
-                // glommio polls for I/O completions between task-queue runs; a queue
-                // kept busy by appends runs until this timer fires (100 ms by
-                // default), which delayed every flush, and every durable ack, by up
-                // to that long. Half a millisecond bounds the delay.
-                .preempt_timer(SHARD_PREEMPT_TIMER)
-                .spawn(move || async move {
-                    shard::run(make(id), shard_config, shared2, clock2, rx, ready_tx).await;
-                })
-                .map_err(|e| EngineError::Executor {
-                    shard: id,
-                    reason: e.to_string(),
-                })?;
+            let thread = executor::spawn_shard(id, placement, move || async move {
+                shard::run(make(id), shard_config, shared2, clock2, rx, ready_tx).await;
+            })
+            .map_err(|reason| EngineError::Executor { shard: id, reason })?;
             shards.push(ShardHandle {
                 commands: Some(tx),
                 shared,

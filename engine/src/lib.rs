@@ -11,6 +11,7 @@ pub mod clock;
 mod engine;
 pub mod error;
 pub mod event;
+mod executor;
 pub mod generation;
 pub mod latency;
 pub mod log;
