@@ -336,7 +336,7 @@ impl Engine {
             .collect()
     }
 
-    /// Opens a subscription over every shard (see [`crate::subscribe`]).
+    /// Opens a subscription over every shard (see [`Subscription`]).
     pub fn subscribe(&self, request: SubscribeRequest) -> Result<Subscription, SubscribeError> {
         let shards: Vec<Arc<ShardShared>> = self.shards.iter().map(|s| s.shared.clone()).collect();
         Subscription::open(&shards, request)

@@ -3,31 +3,36 @@
 //! O_DIRECT implementation and a fault-injecting in-memory one. No gRPC here.
 //!
 //! The on-disk format and its crash analysis are in `docs/format.md`.
+//!
+//! The surface: the types re-exported here, plus the modules a tool or a
+//! test that reads logs directly needs (`chunk`, `record`, `segment`,
+//! `generation`, `storage`, `clock`). Everything else (the shard runtime,
+//! the ring, readers, producers' table, retention) is private.
 
 #![deny(unsafe_code)]
 
 pub mod chunk;
 pub mod clock;
 mod engine;
-pub mod error;
-pub mod event;
+mod error;
+mod event;
 mod executor;
 pub mod generation;
-pub mod latency;
-pub mod log;
-pub mod producer;
-pub mod rate_limit;
+mod latency;
+mod log;
+mod producer;
+mod rate_limit;
 /// The record format, shared with clients (`ringfeed-core`).
 pub use ringfeed_core::record;
-pub mod retention;
+mod retention;
 mod ring;
 pub mod segment;
 mod shard;
 mod shared_buf;
 pub mod storage;
-pub mod subscribe;
-pub mod watermark;
-pub mod window;
+mod subscribe;
+mod watermark;
+mod window;
 
 /// Helpers for the crate's unit tests.
 #[cfg(test)]

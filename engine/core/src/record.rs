@@ -46,7 +46,7 @@ const CRC_START: usize = 8;
 
 /// Which idempotent producer appended a record, and its sequence number
 /// there: a retry carries the same pair, which is how the shard knows it
-/// already holds the event (see `ringfeed_engine::producer`).
+/// already holds the event (see `ringfeed_engine::ProducerTable`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ProducerStamp {
     pub producer_id: u64,
