@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::direct_io::{statx_dio, TempFile};
 use crate::error::TuneError;
-use crate::probe::existing_dir;
+use crate::host::existing_dir;
 use crate::render::{bytes, KvList};
 use crate::sys::{self, AlignedBuf};
 

@@ -4,7 +4,9 @@
 //! than failing the probe.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use crate::error::TuneError;
 
 use serde::Serialize;
 
@@ -254,5 +256,55 @@ mod tests {
         assert_eq!(parse_kernel_version("5.4.0-150-generic"), Some((5, 4)));
         assert_eq!(parse_kernel_version("5.12"), Some((5, 12)));
         assert_eq!(parse_kernel_version("weird"), None);
+    }
+}
+
+/// How `usable` CPUs split into shard executors and tokio network threads.
+/// 1-2 CPUs: 1 + 1 (one network thread is the least that keeps gRPC off the
+/// shard's core when there are two). 3: 2 + 1. 4 and more: three quarters
+/// shards, the rest network, since a shard core does the stamping, copying and
+/// flushing while network threads mostly encode and send.
+pub fn split_cores(usable: usize) -> (u32, u32) {
+    let n = usable.max(1) as u32;
+    match n {
+        1 | 2 => (1, 1),
+        3 => (2, 1),
+        _ => {
+            let shards = n * 3 / 4;
+            (shards, n - shards)
+        }
+    }
+}
+
+/// `dir` if it exists, else its nearest existing ancestor; `false` in the second case.
+pub fn existing_dir(dir: &Path) -> Result<(PathBuf, bool), TuneError> {
+    let abs = if dir.is_absolute() {
+        dir.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| TuneError::io("getcwd", dir, e))?
+            .join(dir)
+    };
+    let mut cur: &Path = &abs;
+    let mut first = true;
+    loop {
+        match fs::metadata(cur) {
+            Ok(m) if m.is_dir() => return Ok((cur.to_path_buf(), first)),
+            Ok(_) => {
+                return Err(TuneError::NotADirectory {
+                    path: cur.to_path_buf(),
+                })
+            }
+            Err(_) => {}
+        }
+        first = false;
+        cur = match cur.parent() {
+            Some(p) => p,
+            None => {
+                return Err(TuneError::NoExistingAncestor {
+                    path: dir.to_path_buf(),
+                })
+            }
+        };
     }
 }

@@ -3,16 +3,15 @@
 //! data dir, removed before returning. Every problem found carries the exact
 //! text that fixes it.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::direct_io::DirectIo;
 use crate::error::TuneError;
+use crate::host::{existing_dir, split_cores};
 use crate::host::{Cpus, Kernel, Memory, Process};
 use crate::io_uring::IoUringReport;
-use crate::profile::split_cores;
 use crate::render::{bytes, KvList};
 use crate::storage::{Disk, Filesystem, FsClass};
 use crate::sys;
@@ -194,39 +193,6 @@ pub fn probe(data_dir: &Path, shards: Option<u32>) -> Result<Probe, TuneError> {
     probe.problems = find_problems(&probe);
     probe.problems.sort_by_key(|p| p.severity);
     Ok(probe)
-}
-
-/// `dir` if it exists, else its nearest existing ancestor; `false` in the second case.
-pub(crate) fn existing_dir(dir: &Path) -> Result<(PathBuf, bool), TuneError> {
-    let abs = if dir.is_absolute() {
-        dir.to_path_buf()
-    } else {
-        std::env::current_dir()
-            .map_err(|e| TuneError::io("getcwd", dir, e))?
-            .join(dir)
-    };
-    let mut cur: &Path = &abs;
-    let mut first = true;
-    loop {
-        match fs::metadata(cur) {
-            Ok(m) if m.is_dir() => return Ok((cur.to_path_buf(), first)),
-            Ok(_) => {
-                return Err(TuneError::NotADirectory {
-                    path: cur.to_path_buf(),
-                })
-            }
-            Err(_) => {}
-        }
-        first = false;
-        cur = match cur.parent() {
-            Some(p) => p,
-            None => {
-                return Err(TuneError::NoExistingAncestor {
-                    path: dir.to_path_buf(),
-                })
-            }
-        };
-    }
 }
 
 fn find_problems(p: &Probe) -> Vec<Problem> {

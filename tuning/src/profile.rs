@@ -10,6 +10,7 @@
 use serde::Serialize;
 
 use crate::calibrate::Calibration;
+use crate::host::split_cores;
 use crate::probe::Probe;
 use crate::render::{bytes, KvList};
 
@@ -39,23 +40,6 @@ const WINDOW_MIN: u64 = 256 * KIB;
 const WINDOW_MAX: u64 = 64 * MIB;
 const DEFAULT_MAX_EVENT: u64 = 256 * KIB;
 const DEFAULT_SEGMENT: u64 = 256 * MIB;
-
-/// How `usable` CPUs split into shard executors and tokio network threads.
-/// 1-2 CPUs: 1 + 1 (one network thread is the least that keeps gRPC off the
-/// shard's core when there are two). 3: 2 + 1. 4 and more: three quarters
-/// shards, the rest network, since a shard core does the stamping, copying and
-/// flushing while network threads mostly encode and send.
-pub fn split_cores(usable: usize) -> (u32, u32) {
-    let n = usable.max(1) as u32;
-    match n {
-        1 | 2 => (1, 1),
-        3 => (2, 1),
-        _ => {
-            let shards = n * 3 / 4;
-            (shards, n - shards)
-        }
-    }
-}
 
 /// The numbers the profile is computed from.
 #[derive(Clone, Debug, Serialize)]
