@@ -14,7 +14,6 @@
 pub mod chunk;
 pub mod clock;
 mod engine;
-mod error;
 mod event;
 mod executor;
 pub mod generation;
@@ -57,7 +56,6 @@ pub(crate) mod testing {
 }
 
 pub use engine::{shard_dir, Engine, EngineConfig, EngineError, ShardStatus};
-pub use error::{LogError, RecoveryError};
 pub use event::{AppendError, Durability, Limits, NewEvent, Position, Producer, Stored};
 pub use generation::{CursorCheck, GenerationStart, Generations};
 pub use latency::{LatencyHistogram, LatencySnapshot};
@@ -67,6 +65,7 @@ pub use rate_limit::RateLimit;
 pub use record::{Kind, ProducerStamp, Record, Signatures};
 pub use retention::{RetentionOutcome, RetentionPolicy};
 pub use ring::RingView;
+pub use segment::error::{LogError, RecoveryError};
 pub use shard::{ShardShared, ShardStats};
 pub use subscribe::{
     Cursor, CursorError, Delivered, Filter, Ordering, RawChunk, Start, Step, SubscribeError,

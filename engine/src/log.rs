@@ -11,10 +11,10 @@
 use crate::chunk::{
     align_up, ChunkBuilder, ChunkDescription, ChunkHeader, CHUNK_HEADER_LEN, FLAG_SEAL,
 };
-use crate::error::{LogError, RecoveryError};
 use crate::generation::{GenerationStart, Generations};
 use crate::producer::ProducerTable;
 use crate::record::Record;
+use crate::segment::error::{LogError, RecoveryError};
 use crate::segment::index::{ChunkEntry, SegmentIndex};
 use crate::segment::recovery::{scan_segment, TornTail};
 use crate::segment::{

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use crate::error::LogError;
 use crate::log::Log;
+use crate::segment::error::LogError;
 use crate::storage::Storage;
 
 /// What to keep. `None` means no limit of that kind.

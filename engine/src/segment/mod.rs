@@ -10,6 +10,7 @@ use thiserror::Error;
 
 use crate::record::{read_u32, read_u64};
 
+pub mod error;
 pub mod index;
 pub mod recovery;
 

@@ -18,7 +18,7 @@
 //! chunk reads at most that far.
 
 use crate::chunk::{self, ChunkError, ChunkHeader, CHUNK_HEADER_LEN, FLAG_SEAL};
-use crate::error::RecoveryError;
+use crate::segment::error::RecoveryError;
 use crate::segment::index::{ChunkEntry, SegmentIndex};
 use crate::segment::{SegmentHeader, SEGMENT_HEADER_BLOCK};
 use crate::storage::StorageFile;
