@@ -16,8 +16,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
 use super::{
-    free_ports, stamp, unstamp, wait_ready, Acks, Delivered, From, Process, ResumePoints,
-    READY_TIMEOUT,
+    closed_loop, free_ports, stamp, unstamp, wait_ready, Ack, Delivered, From, Process,
+    ResumePoints, READY_TIMEOUT,
 };
 use crate::util::now_ns;
 
@@ -124,22 +124,29 @@ impl Etcd {
         payload: usize,
         producers: usize,
     ) -> Result<Histogram<u64>> {
-        let producers = producers.max(1);
-        let mut tasks = Vec::new();
-        for p in 0..producers {
-            let mut kv = KvClient::new(self.connect().await?);
-            let mine = (events.start + p as u64..events.end).step_by(producers);
-            tasks.push(tokio::spawn(async move {
-                let mut acks = Acks::new()?;
-                for i in mine {
-                    let sent = Instant::now();
-                    let response = kv.put(put(i, payload)).await.context("etcd Put")?;
-                    acks.record(sent, revision(response)?)?;
-                }
-                Ok(acks)
-            }));
+        let first = events.start;
+        let (acks, lowest) = closed_loop(
+            events,
+            producers,
+            1, // a Put is one key
+            || async { Ok(KvClient::new(self.connect().await?)) },
+            move |mut kv, request, sent| async move {
+                let response = kv
+                    .put(put(request.start, payload))
+                    .await
+                    .context("etcd Put")?;
+                let ack = Ack {
+                    latency: sent.elapsed(),
+                    position: Some(revision(response)?),
+                };
+                Ok((kv, vec![ack]))
+            },
+        )
+        .await?;
+        if let Some(lowest) = lowest {
+            self.resume.record(first, lowest);
         }
-        Acks::join(tasks, events, &self.resume).await
+        Ok(acks)
     }
 
     pub fn appender(&self) -> Appender {

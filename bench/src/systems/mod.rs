@@ -453,15 +453,68 @@ fn producer_batches(
         .map(move |first| first..(first + batch).min(events.end))
 }
 
-/// Waits for producer tasks and merges their ack-latency histograms.
-async fn join_acks(
-    producers: Vec<tokio::task::JoinHandle<Result<Histogram<u64>>>>,
-) -> Result<Histogram<u64>> {
-    let mut acks = Histogram::<u64>::new(3)?;
-    for producer in producers {
-        acks.add(&producer.await??)?;
+/// One acknowledgement a producer got: its latency from the request's send,
+/// and the position the system gave the event if it numbers events itself
+/// (etcd's revision, a JetStream stream sequence).
+pub(super) struct Ack {
+    pub latency: std::time::Duration,
+    pub position: Option<u64>,
+}
+
+/// The closed loop every system's `append` runs, so `compare` gives each the
+/// same producers: `producers` tasks, each with a client of its own from
+/// `connect`, sending its share of `events` (requests of `batch` events dealt
+/// round-robin, [`producer_batches`]) one request at a time. `send` takes the
+/// client, the request's events and when it was sent, and gives the client
+/// back with the acknowledgements it got (one per request, or one per event
+/// for a system whose requests are single events pipelined). Returns every
+/// ack's latency (µs) and the lowest position any ack carried.
+pub(super) async fn closed_loop<C, Conn, ConnFut, Send, SendFut>(
+    events: Range<u64>,
+    producers: usize,
+    batch: usize,
+    mut connect: Conn,
+    send: Send,
+) -> Result<(Histogram<u64>, Option<u64>)>
+where
+    C: std::marker::Send + 'static,
+    Conn: FnMut() -> ConnFut,
+    ConnFut: std::future::Future<Output = Result<C>>,
+    Send: Fn(C, Range<u64>, std::time::Instant) -> SendFut + Clone + std::marker::Send + 'static,
+    SendFut: std::future::Future<Output = Result<(C, Vec<Ack>)>> + std::marker::Send,
+{
+    let producers = producers.max(1) as u64;
+    let mut tasks = Vec::new();
+    for p in 0..producers {
+        let mut client = connect().await?;
+        let mine = producer_batches(events.clone(), producers, batch.max(1) as u64, p);
+        let send = send.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Histogram::<u64>::new(3)?;
+            let mut lowest: Option<u64> = None;
+            for request in mine {
+                let (back, acks) = send(client, request, std::time::Instant::now()).await?;
+                client = back;
+                for ack in acks {
+                    latencies.record(ack.latency.as_micros() as u64)?;
+                    if let Some(position) = ack.position {
+                        lowest = Some(lowest.map_or(position, |l| l.min(position)));
+                    }
+                }
+            }
+            Ok::<_, anyhow::Error>((latencies, lowest))
+        }));
     }
-    Ok(acks)
+    let mut all = Histogram::<u64>::new(3)?;
+    let mut lowest: Option<u64> = None;
+    for task in tasks {
+        let (latencies, low) = task.await??;
+        all.add(&latencies)?;
+        if let Some(l) = low {
+            lowest = Some(lowest.map_or(l, |a| a.min(l)));
+        }
+    }
+    Ok((all, lowest))
 }
 
 #[cfg(feature = "peers")]
@@ -490,51 +543,6 @@ impl ResumePoints {
                 points.keys().collect::<Vec<_>>()
             )
         })
-    }
-}
-
-#[cfg(feature = "peers")]
-/// One producer's share of an `append` call: its ack latencies and the
-/// lowest position (revision, stream sequence) it was given.
-struct Acks {
-    latencies: Histogram<u64>,
-    lowest: Option<u64>,
-}
-
-#[cfg(feature = "peers")]
-impl Acks {
-    fn new() -> Result<Acks> {
-        Ok(Acks {
-            latencies: Histogram::new(3)?,
-            lowest: None,
-        })
-    }
-
-    fn record(&mut self, sent: Instant, position: u64) -> Result<()> {
-        self.latencies.record(sent.elapsed().as_micros() as u64)?;
-        self.lowest = Some(self.lowest.map_or(position, |l| l.min(position)));
-        Ok(())
-    }
-
-    /// Waits for every producer, records the call's lowest position for
-    /// resuming at `events.start`, and returns all ack latencies.
-    async fn join(
-        producers: Vec<tokio::task::JoinHandle<Result<Acks>>>,
-        events: Range<u64>,
-        resume: &ResumePoints,
-    ) -> Result<Histogram<u64>> {
-        let mut all = Acks::new()?;
-        for producer in producers {
-            let acks = producer.await??;
-            all.latencies.add(&acks.latencies)?;
-            if let Some(l) = acks.lowest {
-                all.lowest = Some(all.lowest.map_or(l, |a| a.min(l)));
-            }
-        }
-        if let Some(lowest) = all.lowest {
-            resume.record(events.start, lowest);
-        }
-        Ok(all.latencies)
     }
 }
 

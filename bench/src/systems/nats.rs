@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 
 use self::client::{new_inbox, wait_reply, Msg, Op, Reader, Requester, Writer, REPLY_TIMEOUT};
 use super::{
-    free_ports, producer_batches, stamp, unstamp, wait_ready, Acks, Delivered, From, Process,
+    closed_loop, free_ports, stamp, unstamp, wait_ready, Ack, Delivered, From, Process,
     ResumePoints, READY_TIMEOUT,
 };
 use crate::util::now_ns;
@@ -134,26 +134,32 @@ impl Nats {
         producers: usize,
         batch: usize,
     ) -> Result<Histogram<u64>> {
-        let producers = producers.max(1) as u64;
-        let mut tasks = Vec::new();
-        for p in 0..producers {
-            let connection = Requester::connect(&self.addr).await?;
-            let mine = producer_batches(events.clone(), producers, batch as u64, p);
-            tasks.push(tokio::spawn(async move {
-                let mut acks = Acks::new()?;
-                for request in mine {
-                    let sent = Instant::now();
-                    let replies = connection
-                        .send_all(request.map(|i| event(i, payload)))
-                        .await?;
-                    for reply in replies {
-                        acks.record(sent, ack_seq(&wait_reply(reply).await?)?)?;
-                    }
+        let (first, addr) = (events.start, self.addr.clone());
+        let (acks, lowest) = closed_loop(
+            events,
+            producers,
+            batch,
+            || Requester::connect(&addr),
+            move |connection, request, sent| async move {
+                let replies = connection
+                    .send_all(request.map(|i| event(i, payload)))
+                    .await?;
+                let mut acks = Vec::with_capacity(replies.len());
+                for reply in replies {
+                    let seq = ack_seq(&wait_reply(reply).await?)?;
+                    acks.push(Ack {
+                        latency: sent.elapsed(),
+                        position: Some(seq),
+                    });
                 }
-                Ok(acks)
-            }));
+                Ok((connection, acks))
+            },
+        )
+        .await?;
+        if let Some(lowest) = lowest {
+            self.resume.record(first, lowest);
         }
-        Acks::join(tasks, events, &self.resume).await
+        Ok(acks)
     }
 
     pub fn appender(&self) -> Appender {

@@ -4,7 +4,7 @@
 use std::ops::Range;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
 use hdrhistogram::Histogram;
@@ -13,9 +13,7 @@ use ringfeed_proto::v1::subscribe_request::Start;
 use ringfeed_proto::{v1, RingFeedClient};
 use ringfeed_server::client::{Backoff, Follower};
 
-use super::{
-    join_acks, producer_batches, stamp, unstamp, Delivered, From, Process, RingfeedOptions,
-};
+use super::{closed_loop, stamp, unstamp, Ack, Delivered, From, Process, RingfeedOptions};
 use crate::util::now_ns;
 
 pub struct Ringfeed {
@@ -89,31 +87,31 @@ impl Ringfeed {
         batch: usize,
         durable: bool,
     ) -> Result<Histogram<u64>> {
-        let batch = batch.max(1) as u64;
-        let producers = producers.max(1) as u64;
-        let mut tasks = Vec::new();
-        for p in 0..producers {
-            let mut client = connect(&self.addr).await?;
-            let events = events.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut acks = Histogram::<u64>::new(3)?;
-                for request in producer_batches(events, producers, batch, p) {
-                    let request = v1::AppendRequest {
-                        events: request.map(|i| event(i, payload)).collect(),
-                        durability: durability(durable),
-                        ..Default::default()
-                    };
-                    let sent = Instant::now();
-                    client
-                        .append(request)
-                        .await
-                        .map_err(|e| anyhow!("append: {e}"))?;
-                    acks.record(sent.elapsed().as_micros() as u64)?;
-                }
-                Ok::<_, anyhow::Error>(acks)
-            }));
-        }
-        join_acks(tasks).await
+        let addr = self.addr.clone();
+        let (acks, _) = closed_loop(
+            events,
+            producers,
+            batch,
+            || connect(&addr),
+            move |mut client, request, sent| async move {
+                let request = v1::AppendRequest {
+                    events: request.map(|i| event(i, payload)).collect(),
+                    durability: durability(durable),
+                    ..Default::default()
+                };
+                client
+                    .append(request)
+                    .await
+                    .map_err(|e| anyhow!("append: {e}"))?;
+                let ack = Ack {
+                    latency: sent.elapsed(),
+                    position: None,
+                };
+                Ok((client, vec![ack]))
+            },
+        )
+        .await?;
+        Ok(acks)
     }
 
     pub fn appender(&self) -> Appender {

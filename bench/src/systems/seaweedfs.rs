@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use hdrhistogram::Histogram;
@@ -24,9 +24,7 @@ use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 use tonic::Streaming;
 
-use super::{
-    free_ports, join_acks, producer_batches, stamp, unstamp, wait_ready, Delivered, From, Process,
-};
+use super::{closed_loop, free_ports, stamp, unstamp, wait_ready, Ack, Delivered, From, Process};
 use crate::util::now_ns;
 
 /// Generated from `bench/peers/proto/filer.proto` (a subset of SeaweedFS's).
@@ -257,23 +255,23 @@ impl Seaweedfs {
         payload: usize,
         producers: usize,
     ) -> Result<Histogram<u64>> {
-        let producers = producers.max(1) as u64;
-        let mut tasks = Vec::new();
-        for p in 0..producers {
-            let mut client = connect(&self.filer).await?;
-            let events = events.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut acks = Histogram::<u64>::new(3)?;
-                for index in producer_batches(events, producers, 1, p).flatten() {
-                    let request = event(index, payload);
-                    let sent = Instant::now();
-                    create(&mut client, request).await?;
-                    acks.record(sent.elapsed().as_micros() as u64)?;
-                }
-                Ok::<_, anyhow::Error>(acks)
-            }));
-        }
-        join_acks(tasks).await
+        let filer = self.filer.clone();
+        let (acks, _) = closed_loop(
+            events,
+            producers,
+            1, // CreateEntry takes one entry
+            || connect(&filer),
+            move |mut client, request, sent| async move {
+                create(&mut client, event(request.start, payload)).await?;
+                let ack = Ack {
+                    latency: sent.elapsed(),
+                    position: None,
+                };
+                Ok((client, vec![ack]))
+            },
+        )
+        .await?;
+        Ok(acks)
     }
 
     pub fn appender(&self) -> Appender {
