@@ -31,7 +31,7 @@ use ringfeed_proto::{v1, RawEventBatch, RawEventMessage, RawItem, RawSubscribeRe
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::ServerMetrics;
-use crate::registry::{Registered, SUPERSEDED};
+use crate::registry::Registered;
 use ringfeed_engine::clock::now_ns;
 
 /// How subscription streams are paced, batched and admitted.
@@ -222,10 +222,9 @@ impl Sender {
     ) {
         let outcome = tokio::select! {
             outcome = self.feed(sub, &options) => outcome,
-            superseded = self.registered.superseded() => Err(Stop::Failed(Status::cancelled(format!(
-                "{SUPERSEDED}: the same client connected again with client_epoch {}",
-                superseded.0
-            )))),
+            superseded = self.registered.superseded() => {
+                Err(Stop::Failed(ringfeed_proto::wire::superseded_status(superseded.0)))
+            }
             _ = shutdown.changed() => Err(Stop::Failed(Status::unavailable("the server is shutting down"))),
             _ = self.tx.closed() => Err(Stop::Gone),
         };

@@ -114,6 +114,11 @@ async fn a_subscriber_that_stopped_reading_still_gets_its_final_error() {
     };
     let status = end.unwrap_or_else(|| panic!("the stream ended OK after {events} event(s)"));
     assert_eq!(status.code(), Code::Cancelled, "{status:?}");
+    assert_eq!(
+        ringfeed_proto::wire::superseded_by(&status),
+        Some(2),
+        "the typed supersession detail names the epoch that replaced it: {status:?}"
+    );
     assert!(events < 10_000, "{events} events before the end");
     server.stop().await;
 }

@@ -487,7 +487,7 @@ fn event(m: ringfeed_proto::RawEventMessage) -> FollowedEvent {
 /// also surfaces as CANCELLED.
 fn retryable(status: &Status) -> bool {
     match status.code() {
-        Code::Cancelled => !status.message().starts_with(SUPERSEDED),
+        Code::Cancelled => ringfeed_proto::wire::superseded_by(status).is_none(),
         Code::Unavailable
         | Code::Unknown
         | Code::Internal
@@ -527,6 +527,7 @@ mod tests {
         assert!(!retryable(&Status::cancelled(format!(
             "{SUPERSEDED} by epoch 9"
         ))));
+        assert!(!retryable(&ringfeed_proto::wire::superseded_status(9)));
         assert!(retryable(&Status::cancelled("connection reset")));
     }
 }
