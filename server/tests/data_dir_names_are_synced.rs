@@ -31,13 +31,25 @@ fn opening_a_data_dir_fsyncs_it_its_parent_and_each_shard_dir() {
     let root = tempfile::tempdir().expect("temp dir");
     let parent = root.path().join("parent");
     let data = parent.join("data");
-    let trace = root.path().join("trace.txt");
+    // One file per thread (`-ff`): with one file, a thread's openat could be
+    // split into "<unfinished ...>" and "<... resumed> = FD" lines around
+    // another thread's calls (the shards open concurrently), and its fd missed.
+    let traces = root.path().join("traces");
+    std::fs::create_dir(&traces).unwrap();
+    let trace = traces.join("t");
     // Taken, so serve stops right after opening the engine.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let listen = taken.local_addr().unwrap().to_string();
     let mut command = Command::new("strace");
     command
-        .args(["-f", "-qq", "-e", "trace=openat,fsync,fdatasync", "-o"])
+        .args([
+            "-f",
+            "-ff",
+            "-qq",
+            "-e",
+            "trace=openat,fsync,fdatasync",
+            "-o",
+        ])
         .arg(&trace)
         .arg(env!("CARGO_BIN_EXE_ringfeed"))
         .args(["serve", "--shards", "2", "--listen", &listen, "--data-dir"])
@@ -50,16 +62,27 @@ fn opening_a_data_dir_fsyncs_it_its_parent_and_each_shard_dir() {
     );
     assert!(data.join("shard-001").is_dir(), "the engine opened: {out}");
 
-    // `PID openat(AT_FDCWD, "PATH", ...) = FD` then `PID fsync(FD) = 0`.
-    let text = std::fs::read_to_string(&trace).unwrap();
+    // Per thread (file `t.PID`): `openat(AT_FDCWD, "PATH", ...) = FD`, then
+    // `fsync(FD) = 0`. Threads share the fd table, so a path is keyed by fd
+    // within the thread that opened it (each sync here runs on the thread
+    // that opened the directory).
     let mut open: HashMap<(String, String), String> = HashMap::new();
     let mut synced = BTreeSet::new();
-    for line in text.lines() {
-        let mut words = line.splitn(2, ' ');
-        let (Some(pid), Some(call)) = (words.next(), words.next()) else {
-            continue;
-        };
-        let call = call.trim_start();
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(&traces).unwrap() {
+        let path = entry.unwrap().path();
+        let pid = path
+            .extension()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            lines.push((pid.clone(), line.to_owned()));
+        }
+    }
+    for (pid, line) in &lines {
+        let pid = pid.as_str();
+        let call = line.trim_start();
         if let Some(rest) = call.strip_prefix("openat(") {
             let path = rest.split('"').nth(1).unwrap_or_default().to_owned();
             if let Some(fd) = call
