@@ -23,7 +23,7 @@ use crate::log::{LogConfig, RecoveryReport};
 use crate::record::ProducerStamp;
 use crate::retention::RetentionPolicy;
 use crate::segment::FORMAT_VERSION;
-use crate::shard::{self, Command, ShardConfig, ShardShared};
+use crate::shard::{self, AppendCommand, Command, ShardConfig, ShardShared};
 use crate::storage::{DmaStorage, Storage};
 use crate::subscribe::{SubscribeError, SubscribeRequest, Subscription};
 use crate::RecoveryError;
@@ -539,14 +539,14 @@ impl Engine {
             let len = records.len();
             let sent = self.send(
                 shard,
-                Command::Append {
+                Command::Append(AppendCommand {
                     records,
                     count: indexes.len(),
                     durability,
                     arrived,
                     idempotent,
                     reply,
-                },
+                }),
             );
             if let Err(e) = sent {
                 // Not sent: give back its room (the shard is gone anyway).

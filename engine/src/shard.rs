@@ -43,24 +43,27 @@ const SLOW_FSYNC: Duration = Duration::from_millis(100);
 static SLOW_FSYNC_WARNINGS: RateLimit = RateLimit::new(Duration::from_secs(10));
 
 pub(crate) enum Command {
-    Append {
-        /// Records framed by the caller, back to back, not yet stamped.
-        records: Vec<u8>,
-        count: usize,
-        durability: Durability,
-        /// When the append reached the engine: `append_timeout` counts from here.
-        arrived: Instant,
-        /// The records carry producer stamps: each is checked against the
-        /// shard's producer table (see `crate::producer`).
-        idempotent: bool,
-        /// The caller waits on this; once it is gone (its future dropped: a
-        /// cancelled stream, a passed deadline) the append is not applied.
-        reply: Reply<Result<Vec<Stored>, AppendError>>,
-    },
+    Append(AppendCommand),
     /// Flush everything committed so far; reply when it is durable.
     Flush {
         reply: Reply<Result<(), AppendError>>,
     },
+}
+
+/// One shard's part of an append.
+pub(crate) struct AppendCommand {
+    /// Records framed by the caller, back to back, not yet stamped.
+    pub records: Vec<u8>,
+    pub count: usize,
+    pub durability: Durability,
+    /// When the append reached the engine: `append_timeout` counts from here.
+    pub arrived: Instant,
+    /// The records carry producer stamps: each is checked against the
+    /// shard's producer table (see `crate::producer`).
+    pub idempotent: bool,
+    /// The caller waits on this; once it is gone (its future dropped: a
+    /// cancelled stream, a passed deadline) the append is not applied.
+    pub reply: Reply<Result<Vec<Stored>, AppendError>>,
 }
 
 /// Settings of one shard.
@@ -385,6 +388,14 @@ pub(crate) async fn run<S: Storage + 'static>(
         wake_flusher.clone(),
         wake_ticker.clone(),
     ));
+    let commands_loop = CommandLoop {
+        config,
+        shared,
+        state,
+        clock,
+        wake_flusher,
+        wake_ticker,
+    };
 
     // Nothing here polls: a command wakes this task through flume's waker (a
     // foreign wake-up from the caller's thread). Before the glommio patch
@@ -392,255 +403,273 @@ pub(crate) async fn run<S: Storage + 'static>(
     // 10 ms timer here plus a signal every 50 ms papered over it.
     while let Ok(command) = commands.recv_async().await {
         match command {
-            Command::Append {
-                records,
-                count,
-                durability,
-                arrived,
-                idempotent,
-                reply,
-            } => {
-                append(
-                    &config,
-                    &shared,
-                    &state,
-                    &*clock,
-                    &wake_flusher,
-                    &wake_ticker,
-                    &records,
-                    count,
-                    durability,
-                    arrived,
-                    idempotent,
-                    reply,
-                )
-                .await;
-                shared.release_queue(records.len());
+            Command::Append(append) => {
+                let len = append.records.len();
+                commands_loop.append(append).await;
+                commands_loop.shared.release_queue(len);
                 // glommio reaps I/O completions only when a task queue runs dry or
                 // its preempt timer fires; a busy command queue would otherwise
                 // hold the flusher's finished writes back for the whole timer.
                 glommio::yield_if_needed().await;
             }
-            Command::Flush { reply } => {
-                let mut st = state.borrow_mut();
-                if let Some(e) = st.latched_error(shared.id) {
-                    let _ = reply.send(Err(e));
-                    continue;
-                }
-                let needed = shared.watermarks.committed_next();
-                if needed <= shared.watermarks.flushed_next() {
-                    let _ = reply.send(Ok(()));
-                    continue;
-                }
-                st.waiters.push_back(DurableWaiter {
-                    needed,
-                    reply: DurableReply::Flush(reply),
-                });
-                st.flush_wanted = true;
-                drop(st);
-                wake_flusher.notify(usize::MAX);
-            }
+            Command::Flush { reply } => commands_loop.flush(reply),
         }
     }
-    state.borrow_mut().closing = true;
-    wake_flusher.notify(usize::MAX);
+    commands_loop.state.borrow_mut().closing = true;
+    commands_loop.wake_flusher.notify(usize::MAX);
     let _ = ticker.cancel().await;
     flusher.await;
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn append(
-    config: &ShardConfig,
-    shared: &ShardShared,
-    state: &RefCell<State>,
-    clock: &dyn Clock,
-    wake_flusher: &Event,
-    wake_ticker: &Event,
-    records: &[u8],
-    count: usize,
-    durability: Durability,
-    arrived: Instant,
-    idempotent: bool,
-    reply: Reply<Result<Vec<Stored>, AppendError>>,
-) {
-    // Back-pressure: wait while the batch would push unflushed bytes past the
-    // bound, at most `append_timeout` since the append arrived (not since
-    // this shard took it: time queued behind other commands counts).
-    let started = arrived;
-    loop {
-        let listener = shared.flushed.listen();
-        {
-            let mut st = state.borrow_mut();
-            // Checked in the same non-yielding step that stages the batch
-            // (when there is room): an append whose caller is gone is never
-            // applied later.
-            if reply.is_disconnected() {
-                shared.stats.abandoned.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            if let Some(e) = st.latched_error(shared.id) {
-                let _ = reply.send(Err(e));
-                return;
-            }
-            let unflushed = st.ring.unflushed_bytes();
-            if unflushed == 0 || unflushed + records.len() <= config.max_unflushed_bytes {
-                drop(st);
-                break;
-            }
-            let waited = started.elapsed();
-            if waited >= config.append_timeout {
-                let _ = reply.send(Err(AppendError::ResourceExhausted {
-                    shard: shared.id,
-                    unflushed,
-                    limit: config.max_unflushed_bytes,
-                    waited,
-                }));
-                return;
-            }
-            st.flush_wanted = true;
+/// The command loop's view of the shard: what each command's step reads and
+/// whom it wakes.
+struct CommandLoop {
+    config: ShardConfig,
+    shared: Arc<ShardShared>,
+    state: Rc<RefCell<State>>,
+    clock: Arc<dyn Clock>,
+    wake_flusher: Rc<Event>,
+    wake_ticker: Rc<Event>,
+}
+
+/// An append's records judged against the producer table before anything
+/// waits or is staged.
+struct Judged {
+    /// Per record, in order, for an idempotent append; empty otherwise.
+    seen: Vec<(crate::record::ProducerStamp, Seen)>,
+    /// Bytes of the records that will be staged (duplicates are not).
+    new_bytes: usize,
+    duplicates: usize,
+}
+
+impl CommandLoop {
+    fn flush(&self, reply: Reply<Result<(), AppendError>>) {
+        let shared = &self.shared;
+        let mut st = self.state.borrow_mut();
+        if let Some(e) = st.latched_error(shared.id) {
+            let _ = reply.send(Err(e));
+            return;
         }
-        wake_flusher.notify(usize::MAX);
-        let remaining = config.append_timeout.saturating_sub(started.elapsed());
-        futures_lite::future::or(async { listener.await }, glommio::timer::sleep(remaining)).await;
+        let needed = shared.watermarks.committed_next();
+        if needed <= shared.watermarks.flushed_next() {
+            let _ = reply.send(Ok(()));
+            return;
+        }
+        st.waiters.push_back(DurableWaiter {
+            needed,
+            reply: DurableReply::Flush(reply),
+        });
+        st.flush_wanted = true;
+        drop(st);
+        self.wake_flusher.notify(usize::MAX);
     }
 
-    // Stamp, frame and publish in one step that never yields: no event is ever
-    // stamped but invisible, and stamps strictly increase with offsets.
-    let step = Instant::now();
-    let mut st = state.borrow_mut();
-    // Idempotent producers: every event is judged before any is staged, so
-    // a stale one refuses this shard's part whole.
-    let seen = if idempotent {
-        match judge(&st.producers, shared.id, records) {
-            Ok(seen) => seen,
-            Err(e) => {
-                let _ = reply.send(Err(e));
-                return;
+    async fn append(&self, command: AppendCommand) {
+        let AppendCommand {
+            records,
+            count,
+            durability,
+            arrived,
+            idempotent,
+            reply,
+        } = command;
+        let (config, shared) = (&self.config, &*self.shared);
+        // Idempotent producers: every event is judged before any waits or is
+        // staged, so a stale one refuses this shard's part whole, and a retry
+        // of events already stored is answered without waiting for room it
+        // does not need. (The table cannot change before this append is
+        // staged: the command loop takes one append at a time.)
+        let judged = if idempotent {
+            match judge(&self.state.borrow().producers, shared.id, &records) {
+                Ok(judged) => judged,
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                    return;
+                }
             }
-        }
-    } else {
-        Vec::new()
-    };
-    let was_flushed = st.ring.unflushed_bytes() == 0;
-    let mut positions = Vec::with_capacity(count);
-    let mut staged = 0usize;
-    let mut duplicates_end = 0;
-    // One clock read per batch: stamps within it are consecutive nanoseconds.
-    let now = clock.now_ns().max(shared.watermarks.fence() + 1);
-    let mut at = 0;
-    while at < records.len() {
-        let Ok(len) = record::peek_len(&records[at..]) else {
-            // The engine framed these records itself; refuse rather than panic.
-            let _ = reply.send(Err(AppendError::Invalid {
-                index: positions.len(),
-                field: "event",
-                reason: "malformed framing".into(),
-            }));
-            return;
+        } else {
+            Judged {
+                seen: Vec::new(),
+                new_bytes: records.len(),
+                duplicates: 0,
+            }
         };
-        let record = &records[at..at + len];
-        at += len;
-        let judged = seen.get(positions.len()).copied();
-        if let Some((_, Seen::Duplicate { offset, ts })) = judged {
-            duplicates_end = duplicates_end.max(offset + 1);
+        if !self.wait_for_room(judged.new_bytes, arrived, &reply).await {
+            return;
+        }
+
+        // Stamp, frame and publish in one step that never yields: no event is ever
+        // stamped but invisible, and stamps strictly increase with offsets.
+        let step = Instant::now();
+        let mut st = self.state.borrow_mut();
+        let was_flushed = st.ring.unflushed_bytes() == 0;
+        let mut positions = Vec::with_capacity(count);
+        let mut staged = 0usize;
+        let mut duplicates_end = 0;
+        // One clock read per batch: stamps within it are consecutive nanoseconds.
+        let now = self.clock.now_ns().max(shared.watermarks.fence() + 1);
+        let mut at = 0;
+        while at < records.len() {
+            let Ok(len) = record::peek_len(&records[at..]) else {
+                // The engine framed these records itself; refuse rather than panic.
+                let _ = reply.send(Err(AppendError::Invalid {
+                    index: positions.len(),
+                    field: "event",
+                    reason: "malformed framing".into(),
+                }));
+                return;
+            };
+            let record = &records[at..at + len];
+            at += len;
+            let seen = judged.seen.get(positions.len()).copied();
+            if let Some((_, Seen::Duplicate { offset, ts })) = seen {
+                duplicates_end = duplicates_end.max(offset + 1);
+                positions.push(Stored {
+                    position: Position {
+                        shard: shared.id,
+                        offset,
+                        ts,
+                    },
+                    duplicate: true,
+                });
+                continue;
+            }
+            let ts = now.max(st.last_ts + 1);
+            let offset = st.ring.stage(record, ts);
+            st.last_ts = ts;
+            if let Some((stamp, _)) = seen {
+                st.producers.record(stamp, offset, ts);
+            }
+            staged += len;
             positions.push(Stored {
                 position: Position {
                     shard: shared.id,
                     offset,
                     ts,
                 },
-                duplicate: true,
+                duplicate: false,
             });
-            continue;
         }
-        let ts = now.max(st.last_ts + 1);
-        let offset = st.ring.stage(record, ts);
-        st.last_ts = ts;
-        if let Some((stamp, _)) = judged {
-            st.producers.record(stamp, offset, ts);
+        // Before the batch is visible: a merge that sees it may ask other shards
+        // to claim its stamp, and they claim up to this at once.
+        shared.stamped_high.fetch_max(st.last_ts, Ordering::AcqRel);
+        st.ring.publish();
+        let next = st.ring.next_offset();
+        shared.watermarks.publish_committed(next, st.last_ts);
+        shared.publish_memory(&st.ring);
+        let stats = &shared.stats;
+        stats
+            .appended
+            .fetch_add((positions.len() - judged.duplicates) as u64, Ordering::Relaxed);
+        stats
+            .duplicates
+            .fetch_add(judged.duplicates as u64, Ordering::Relaxed);
+        stats
+            .appended_bytes
+            .fetch_add(staged as u64, Ordering::Relaxed);
+        stats
+            .append_ns
+            .fetch_add(step.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let window_full = st.ring.unflushed_bytes() >= config.window_bytes;
+        // A duplicate is acknowledged as durable only once its original is.
+        let needed = if staged > 0 { next } else { duplicates_end };
+        match durability {
+            Durability::Memory => drop(reply.send(Ok(positions))),
+            Durability::Durable if needed <= shared.watermarks.flushed_next() => {
+                drop(reply.send(Ok(positions)))
+            }
+            Durability::Durable => {
+                st.waiters.push_back(DurableWaiter {
+                    needed,
+                    reply: DurableReply::Append(reply, positions),
+                });
+                st.flush_wanted = true;
+            }
         }
-        staged += len;
-        positions.push(Stored {
-            position: Position {
-                shard: shared.id,
-                offset,
-                ts,
-            },
-            duplicate: false,
-        });
-    }
-    let duplicates = positions.iter().filter(|p| p.duplicate).count();
-    // Before the batch is visible: a merge that sees it may ask other shards
-    // to claim its stamp, and they claim up to this at once.
-    shared.stamped_high.fetch_max(st.last_ts, Ordering::AcqRel);
-    st.ring.publish();
-    let next = st.ring.next_offset();
-    shared.watermarks.publish_committed(next, st.last_ts);
-    shared.publish_memory(&st.ring);
-    shared
-        .stats
-        .appended
-        .fetch_add((positions.len() - duplicates) as u64, Ordering::Relaxed);
-    shared
-        .stats
-        .duplicates
-        .fetch_add(duplicates as u64, Ordering::Relaxed);
-    shared
-        .stats
-        .appended_bytes
-        .fetch_add(staged as u64, Ordering::Relaxed);
-    shared
-        .stats
-        .append_ns
-        .fetch_add(step.elapsed().as_nanos() as u64, Ordering::Relaxed);
-    let window_full = st.ring.unflushed_bytes() >= config.window_bytes;
-    // A duplicate is acknowledged as durable only once its original is.
-    let needed = if staged > 0 { next } else { duplicates_end };
-    match durability {
-        Durability::Memory => drop(reply.send(Ok(positions))),
-        Durability::Durable if needed <= shared.watermarks.flushed_next() => {
-            drop(reply.send(Ok(positions)))
+        let wake = st.flush_wanted || window_full;
+        drop(st);
+        shared.appended.notify(usize::MAX);
+        if wake {
+            self.wake_flusher.notify(usize::MAX);
         }
-        Durability::Durable => {
-            st.waiters.push_back(DurableWaiter {
-                needed,
-                reply: DurableReply::Append(reply, positions),
-            });
-            st.flush_wanted = true;
+        if was_flushed {
+            // The first unflushed bytes since the last flush: the ticker starts
+            // the flush interval's clock.
+            self.wake_ticker.notify(usize::MAX);
         }
     }
-    let wake = st.flush_wanted || window_full;
-    drop(st);
-    shared.appended.notify(usize::MAX);
-    if wake {
-        wake_flusher.notify(usize::MAX);
-    }
-    if was_flushed {
-        // The first unflushed bytes since the last flush: the ticker starts
-        // the flush interval's clock.
-        wake_ticker.notify(usize::MAX);
+
+    /// Back-pressure: waits while `bytes` more would push unflushed bytes past
+    /// the bound, at most `append_timeout` since the append arrived (not since
+    /// this shard took it: time queued behind other commands counts). False
+    /// when the append is not to be applied (answered, or its caller gone).
+    async fn wait_for_room(
+        &self,
+        bytes: usize,
+        arrived: Instant,
+        reply: &Reply<Result<Vec<Stored>, AppendError>>,
+    ) -> bool {
+        let (config, shared) = (&self.config, &*self.shared);
+        loop {
+            let listener = shared.flushed.listen();
+            {
+                let mut st = self.state.borrow_mut();
+                // Checked in the same non-yielding step that stages the batch
+                // (when there is room): an append whose caller is gone is never
+                // applied later.
+                if reply.is_disconnected() {
+                    shared.stats.abandoned.fetch_add(1, Ordering::Relaxed);
+                    return false;
+                }
+                if let Some(e) = st.latched_error(shared.id) {
+                    let _ = reply.send(Err(e));
+                    return false;
+                }
+                let unflushed = st.ring.unflushed_bytes();
+                if bytes == 0 || unflushed == 0 || unflushed + bytes <= config.max_unflushed_bytes
+                {
+                    return true;
+                }
+                let waited = arrived.elapsed();
+                if waited >= config.append_timeout {
+                    let _ = reply.send(Err(AppendError::ResourceExhausted {
+                        shard: shared.id,
+                        unflushed,
+                        limit: config.max_unflushed_bytes,
+                        waited,
+                    }));
+                    return false;
+                }
+                st.flush_wanted = true;
+            }
+            self.wake_flusher.notify(usize::MAX);
+            let remaining = config.append_timeout.saturating_sub(arrived.elapsed());
+            futures_lite::future::or(async { listener.await }, glommio::timer::sleep(remaining))
+                .await;
+        }
     }
 }
 
 /// Judges each record of an idempotent producer's append against the table:
 /// its stamp and whether it is new or a duplicate. A stale one refuses the
 /// whole part (see `crate::producer`).
-fn judge(
-    producers: &ProducerTable,
-    shard: u32,
-    records: &[u8],
-) -> Result<Vec<(crate::record::ProducerStamp, Seen)>, AppendError> {
-    let mut seen = Vec::new();
+fn judge(producers: &ProducerTable, shard: u32, records: &[u8]) -> Result<Judged, AppendError> {
+    let mut judged = Judged {
+        seen: Vec::new(),
+        new_bytes: 0,
+        duplicates: 0,
+    };
     let mut at = 0;
     while at < records.len() {
+        let index = judged.seen.len();
         let header = record::peek_header(&records[at..]).map_err(|_| AppendError::Invalid {
-            index: seen.len(),
+            index,
             field: "event",
             reason: "malformed framing".into(),
         })?;
         let Some(stamp) = header.producer else {
             return Err(AppendError::Invalid {
-                index: seen.len(),
+                index,
                 field: "event",
                 reason: "framed without its producer stamp".into(),
             });
@@ -654,11 +683,18 @@ fn judge(
                     last,
                 })
             }
-            judged => seen.push((stamp, judged)),
+            seen @ Seen::Duplicate { .. } => {
+                judged.duplicates += 1;
+                judged.seen.push((stamp, seen));
+            }
+            seen => {
+                judged.new_bytes += header.len;
+                judged.seen.push((stamp, seen));
+            }
         }
         at += header.len;
     }
-    Ok(seen)
+    Ok(judged)
 }
 
 async fn flusher<S: Storage>(

@@ -227,3 +227,32 @@ fn events_a_crash_destroyed_are_stored_again_when_retried() {
     want.sort();
     assert_eq!(payloads, want, "each event stored exactly once");
 }
+
+#[test]
+fn a_retry_of_stored_events_is_answered_while_the_shard_has_no_room() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let storages = vec![MemStorage::new()];
+    let engine = mem_engine(small_engine_config(1), &storages);
+    // 24 KiB: more than the room left on a stuck shard.
+    let batch = || (0..3).map(big_event).collect::<Vec<_>>();
+    let first = append(&engine, batch(), Durability::Memory, producer(0)).unwrap();
+    // The disk hangs and unflushed bytes are at the bound: a new append
+    // would wait (and time out after `append_timeout`, 2 s here).
+    stick_shard_0(&engine, &storages[0]);
+    let before = committed(&engine);
+
+    // The retry needs no room: it stores nothing, so it is answered at once
+    // (with syncs stalled, waiting could only end in ResourceExhausted).
+    let retry = append(&engine, batch(), Durability::Memory, producer(0));
+    // Released before asserting: an engine dropped with syncs stalled would
+    // wait for its flusher forever.
+    storages[0].stall_syncs(false);
+    let retry = retry.expect("a pure retry is not refused for lack of room");
+    assert!(retry.iter().all(|s| s.duplicate));
+    assert_eq!(positions(&retry), positions(&first));
+    assert_eq!(committed(&engine), before);
+
+    // New events are still stored once the disk answers.
+    let more = append(&engine, vec![big_event(3)], Durability::Memory, producer(3)).unwrap();
+    assert!(!more[0].duplicate);
+}
