@@ -143,6 +143,13 @@ pub enum ChunkError {
 /// exactly `record_count` records with dense offsets and increasing stamps
 /// inside the header's range). `buf` starts at the chunk header.
 pub fn verify(buf: &[u8]) -> Result<ChunkHeader, ChunkError> {
+    verify_each(buf, |_| {})
+}
+
+/// [`verify`], handing each record (its bytes, as walked for the check) to
+/// `each` on the way: state rebuilt from records costs no second walk. A
+/// chunk that fails may have shown `each` some of its records first.
+pub fn verify_each(buf: &[u8], mut each: impl FnMut(&[u8])) -> Result<ChunkHeader, ChunkError> {
     let header = ChunkHeader::decode(buf)?;
     let body = body_of(buf, &header)?;
     let computed = crc32c::crc32c(body);
@@ -166,6 +173,7 @@ pub fn verify(buf: &[u8]) -> Result<ChunkHeader, ChunkError> {
             return Err(ChunkError::Inconsistent("record offsets or stamps"));
         }
         prev_ts = Some(ts);
+        each(&body[at..at + len]);
         at += len;
     }
     if at != body.len() || prev_ts.is_some_and(|p| p != header.last_ts) {

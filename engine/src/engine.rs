@@ -148,19 +148,22 @@ pub struct Engine {
 /// retried below it. Rebuilt at open from the shards' tables; bounded like
 /// them (the least recently used producer is forgotten, and a forgotten or
 /// unknown producer may start at any sequence).
-#[derive(Default)]
 struct Sequences {
-    next: std::collections::HashMap<u64, (u64, u64)>,
-    uses: u64,
-    capacity: usize,
+    next: lru::LruCache<u64, u64>,
 }
 
 impl Sequences {
+    fn new(capacity: usize) -> Sequences {
+        let capacity = std::num::NonZeroUsize::new(capacity).unwrap_or(std::num::NonZeroUsize::MIN);
+        Sequences {
+            next: lru::LruCache::new(capacity),
+        }
+    }
+
     /// Admits a batch of `count` events, or says where the producer must resume.
     fn admit(&mut self, producer: Producer, count: u64) -> Result<(), AppendError> {
-        self.uses += 1;
         let end = producer.first_sequence + count;
-        if let Some((next, used)) = self.next.get_mut(&producer.id) {
+        if let Some(next) = self.next.get_mut(&producer.id) {
             if producer.first_sequence > *next {
                 return Err(AppendError::SequenceGap {
                     producer_id: producer.id,
@@ -169,7 +172,6 @@ impl Sequences {
                 });
             }
             *next = (*next).max(end);
-            *used = self.uses;
             return Ok(());
         }
         self.insert(producer.id, end);
@@ -177,15 +179,8 @@ impl Sequences {
     }
 
     fn insert(&mut self, id: u64, next: u64) {
-        if self.next.len() >= self.capacity {
-            let oldest = self.next.iter().min_by_key(|(_, v)| v.1).map(|(&k, _)| k);
-            if let Some(id) = oldest {
-                self.next.remove(&id);
-            }
-        }
-        let entry = self.next.entry(id).or_insert((0, 0));
-        entry.0 = entry.0.max(next);
-        entry.1 = self.uses;
+        let entry = self.next.get_or_insert_mut(id, || 0);
+        *entry = (*entry).max(next);
     }
 }
 
@@ -266,10 +261,9 @@ impl Engine {
             limits: config.limits,
             max_queued_bytes: config.max_queued_bytes,
             reports: Vec::new(),
-            sequences: std::sync::Mutex::new(Sequences {
-                capacity: crate::producer::MAX_PRODUCERS * config.shards as usize,
-                ..Sequences::default()
-            }),
+            sequences: std::sync::Mutex::new(Sequences::new(
+                crate::producer::MAX_PRODUCERS * config.shards as usize,
+            )),
         };
         for (id, ready) in readies.into_iter().enumerate() {
             match ready.recv() {

@@ -80,8 +80,8 @@ pub struct RecoveryReport {
     /// what an open would do; nothing was changed.
     pub read_only: bool,
     /// Idempotent producers found in the records kept, and the time spent
-    /// rebuilding their table (reading record headers recovery had read
-    /// and verified anyway).
+    /// entering their stamps in the table (the stamps are read in the walk
+    /// that verifies each chunk's records, which the open time counts).
     pub producers: usize,
     pub producer_rebuild: std::time::Duration,
 }
@@ -226,9 +226,11 @@ impl<S: Storage> Log<S> {
             }
             let producers = &mut log.producers;
             let rebuild = &mut report.producer_rebuild;
-            let scanned = scan_segment(&file, &name, header, !is_last, |_, body| {
+            let scanned = scan_segment(&file, &name, header, !is_last, |stamps| {
                 let started = std::time::Instant::now();
-                rebuild_producers(producers, body);
+                for &(stamp, offset, ts) in stamps {
+                    producers.record(stamp, offset, ts);
+                }
                 *rebuild += started.elapsed();
             })
             .await?;
@@ -787,26 +789,4 @@ async fn zero_range<F: StorageFile>(file: &F, from: u64, to: u64) -> std::io::Re
         pos += len as u64;
     }
     file.sync().await
-}
-
-/// Adds the producer stamps of a verified chunk body's records to `table`.
-fn rebuild_producers(table: &mut ProducerTable, body: &[u8]) {
-    let mut at = 0;
-    while at < body.len() {
-        // The body's checksum matched, so its records are as a shard framed
-        // them: a header that does not parse cannot happen here.
-        let Ok(len) = crate::record::peek_len(&body[at..]) else {
-            return;
-        };
-        let record = &body[at..at + len];
-        at += len;
-        if !crate::record::has_producer_stamp(record) {
-            continue; // the common case: only the length and one byte read
-        }
-        if let Ok(h) = crate::record::peek_header(record) {
-            if let Some(stamp) = h.producer {
-                table.record(stamp, h.offset, h.ts);
-            }
-        }
-    }
 }

@@ -25,7 +25,10 @@
 //! shard (the least recently used is forgotten; a forgotten producer is
 //! treated as a new one).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+use std::num::NonZeroUsize;
+
+use lru::LruCache;
 
 use crate::record::ProducerStamp;
 
@@ -63,8 +66,6 @@ struct Producer {
     last: u64,
     /// Oldest first; sequences increase along it.
     runs: VecDeque<Run>,
-    /// When the producer was last seen (the table's use counter).
-    used: u64,
 }
 
 /// What a shard should do with one event of an idempotent producer.
@@ -83,10 +84,17 @@ pub enum Seen {
 }
 
 /// One shard's memory of its producers.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ProducerTable {
-    producers: HashMap<u64, Producer>,
-    uses: u64,
+    producers: LruCache<u64, Producer>,
+}
+
+impl Default for ProducerTable {
+    fn default() -> ProducerTable {
+        ProducerTable {
+            producers: LruCache::new(NonZeroUsize::new(MAX_PRODUCERS).expect("not zero")),
+        }
+    }
 }
 
 impl ProducerTable {
@@ -102,7 +110,7 @@ impl ProducerTable {
     /// Classifies one event. Does not change the table: a batch is checked
     /// whole before any of it is staged.
     pub fn check(&self, stamp: ProducerStamp) -> Seen {
-        let Some(p) = self.producers.get(&stamp.producer_id) else {
+        let Some(p) = self.producers.peek(&stamp.producer_id) else {
             return Seen::New;
         };
         if stamp.sequence > p.last {
@@ -120,25 +128,15 @@ impl ProducerTable {
     /// Records a staged (or recovered) event, whose sequence the caller found
     /// new with [`ProducerTable::check`].
     pub fn record(&mut self, stamp: ProducerStamp, offset: u64, ts: i64) {
-        self.uses += 1;
-        if !self.producers.contains_key(&stamp.producer_id) && self.producers.len() >= MAX_PRODUCERS
-        {
-            let oldest = self
-                .producers
-                .iter()
-                .min_by_key(|(_, p)| p.used)
-                .map(|(&id, _)| id);
-            if let Some(id) = oldest {
-                self.producers.remove(&id);
-            }
-        }
-        let p = self.producers.entry(stamp.producer_id).or_default();
+        // Past MAX_PRODUCERS this forgets the least recently used one.
+        let p = self
+            .producers
+            .get_or_insert_mut(stamp.producer_id, Producer::default);
         if !p.runs.is_empty() && stamp.sequence <= p.last {
             // Only while rebuilding from a log: the producer had been
             // forgotten (evicted) and started over with lower numbers.
             p.runs.clear();
         }
-        p.used = self.uses;
         p.last = stamp.sequence;
         match p.runs.back_mut() {
             Some(run) if run.extends(stamp.sequence, offset, ts) => run.count += 1,
@@ -182,7 +180,7 @@ mod tests {
             t.record(stamp(1, seq), 100 + i as u64, 1000 + i as i64);
         }
         t.record(stamp(1, 14), 200, 5000);
-        assert_eq!(t.producers[&1].runs.len(), 2, "10..=12 is one run");
+        assert_eq!(t.producers.peek(&1).unwrap().runs.len(), 2, "10..=12 is one run");
         assert_eq!(
             t.check(stamp(1, 11)),
             Seen::Duplicate {
@@ -211,7 +209,7 @@ mod tests {
         for seq in 0..(MAX_RUNS as u64 + 10) {
             t.record(stamp(1, seq), seq * 2, seq as i64 * 2);
         }
-        assert_eq!(t.producers[&1].runs.len(), MAX_RUNS);
+        assert_eq!(t.producers.peek(&1).unwrap().runs.len(), MAX_RUNS);
         assert_eq!(
             t.check(stamp(1, 0)),
             Seen::Stale {

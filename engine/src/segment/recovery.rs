@@ -18,6 +18,7 @@
 //! chunk reads at most that far.
 
 use crate::chunk::{self, ChunkError, ChunkHeader, CHUNK_HEADER_LEN, FLAG_SEAL};
+use crate::record::{self, ProducerStamp};
 use crate::segment::error::RecoveryError;
 use crate::segment::index::{ChunkEntry, SegmentIndex};
 use crate::segment::{SegmentHeader, SEGMENT_HEADER_BLOCK};
@@ -90,13 +91,16 @@ impl<F: StorageFile> Reader<'_, F> {
         Ok(&buf[start..stop])
     }
 
-    /// The verified chunk at `pos`, with its length on disk.
+    /// The verified chunk at `pos`, with its length on disk. The producer
+    /// stamps of its records, as `(stamp, offset, ts)`, replace `stamps`.
     async fn chunk(
         &mut self,
         pos: u64,
         shard: u32,
         alignment: usize,
+        stamps: &mut Vec<(ProducerStamp, u64, i64)>,
     ) -> Result<Result<(ChunkHeader, usize), ChunkError>, RecoveryError> {
+        stamps.clear();
         let header = match ChunkHeader::decode(self.get(pos, CHUNK_HEADER_LEN).await?) {
             Ok(h) => h,
             Err(e) => return Ok(Err(e)),
@@ -106,21 +110,30 @@ impl<F: StorageFile> Reader<'_, F> {
         }
         let disk_len = header.disk_len(alignment);
         let bytes = self.get(pos, disk_len).await?;
-        Ok(chunk::verify(bytes).map(|h| (h, disk_len)))
+        let verified = chunk::verify_each(bytes, |record| {
+            if !record::has_producer_stamp(record) {
+                return; // the common case: one byte read
+            }
+            if let Ok(h) = record::peek_header(record) {
+                stamps.extend(h.producer.map(|stamp| (stamp, h.offset, h.ts)));
+            }
+        });
+        Ok(verified.map(|h| (h, disk_len)))
     }
 }
 
 /// Scans a segment whose header is `header`. `fully_synced` says the segment
 /// was completely durable before its successor was created, so any bad chunk
-/// in it is corruption. `visit` sees every chunk kept (verified, in order) as
-/// its header and body: recovery reads them all anyway, so state rebuilt from
-/// records (the producer table) costs no extra I/O.
+/// in it is corruption. `visit` sees the producer stamps of every chunk kept
+/// (verified, in order), as `(stamp, offset, ts)`, gathered in the walk that
+/// verifies its records: the producer table is rebuilt with no extra I/O and
+/// no second pass.
 pub async fn scan_segment<F: StorageFile>(
     file: &F,
     name: &str,
     header: SegmentHeader,
     fully_synced: bool,
-    mut visit: impl FnMut(&ChunkHeader, &[u8]),
+    mut visit: impl FnMut(&[(ProducerStamp, u64, i64)]),
 ) -> Result<ScannedSegment, RecoveryError> {
     let file_len = file.len().await.map_err(|source| RecoveryError::Io {
         what: format!("{name} (length)"),
@@ -144,12 +157,13 @@ pub async fn scan_segment<F: StorageFile>(
         clean_close: false,
         torn: None,
     };
+    let mut stamps = Vec::new();
     loop {
         let pos = scanned.write_pos;
         if pos >= file_len {
             return Ok(scanned);
         }
-        let reason = match reader.chunk(pos, header.shard, alignment).await? {
+        let reason = match reader.chunk(pos, header.shard, alignment, &mut stamps).await? {
             Ok((h, disk_len))
                 if h.first_offset == scanned.next_offset
                     && (h.record_count == 0 || scanned.last_ts.is_none_or(|t| h.first_ts > t)) =>
@@ -157,9 +171,9 @@ pub async fn scan_segment<F: StorageFile>(
                 scanned.clean_close = h.flags & FLAG_SEAL != 0;
                 scanned.known_synced = scanned.known_synced.max(h.synced_through);
                 if h.record_count > 0 {
-                    let bytes = reader.get(pos, disk_len).await?;
-                    let body = &bytes[CHUNK_HEADER_LEN..CHUNK_HEADER_LEN + h.body_len as usize];
-                    visit(&h, body);
+                    if !stamps.is_empty() {
+                        visit(&stamps);
+                    }
                     scanned.index.push(ChunkEntry::new(&h, pos, disk_len));
                     scanned.next_offset = h.end_offset();
                     scanned.last_ts = Some(h.last_ts);
@@ -231,9 +245,11 @@ async fn scan_residue<F: StorageFile>(
         evidence: None,
     };
     let mut q = pos;
+    let mut stamps = Vec::new(); // residue is never replayed: its stamps are dropped
     while q < limit {
         if q > pos {
-            if let Ok((h, disk_len)) = reader.chunk(q, header.shard, alignment).await? {
+            let chunk = reader.chunk(q, header.shard, alignment, &mut stamps).await?;
+            if let Ok((h, disk_len)) = chunk {
                 let end = q + disk_len as u64;
                 if fully_synced || h.synced_through > pos {
                     let (a, b) = (h.first_offset, h.end_offset());
