@@ -25,7 +25,7 @@ use hdrhistogram::Histogram;
 use serde_json::json;
 
 use crate::results::{Headline, Row, Run, Unit};
-use crate::systems::{From, Kind, RingfeedOptions, Start, Subscriber, System};
+use crate::systems::{self, From, Kind, RingfeedOptions, Start, Subscriber, System};
 
 /// How long a subscriber may wait for its next event before the scenario
 /// calls it stalled (a failure, not a figure).
@@ -139,7 +139,7 @@ impl Scenario {
         let runtime = crate::util::runtime()?;
         for &kind in kinds {
             let dir = setup.dir.join(kind.name());
-            let started = runtime.block_on(System::start(kind, &dir, &setup.ringfeed));
+            let started = runtime.block_on(systems::start(kind, &dir, &setup.ringfeed));
             let mut system = match started {
                 Ok(Start::Running(system)) => system,
                 Ok(Start::Skipped(why)) => {
@@ -156,7 +156,7 @@ impl Scenario {
                 }
             };
             eprintln!("# {}: {} ...", self.name(), kind.name());
-            let rows = runtime.block_on(self.on(&mut system));
+            let rows = runtime.block_on(self.on(&mut *system));
             drop(system);
             let _ = std::fs::remove_dir_all(&dir);
             match rows {
@@ -174,7 +174,7 @@ impl Scenario {
         Ok(run)
     }
 
-    async fn on(&self, system: &mut System) -> Result<Vec<Row>> {
+    async fn on(&self, system: &mut dyn System) -> Result<Vec<Row>> {
         match self {
             Scenario::Append {
                 events,
@@ -260,12 +260,12 @@ fn variant_of(durable: bool) -> &'static str {
 }
 
 /// CPU seconds of the system's processes so far (0 against a `--target`).
-fn cpu(system: &System) -> f64 {
+fn cpu(system: &dyn System) -> f64 {
     system.processes().iter().map(|p| p.cpu_seconds()).sum()
 }
 
 /// Sum over the system's processes of a `/proc/PID/status` memory line, MiB.
-fn memory_mib(system: &System, key: &str) -> f64 {
+fn memory_mib(system: &dyn System, key: &str) -> f64 {
     system
         .processes()
         .iter()
@@ -275,7 +275,7 @@ fn memory_mib(system: &System, key: &str) -> f64 {
 }
 
 /// Adds the server's CPU and memory figures, when the bench started it.
-fn server_figures(row: &mut Row, system: &System, cpu_s: f64) {
+fn server_figures(row: &mut Row, system: &dyn System, cpu_s: f64) {
     if !system.processes().is_empty() {
         row.figure("server CPU s", cpu_s);
         row.figure("server peak RSS MiB", memory_mib(system, "VmHWM"));
@@ -283,7 +283,7 @@ fn server_figures(row: &mut Row, system: &System, cpu_s: f64) {
 }
 
 async fn append(
-    system: &mut System,
+    system: &mut dyn System,
     events: u64,
     producers: &[usize],
     batches: &[usize],
@@ -368,7 +368,7 @@ struct Followed {
 /// Reads `want` events from `sub` and checks it got each of `want` exactly
 /// once (in any order across ringfeed's shards).
 async fn follow(
-    mut sub: Subscriber,
+    mut sub: Box<dyn Subscriber>,
     want: std::ops::Range<u64>,
     t0: Instant,
     measure_latency: bool,
@@ -420,7 +420,7 @@ async fn follow(
 
 /// Starts `k` subscribers from `from` at once, each following `want`.
 async fn subscribers(
-    system: &System,
+    system: &dyn System,
     k: usize,
     from: From,
     want: std::ops::Range<u64>,
@@ -429,7 +429,7 @@ async fn subscribers(
 ) -> Result<(Vec<tokio::task::JoinHandle<Result<Followed>>>, Instant)> {
     let t0 = Instant::now();
     // Subscribe concurrently, so a storm really is one.
-    let subs: Vec<Subscriber> =
+    let subs: Vec<Box<dyn Subscriber>> =
         futures_util::future::try_join_all((0..k).map(|_| system.subscribe(from))).await?;
     let tasks = subs
         .into_iter()
@@ -442,7 +442,7 @@ async fn subscribers(
 }
 
 async fn catchup(
-    system: &mut System,
+    system: &mut dyn System,
     events: u64,
     ks: &[usize],
     size: usize,
@@ -549,7 +549,7 @@ fn catch_up_figures(row: &mut Row, c: &Collected, size: usize) {
 }
 
 async fn live(
-    system: &mut System,
+    system: &mut dyn System,
     rate: u64,
     seconds: f64,
     ks: &[usize],
@@ -601,7 +601,7 @@ async fn live(
 }
 
 async fn storm(
-    system: &mut System,
+    system: &mut dyn System,
     backlog: u64,
     behind: u64,
     ks: &[usize],

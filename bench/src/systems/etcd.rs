@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::path::Path;
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -16,8 +17,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
 use super::{
-    closed_loop, free_ports, stamp, unstamp, wait_ready, Ack, Delivered, From, Process,
-    ResumePoints, READY_TIMEOUT,
+    closed_loop, free_ports, stamp, unstamp, wait_ready, Ack, Delivered, Durability, From, Kind,
+    Process, ResumePoints, READY_TIMEOUT,
 };
 use crate::util::now_ns;
 
@@ -105,24 +106,38 @@ impl Etcd {
         })
     }
 
-    pub fn processes(&self) -> &[Process] {
-        &self.processes
-    }
-
     async fn connect(&self) -> Result<Channel> {
         self.endpoint
             .connect()
             .await
             .with_context(|| format!("connecting to etcd at {}", self.endpoint.uri()))
     }
+}
+
+#[async_trait::async_trait]
+impl super::System for Etcd {
+    fn kind(&self) -> Kind {
+        Kind::Etcd
+    }
+
+    fn durability(&self, durable: bool) -> Durability {
+        let _ = durable;
+        "WAL fsync before the ack"
+    }
+
+    fn processes(&self) -> &[Process] {
+        &self.processes
+    }
 
     /// etcd has no batched append short of a transaction (which would give
     /// all its Puts one revision), so each producer sends one Put at a time.
-    pub async fn append(
+    async fn append(
         &self,
         events: Range<u64>,
         payload: usize,
         producers: usize,
+        _batch: usize,
+        _durable: bool,
     ) -> Result<Histogram<u64>> {
         let first = events.start;
         let (acks, lowest) = closed_loop(
@@ -135,10 +150,7 @@ impl Etcd {
                     .put(put(request.start, payload))
                     .await
                     .context("etcd Put")?;
-                let ack = Ack {
-                    latency: sent.elapsed(),
-                    position: Some(revision(response)?),
-                };
+                let ack = Ack::since(sent, Some(revision(response)?));
                 Ok((kv, vec![ack]))
             },
         )
@@ -149,14 +161,14 @@ impl Etcd {
         Ok(acks)
     }
 
-    pub fn appender(&self) -> Appender {
-        Appender {
+    fn appender(&self) -> Arc<dyn super::Appender> {
+        Arc::new(Appender {
             // Connects on first use, then shared (HTTP/2 multiplexes the Puts).
             kv: KvClient::new(self.endpoint.connect_lazy()),
-        }
+        })
     }
 
-    pub async fn subscribe(&self, from: From) -> Result<Subscriber> {
+    async fn subscribe(&self, from: From) -> Result<Box<dyn super::Subscriber>> {
         let start_revision = match from {
             From::Beginning => 1,
             // 0: from the revision current when the watch is created.
@@ -202,7 +214,7 @@ impl Etcd {
             let created = response.created;
             subscriber.take(response)?;
             if created {
-                return Ok(subscriber);
+                return Ok(Box::new(subscriber));
             }
         }
     }
@@ -214,8 +226,9 @@ pub struct Appender {
     kv: KvClient<Channel>,
 }
 
-impl Appender {
-    pub async fn append_one(&self, index: u64, payload: usize) -> Result<()> {
+#[async_trait::async_trait]
+impl super::Appender for Appender {
+    async fn append_one(&self, index: u64, payload: usize) -> Result<()> {
         self.kv
             .clone()
             .put(put(index, payload))
@@ -232,22 +245,9 @@ pub struct Subscriber {
     events: VecDeque<pb::Event>,
 }
 
-impl Subscriber {
-    /// Queues a response's events; a cancelled watch is an error (etcd
-    /// cancels one whose start revision was compacted away).
-    fn take(&mut self, response: pb::WatchResponse) -> Result<()> {
-        if response.canceled {
-            bail!(
-                "etcd cancelled the watch: {} (compact revision {})",
-                response.cancel_reason,
-                response.compact_revision
-            );
-        }
-        self.events.extend(response.events);
-        Ok(())
-    }
-
-    pub async fn next(&mut self) -> Result<Option<Delivered>> {
+#[async_trait::async_trait]
+impl super::Subscriber for Subscriber {
+    async fn next(&mut self) -> Result<Option<Delivered>> {
         loop {
             if let Some(event) = self.events.pop_front() {
                 let kv = event
@@ -265,5 +265,21 @@ impl Subscriber {
                 None => return Ok(None),
             }
         }
+    }
+}
+
+impl Subscriber {
+    /// Queues a response's events; a cancelled watch is an error (etcd
+    /// cancels one whose start revision was compacted away).
+    fn take(&mut self, response: pb::WatchResponse) -> Result<()> {
+        if response.canceled {
+            bail!(
+                "etcd cancelled the watch: {} (compact revision {})",
+                response.cancel_reason,
+                response.compact_revision
+            );
+        }
+        self.events.extend(response.events);
+        Ok(())
     }
 }

@@ -23,6 +23,7 @@ mod seaweedfs;
 
 use std::ops::Range;
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::Result;
 use hdrhistogram::Histogram;
@@ -131,31 +132,69 @@ pub fn unstamp(payload: &[u8]) -> Option<Delivered> {
 
 /// What starting a system gave.
 pub enum Start {
-    Running(System),
+    Running(Box<dyn System>),
     /// Not installed here (the reason, e.g. "etcd not on PATH").
     Skipped(String),
 }
 
-/// A running system.
-pub enum System {
-    Ringfeed(ringfeed::Ringfeed),
-    #[cfg(feature = "peers")]
-    Etcd(etcd::Etcd),
-    #[cfg(feature = "peers")]
-    Nats(nats::Nats),
-    #[cfg(feature = "peers")]
-    Seaweedfs(seaweedfs::Seaweedfs),
+/// A running system: what every scenario asks of ringfeed and of each peer,
+/// one implementation per system (`ringfeed.rs`, `etcd.rs`, `nats.rs`,
+/// `seaweedfs.rs`). Appends go through [`closed_loop`], so every system gets
+/// the same producers.
+#[async_trait::async_trait]
+pub trait System: Send + Sync {
+    fn kind(&self) -> Kind;
+
+    /// How acknowledged appends are kept, in words.
+    fn durability(&self, durable: bool) -> Durability;
+
+    /// The processes the bench started for this system (empty against a
+    /// `--target`): their CPU time and memory are the system's.
+    fn processes(&self) -> &[Process];
+
+    /// Subscribers made after this catch up in chunk mode (ringfeed only;
+    /// the other systems have no such mode and ignore it).
+    fn set_chunk_mode(&mut self, _on: bool) {}
+
+    /// Appends the events numbered `events`, each with a `payload`-byte
+    /// payload, with `producers` concurrent producers, each sending requests
+    /// of up to `batch` events in a closed loop (etcd and SeaweedFS, without
+    /// batched appends, send one event per request; NATS, whose publishes are
+    /// single events, pipelines `batch` of them and waits for all their acks).
+    /// `durable` asks ringfeed for fdatasync'ed acks. Returns each request's
+    /// (NATS: each publish's) ack latency in µs.
+    async fn append(
+        &self,
+        events: Range<u64>,
+        payload: usize,
+        producers: usize,
+        batch: usize,
+        durable: bool,
+    ) -> Result<Histogram<u64>>;
+
+    /// A cheap, shareable handle appending single events (open-loop producers).
+    fn appender(&self) -> Arc<dyn Appender>;
+
+    /// A subscription from `from`. It is established (the system has
+    /// accepted it) when this returns, so a `From::Now` subscriber sees every
+    /// event appended afterwards.
+    async fn subscribe(&self, from: From) -> Result<Box<dyn Subscriber>>;
+}
+
+/// Appends single events: call it from spawned tasks.
+#[async_trait::async_trait]
+pub trait Appender: Send + Sync {
+    /// Appends event `index` with a `payload`-byte payload stamped with the
+    /// current time; returns when acknowledged.
+    async fn append_one(&self, index: u64, payload: usize) -> Result<()>;
 }
 
 /// A subscription on a running system.
-pub enum Subscriber {
-    Ringfeed(ringfeed::Subscriber),
-    #[cfg(feature = "peers")]
-    Etcd(etcd::Subscriber),
-    #[cfg(feature = "peers")]
-    Nats(nats::Subscriber),
-    #[cfg(feature = "peers")]
-    Seaweedfs(seaweedfs::Subscriber),
+#[async_trait::async_trait]
+pub trait Subscriber: Send {
+    /// The next event, waiting for it; `None` if the system ended the
+    /// subscription cleanly.
+    async fn next(&mut self) -> Result<Option<Delivered>>;
 }
 
 /// Options of a ringfeed-side run; the other systems have no equivalent and
@@ -171,198 +210,38 @@ pub struct RingfeedOptions {
     pub shards: u32,
 }
 
-impl System {
-    /// Starts `kind` on loopback with its data under `dir` (created empty),
-    /// and waits until it accepts appends.
-    pub async fn start(kind: Kind, dir: &Path, options: &RingfeedOptions) -> Result<Start> {
-        crate::util::fresh_dir(dir)?;
-        match kind {
-            Kind::Ringfeed => Ok(Start::Running(System::Ringfeed(
-                ringfeed::Ringfeed::start(dir, options).await?,
-            ))),
-            Kind::Machine => anyhow::bail!("the machine is not a system to start"),
-            #[cfg(not(feature = "peers"))]
-            Kind::Etcd | Kind::Nats | Kind::Seaweedfs => Ok(Start::Skipped(format!(
+/// Starts `kind` on loopback with its data under `dir` (created empty),
+/// and waits until it accepts appends.
+pub async fn start(kind: Kind, dir: &Path, options: &RingfeedOptions) -> Result<Start> {
+    crate::util::fresh_dir(dir)?;
+    let system: Box<dyn System> = match kind {
+        Kind::Ringfeed => Box::new(ringfeed::Ringfeed::start(dir, options).await?),
+        Kind::Machine => anyhow::bail!("the machine is not a system to start"),
+        #[cfg(not(feature = "peers"))]
+        Kind::Etcd | Kind::Nats | Kind::Seaweedfs => {
+            return Ok(Start::Skipped(format!(
                 "{} not built in (the bench was built without its `peers` feature: \
                  cargo build --release -p ringfeed-bench --features peers)",
                 kind.name()
-            ))),
-            #[cfg(feature = "peers")]
-            Kind::Etcd => Ok(match find_binary("etcd") {
-                Some(binary) => {
-                    Start::Running(System::Etcd(etcd::Etcd::start(&binary, dir).await?))
-                }
-                None => Start::Skipped(not_installed("etcd")),
-            }),
-            #[cfg(feature = "peers")]
-            Kind::Nats => Ok(match find_binary("nats-server") {
-                Some(binary) => {
-                    Start::Running(System::Nats(nats::Nats::start(&binary, dir).await?))
-                }
-                None => Start::Skipped(not_installed("nats-server")),
-            }),
-            #[cfg(feature = "peers")]
-            Kind::Seaweedfs => Ok(match find_binary("weed") {
-                Some(weed) => Start::Running(System::Seaweedfs(
-                    seaweedfs::Seaweedfs::start(&weed, dir).await?,
-                )),
-                None => Start::Skipped(not_installed("weed")),
-            }),
+            )))
         }
-    }
-
-    /// Subscribers made after this catch up in chunk mode (ringfeed only;
-    /// the other systems have no such mode and ignore it).
-    pub fn set_chunk_mode(&mut self, on: bool) {
-        match self {
-            System::Ringfeed(s) => s.chunk_mode = on,
-            #[cfg(feature = "peers")]
-            System::Etcd(_) | System::Nats(_) | System::Seaweedfs(_) => {}
-        }
-    }
-
-    pub fn kind(&self) -> Kind {
-        match self {
-            System::Ringfeed(_) => Kind::Ringfeed,
-            #[cfg(feature = "peers")]
-            System::Etcd(_) => Kind::Etcd,
-            #[cfg(feature = "peers")]
-            System::Nats(_) => Kind::Nats,
-            #[cfg(feature = "peers")]
-            System::Seaweedfs(_) => Kind::Seaweedfs,
-        }
-    }
-
-    /// The processes the bench started for this system (empty against a
-    /// `--target`): their CPU time and memory are the system's.
-    pub fn processes(&self) -> &[Process] {
-        match self {
-            System::Ringfeed(s) => s.processes(),
-            #[cfg(feature = "peers")]
-            System::Etcd(s) => s.processes(),
-            #[cfg(feature = "peers")]
-            System::Nats(s) => s.processes(),
-            #[cfg(feature = "peers")]
-            System::Seaweedfs(s) => s.processes(),
-        }
-    }
-
-    /// How acknowledged appends are kept, in words.
-    pub fn durability(&self, durable: bool) -> Durability {
-        match self {
-            System::Ringfeed(_) if durable => "fdatasync before the ack",
-            System::Ringfeed(_) => "in memory (visible to subscribers) before the ack",
-            #[cfg(feature = "peers")]
-            System::Etcd(_) => "WAL fsync before the ack",
-            #[cfg(feature = "peers")]
-            System::Nats(_) => {
-                "stored in the stream's file before the ack; fsync periodic (default 2 min)"
-            }
-            #[cfg(feature = "peers")]
-            System::Seaweedfs(_) => {
-                "filer store write, no fsync; metadata log flushed to the volume server about once a minute"
-            }
-        }
-    }
-
-    /// Appends the events numbered `events`, each with a `payload`-byte
-    /// payload, with `producers` concurrent producers, each sending requests
-    /// of up to `batch` events in a closed loop (etcd, without batched
-    /// appends, sends one event per request; NATS, whose publishes are single
-    /// events, pipelines `batch` of them and waits for all their acks).
-    /// `durable` asks ringfeed for fdatasync'ed acks. Returns each request's
-    /// (NATS: each publish's) ack latency in µs.
-    pub async fn append(
-        &self,
-        events: Range<u64>,
-        payload: usize,
-        producers: usize,
-        batch: usize,
-        durable: bool,
-    ) -> Result<Histogram<u64>> {
-        match self {
-            System::Ringfeed(s) => s.append(events, payload, producers, batch, durable).await,
-            #[cfg(feature = "peers")]
-            System::Etcd(s) => s.append(events, payload, producers).await,
-            #[cfg(feature = "peers")]
-            System::Nats(s) => s.append(events, payload, producers, batch).await,
-            #[cfg(feature = "peers")]
-            System::Seaweedfs(s) => s.append(events, payload, producers).await,
-        }
-    }
-
-    /// Appends one event, numbered `index`, stamped now; returns once it is
-    /// acknowledged. For open-loop producers: call it from spawned tasks.
-    pub fn appender(&self) -> Appender {
-        match self {
-            System::Ringfeed(s) => Appender::Ringfeed(s.appender()),
-            #[cfg(feature = "peers")]
-            System::Etcd(s) => Appender::Etcd(s.appender()),
-            #[cfg(feature = "peers")]
-            System::Nats(s) => Appender::Nats(s.appender()),
-            #[cfg(feature = "peers")]
-            System::Seaweedfs(s) => Appender::Seaweedfs(s.appender()),
-        }
-    }
-
-    /// A subscription from `from`. It is established (the system has
-    /// accepted it) when this returns, so a `From::Now` subscriber sees every
-    /// event appended afterwards.
-    pub async fn subscribe(&self, from: From) -> Result<Subscriber> {
-        match self {
-            System::Ringfeed(s) => Ok(Subscriber::Ringfeed(s.subscribe(from).await?)),
-            #[cfg(feature = "peers")]
-            System::Etcd(s) => Ok(Subscriber::Etcd(s.subscribe(from).await?)),
-            #[cfg(feature = "peers")]
-            System::Nats(s) => Ok(Subscriber::Nats(s.subscribe(from).await?)),
-            #[cfg(feature = "peers")]
-            System::Seaweedfs(s) => Ok(Subscriber::Seaweedfs(s.subscribe(from).await?)),
-        }
-    }
-}
-
-/// A cheap, cloneable handle that appends single events (open-loop producers).
-#[derive(Clone)]
-pub enum Appender {
-    Ringfeed(ringfeed::Appender),
-    #[cfg(feature = "peers")]
-    Etcd(etcd::Appender),
-    #[cfg(feature = "peers")]
-    Nats(nats::Appender),
-    #[cfg(feature = "peers")]
-    Seaweedfs(seaweedfs::Appender),
-}
-
-impl Appender {
-    /// Appends event `index` with a `payload`-byte payload stamped with the
-    /// current time; returns when acknowledged.
-    pub async fn append_one(&self, index: u64, payload: usize) -> Result<()> {
-        match self {
-            Appender::Ringfeed(a) => a.append_one(index, payload).await,
-            #[cfg(feature = "peers")]
-            Appender::Etcd(a) => a.append_one(index, payload).await,
-            #[cfg(feature = "peers")]
-            Appender::Nats(a) => a.append_one(index, payload).await,
-            #[cfg(feature = "peers")]
-            Appender::Seaweedfs(a) => a.append_one(index, payload).await,
-        }
-    }
-}
-
-impl Subscriber {
-    /// The next event, waiting for it; `None` if the system ended the
-    /// subscription cleanly.
-    pub async fn next(&mut self) -> Result<Option<Delivered>> {
-        match self {
-            Subscriber::Ringfeed(s) => s.next().await,
-            #[cfg(feature = "peers")]
-            Subscriber::Etcd(s) => s.next().await,
-            #[cfg(feature = "peers")]
-            Subscriber::Nats(s) => s.next().await,
-            #[cfg(feature = "peers")]
-            Subscriber::Seaweedfs(s) => s.next().await,
-        }
-    }
+        #[cfg(feature = "peers")]
+        Kind::Etcd => match find_binary("etcd") {
+            Some(binary) => Box::new(etcd::Etcd::start(&binary, dir).await?),
+            None => return Ok(Start::Skipped(not_installed("etcd"))),
+        },
+        #[cfg(feature = "peers")]
+        Kind::Nats => match find_binary("nats-server") {
+            Some(binary) => Box::new(nats::Nats::start(&binary, dir).await?),
+            None => return Ok(Start::Skipped(not_installed("nats-server"))),
+        },
+        #[cfg(feature = "peers")]
+        Kind::Seaweedfs => match find_binary("weed") {
+            Some(weed) => Box::new(seaweedfs::Seaweedfs::start(&weed, dir).await?),
+            None => return Ok(Start::Skipped(not_installed("weed"))),
+        },
+    };
+    Ok(Start::Running(system))
 }
 
 #[cfg(feature = "peers")]
@@ -461,6 +340,16 @@ pub(super) struct Ack {
     pub position: Option<u64>,
 }
 
+impl Ack {
+    /// The ack of a request sent at `sent`, arriving now.
+    pub fn since(sent: std::time::Instant, position: Option<u64>) -> Ack {
+        Ack {
+            latency: sent.elapsed(),
+            position,
+        }
+    }
+}
+
 /// The closed loop every system's `append` runs, so `compare` gives each the
 /// same producers: `producers` tasks, each with a client of its own from
 /// `connect`, sending its share of `events` (requests of `batch` events dealt
@@ -553,7 +442,7 @@ impl ResumePoints {
 pub async fn probe(kind: Kind, dir: &Path, events: u64, payload: usize) -> Result<()> {
     use anyhow::bail;
     use std::time::{Duration, Instant};
-    let system = match System::start(kind, dir, &RingfeedOptions::default()).await? {
+    let system = match start(kind, dir, &RingfeedOptions::default()).await? {
         Start::Running(s) => s,
         Start::Skipped(why) => {
             println!("{}: skipped: {why}", kind.name());
@@ -582,7 +471,7 @@ pub async fn probe(kind: Kind, dir: &Path, events: u64, payload: usize) -> Resul
         }
         Ok(())
     };
-    let read = |mut sub: Subscriber, n: u64| async move {
+    let read = |mut sub: Box<dyn Subscriber>, n: u64| async move {
         let mut got = Vec::new();
         while (got.len() as u64) < n {
             match tokio::time::timeout(Duration::from_secs(30), sub.next()).await {

@@ -19,8 +19,8 @@ use serde_json::{json, Value};
 
 use self::client::{new_inbox, wait_reply, Msg, Op, Reader, Requester, Writer, REPLY_TIMEOUT};
 use super::{
-    closed_loop, free_ports, stamp, unstamp, wait_ready, Ack, Delivered, From, Process,
-    ResumePoints, READY_TIMEOUT,
+    closed_loop, free_ports, stamp, unstamp, wait_ready, Ack, Delivered, Durability, From, Kind,
+    Process, ResumePoints, READY_TIMEOUT,
 };
 use crate::util::now_ns;
 
@@ -119,73 +119,6 @@ impl Nats {
         })
     }
 
-    pub fn processes(&self) -> &[Process] {
-        &self.processes
-    }
-
-    /// Each producer has a connection of its own and up to `batch`
-    /// publishes in flight: it sends `batch` events in one write and waits
-    /// for all their acks (each publish's latency runs from that write to
-    /// its own ack).
-    pub async fn append(
-        &self,
-        events: Range<u64>,
-        payload: usize,
-        producers: usize,
-        batch: usize,
-    ) -> Result<Histogram<u64>> {
-        let (first, addr) = (events.start, self.addr.clone());
-        let (acks, lowest) = closed_loop(
-            events,
-            producers,
-            batch,
-            || Requester::connect(&addr),
-            move |connection, request, sent| async move {
-                let replies = connection
-                    .send_all(request.map(|i| event(i, payload)))
-                    .await?;
-                let mut acks = Vec::with_capacity(replies.len());
-                for reply in replies {
-                    let seq = ack_seq(&wait_reply(reply).await?)?;
-                    acks.push(Ack {
-                        latency: sent.elapsed(),
-                        position: Some(seq),
-                    });
-                }
-                Ok((connection, acks))
-            },
-        )
-        .await?;
-        if let Some(lowest) = lowest {
-            self.resume.record(first, lowest);
-        }
-        Ok(acks)
-    }
-
-    pub fn appender(&self) -> Appender {
-        Appender {
-            addr: self.addr.clone(),
-            connection: Arc::new(tokio::sync::OnceCell::new()),
-        }
-    }
-
-    /// A push consumer from `from`, on a connection of its own. Under a
-    /// storm JetStream's API can leave a consumer create unanswered (its
-    /// request queue is bounded; 1,000 creates at once got no reply within
-    /// 30 s here): like a real client, try again, on a fresh connection with
-    /// fresh subjects, so a consumer that was created after all only pushes
-    /// to a subject nobody listens on (an ephemeral consumer without
-    /// interest is removed by the server) and nothing arrives twice.
-    pub async fn subscribe(&self, from: From) -> Result<Subscriber> {
-        const ATTEMPTS: u32 = 10;
-        for _ in 0..ATTEMPTS {
-            if let Some(subscriber) = self.subscribe_once(from).await? {
-                return Ok(subscriber);
-            }
-        }
-        bail!("NATS did not answer {ATTEMPTS} consumer creates, each within {REPLY_TIMEOUT:?}")
-    }
-
     /// One try; `None` if the create got no answer in time.
     async fn subscribe_once(&self, from: From) -> Result<Option<Subscriber>> {
         let (reader, mut writer) = client::connect(&self.addr).await?;
@@ -245,6 +178,83 @@ impl Nats {
     }
 }
 
+#[async_trait::async_trait]
+impl super::System for Nats {
+    fn kind(&self) -> Kind {
+        Kind::Nats
+    }
+
+    fn durability(&self, durable: bool) -> Durability {
+        let _ = durable;
+        "stored in the stream's file before the ack; fsync periodic (default 2 min)"
+    }
+
+    fn processes(&self) -> &[Process] {
+        &self.processes
+    }
+
+    /// Each producer has a connection of its own and up to `batch`
+    /// publishes in flight: it sends `batch` events in one write and waits
+    /// for all their acks (each publish's latency runs from that write to
+    /// its own ack).
+    async fn append(
+        &self,
+        events: Range<u64>,
+        payload: usize,
+        producers: usize,
+        batch: usize,
+        _durable: bool,
+    ) -> Result<Histogram<u64>> {
+        let (first, addr) = (events.start, self.addr.clone());
+        let (acks, lowest) = closed_loop(
+            events,
+            producers,
+            batch,
+            || Requester::connect(&addr),
+            move |connection, request, sent| async move {
+                let replies = connection
+                    .send_all(request.map(|i| event(i, payload)))
+                    .await?;
+                let mut acks = Vec::with_capacity(replies.len());
+                for reply in replies {
+                    let seq = ack_seq(&wait_reply(reply).await?)?;
+                    acks.push(Ack::since(sent, Some(seq)));
+                }
+                Ok((connection, acks))
+            },
+        )
+        .await?;
+        if let Some(lowest) = lowest {
+            self.resume.record(first, lowest);
+        }
+        Ok(acks)
+    }
+
+    fn appender(&self) -> Arc<dyn super::Appender> {
+        Arc::new(Appender {
+            addr: self.addr.clone(),
+            connection: Arc::new(tokio::sync::OnceCell::new()),
+        })
+    }
+
+    /// A push consumer from `from`, on a connection of its own. Under a
+    /// storm JetStream's API can leave a consumer create unanswered (its
+    /// request queue is bounded; 1,000 creates at once got no reply within
+    /// 30 s here): like a real client, try again, on a fresh connection with
+    /// fresh subjects, so a consumer that was created after all only pushes
+    /// to a subject nobody listens on (an ephemeral consumer without
+    /// interest is removed by the server) and nothing arrives twice.
+    async fn subscribe(&self, from: From) -> Result<Box<dyn super::Subscriber>> {
+        const ATTEMPTS: u32 = 10;
+        for _ in 0..ATTEMPTS {
+            if let Some(subscriber) = self.subscribe_once(from).await? {
+                return Ok(Box::new(subscriber));
+            }
+        }
+        bail!("NATS did not answer {ATTEMPTS} consumer creates, each within {REPLY_TIMEOUT:?}")
+    }
+}
+
 /// The subscriber connection's subscription ids.
 const DELIVERIES: u64 = 1;
 const API_REPLY: u64 = 2;
@@ -256,8 +266,9 @@ pub struct Appender {
     connection: Arc<tokio::sync::OnceCell<Requester>>,
 }
 
-impl Appender {
-    pub async fn append_one(&self, index: u64, payload: usize) -> Result<()> {
+#[async_trait::async_trait]
+impl super::Appender for Appender {
+    async fn append_one(&self, index: u64, payload: usize) -> Result<()> {
         let connection = self
             .connection
             .get_or_try_init(|| Requester::connect(&self.addr))
@@ -275,8 +286,9 @@ pub struct Subscriber {
     early: VecDeque<Msg>,
 }
 
-impl Subscriber {
-    pub async fn next(&mut self) -> Result<Option<Delivered>> {
+#[async_trait::async_trait]
+impl super::Subscriber for Subscriber {
+    async fn next(&mut self) -> Result<Option<Delivered>> {
         loop {
             let msg = match self.early.pop_front() {
                 Some(msg) => msg,
@@ -301,7 +313,9 @@ impl Subscriber {
                 .ok_or_else(|| anyhow!("a message without the bench's stamp on {}", msg.subject));
         }
     }
+}
 
+impl Subscriber {
     /// JetStream's status messages on the deliver subject (status 100, no
     /// payload). A flow control request carries a reply subject, answered
     /// when the subscriber reaches it, i.e. once it has taken everything

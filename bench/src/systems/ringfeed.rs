@@ -4,6 +4,7 @@
 use std::ops::Range;
 use std::path::Path;
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
@@ -13,7 +14,9 @@ use ringfeed_proto::v1::subscribe_request::Start;
 use ringfeed_proto::{v1, RingFeedClient};
 use ringfeed_server::client::{Backoff, Follower};
 
-use super::{closed_loop, stamp, unstamp, Ack, Delivered, From, Process, RingfeedOptions};
+use super::{
+    closed_loop, stamp, unstamp, Ack, Delivered, Durability, From, Kind, Process, RingfeedOptions,
+};
 use crate::util::now_ns;
 
 pub struct Ringfeed {
@@ -74,12 +77,27 @@ impl Ringfeed {
             processes: vec![process],
         })
     }
+}
 
-    pub fn processes(&self) -> &[Process] {
+#[async_trait::async_trait]
+impl super::System for Ringfeed {
+    fn kind(&self) -> Kind {
+        Kind::Ringfeed
+    }
+
+    fn durability(&self, durable: bool) -> Durability {
+        if durable {
+            "fdatasync before the ack"
+        } else {
+            "in memory (visible to subscribers) before the ack"
+        }
+    }
+
+    fn processes(&self) -> &[Process] {
         &self.processes
     }
 
-    pub async fn append(
+    async fn append(
         &self,
         events: Range<u64>,
         payload: usize,
@@ -103,10 +121,7 @@ impl Ringfeed {
                     .append(request)
                     .await
                     .map_err(|e| anyhow!("append: {e}"))?;
-                let ack = Ack {
-                    latency: sent.elapsed(),
-                    position: None,
-                };
+                let ack = Ack::since(sent, None);
                 Ok((client, vec![ack]))
             },
         )
@@ -114,14 +129,14 @@ impl Ringfeed {
         Ok(acks)
     }
 
-    pub fn appender(&self) -> Appender {
-        Appender {
+    fn appender(&self) -> Arc<dyn super::Appender> {
+        Arc::new(Appender {
             addr: self.addr.clone(),
             stream: std::sync::Arc::new(tokio::sync::OnceCell::new()),
-        }
+        })
     }
 
-    pub async fn subscribe(&self, from: From) -> Result<Subscriber> {
+    async fn subscribe(&self, from: From) -> Result<Box<dyn super::Subscriber>> {
         let start = match from {
             From::Beginning => match self.beginning_ns {
                 Some(ns) => Start::SinceNs(ns),
@@ -138,9 +153,9 @@ impl Ringfeed {
             chunk_mode: self.chunk_mode,
             ..Default::default()
         };
-        Ok(Subscriber {
+        Ok(Box::new(Subscriber {
             follower: Box::new(Follower::new(&self.addr, request, Backoff::default())?),
-        })
+        }))
     }
 }
 
@@ -198,8 +213,9 @@ async fn open_append_stream(addr: &str) -> Result<AppendStream> {
     Ok(queue)
 }
 
-impl Appender {
-    pub async fn append_one(&self, index: u64, payload: usize) -> Result<()> {
+#[async_trait::async_trait]
+impl super::Appender for Appender {
+    async fn append_one(&self, index: u64, payload: usize) -> Result<()> {
         let stream = self
             .stream
             .get_or_try_init(|| open_append_stream(&self.addr))
@@ -224,8 +240,9 @@ pub struct Subscriber {
     follower: Box<Follower>,
 }
 
-impl Subscriber {
-    pub async fn next(&mut self) -> Result<Option<Delivered>> {
+#[async_trait::async_trait]
+impl super::Subscriber for Subscriber {
+    async fn next(&mut self) -> Result<Option<Delivered>> {
         let Some(e) = self.follower.next().await? else {
             return Ok(None);
         };

@@ -24,7 +24,10 @@ use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 use tonic::Streaming;
 
-use super::{closed_loop, free_ports, stamp, unstamp, wait_ready, Ack, Delivered, From, Process};
+use super::{
+    closed_loop, free_ports, stamp, unstamp, wait_ready, Ack, Delivered, Durability, From, Kind,
+    Process,
+};
 use crate::util::now_ns;
 
 /// Generated from `bench/peers/proto/filer.proto` (a subset of SeaweedFS's).
@@ -242,18 +245,32 @@ impl Seaweedfs {
         }
         Ok(system)
     }
+}
 
-    pub fn processes(&self) -> &[Process] {
+#[async_trait::async_trait]
+impl super::System for Seaweedfs {
+    fn kind(&self) -> Kind {
+        Kind::Seaweedfs
+    }
+
+    fn durability(&self, durable: bool) -> Durability {
+        let _ = durable;
+        "filer store write, no fsync; metadata log flushed to the volume server about once a minute"
+    }
+
+    fn processes(&self) -> &[Process] {
         &self.processes
     }
 
     /// SeaweedFS has no batched create: one event per request, `batch`
     /// ignored.
-    pub async fn append(
+    async fn append(
         &self,
         events: Range<u64>,
         payload: usize,
         producers: usize,
+        _batch: usize,
+        _durable: bool,
     ) -> Result<Histogram<u64>> {
         let filer = self.filer.clone();
         let (acks, _) = closed_loop(
@@ -263,10 +280,7 @@ impl Seaweedfs {
             || connect(&filer),
             move |mut client, request, sent| async move {
                 create(&mut client, event(request.start, payload)).await?;
-                let ack = Ack {
-                    latency: sent.elapsed(),
-                    position: None,
-                };
+                let ack = Ack::since(sent, None);
                 Ok((client, vec![ack]))
             },
         )
@@ -274,14 +288,14 @@ impl Seaweedfs {
         Ok(acks)
     }
 
-    pub fn appender(&self) -> Appender {
-        Appender {
+    fn appender(&self) -> Arc<dyn super::Appender> {
+        Arc::new(Appender {
             addr: self.filer.clone(),
             client: Arc::new(tokio::sync::OnceCell::new()),
-        }
+        })
     }
 
-    pub async fn subscribe(&self, from: From) -> Result<Subscriber> {
+    async fn subscribe(&self, from: From) -> Result<Box<dyn super::Subscriber>> {
         // The filer's log is keyed by its own wall-clock ns (same host, same
         // clock as ours), and it replays entries stamped after `since_ns`.
         let since_ns = match from {
@@ -314,11 +328,11 @@ impl Seaweedfs {
                 .map_err(|e| anyhow!("SubscribeMetadata: {e}"))?
                 .into_inner())
         });
-        Ok(Subscriber {
+        Ok(Box::new(Subscriber {
             opening: Some(opening),
             stream: None,
             pending: VecDeque::new(),
-        })
+        }))
     }
 }
 
@@ -349,8 +363,9 @@ pub struct Appender {
     client: Arc<tokio::sync::OnceCell<SeaweedFilerClient<Channel>>>,
 }
 
-impl Appender {
-    pub async fn append_one(&self, index: u64, payload: usize) -> Result<()> {
+#[async_trait::async_trait]
+impl super::Appender for Appender {
+    async fn append_one(&self, index: u64, payload: usize) -> Result<()> {
         let mut client = self
             .client
             .get_or_try_init(|| connect(&self.addr))
@@ -369,8 +384,9 @@ pub struct Subscriber {
     pending: VecDeque<pb::SubscribeMetadataResponse>,
 }
 
-impl Subscriber {
-    pub async fn next(&mut self) -> Result<Option<Delivered>> {
+#[async_trait::async_trait]
+impl super::Subscriber for Subscriber {
+    async fn next(&mut self) -> Result<Option<Delivered>> {
         if let Some(opening) = self.opening.take() {
             self.stream = Some(opening.await??);
         }
