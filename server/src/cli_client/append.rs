@@ -1,7 +1,18 @@
 //! `ringfeed append`: events from flags or JSON lines on stdin, pipelined on
 //! one AppendStream; one acknowledgement line per event.
 
-use super::*;
+use std::io::{self, BufRead, Write};
+
+use anyhow::{anyhow, bail, Context, Result};
+use ringfeed_proto::tonic::{Code, Status};
+use ringfeed_proto::v1::{AppendRequest, Durability, Entry, Event, Position};
+
+use super::connection::{connect, DEFAULT_SERVER};
+use super::output::write_out;
+
+/// Batches read from stdin but not yet handed to gRPC. With the batches in
+/// flight on the stream this bounds memory while keeping the pipe full.
+const APPEND_QUEUE: usize = 4;
 
 /// What the flag-built event does to the entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

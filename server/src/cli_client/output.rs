@@ -1,6 +1,20 @@
-//! Plain-text tables and the small formatting rules the commands share.
+//! Plain-text tables, cursor text and the small formatting rules the commands share.
 
-use super::*;
+use std::fmt::Write as _;
+use std::io::{self, Write};
+use std::time::{Duration, UNIX_EPOCH};
+
+use base64::alphabet;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+
+/// Cursor text: URL-safe base64. Printed without padding; padding is
+/// accepted on input so a cursor copied from elsewhere still works.
+pub(super) const CURSOR_B64: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::URL_SAFE,
+    GeneralPurposeConfig::new()
+        .with_encode_padding(false)
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
 
 #[derive(Clone, Copy)]
 pub(super) enum Align {
@@ -51,4 +65,9 @@ pub(super) fn format_ts(ns: i64) -> String {
         }
         _ => "-".to_owned(),
     }
+}
+
+/// Writes `text` and flushes.
+pub(super) fn write_out(out: &mut impl Write, text: &str) -> io::Result<()> {
+    out.write_all(text.as_bytes()).and_then(|()| out.flush())
 }

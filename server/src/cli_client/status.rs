@@ -1,7 +1,17 @@
 //! `ringfeed status` and `ringfeed subscribers`: the server's shards and
 //! connected subscription streams, as tables or JSON.
 
-use super::*;
+use std::io::{self};
+
+use anyhow::{Context, Result};
+use base64::Engine as _;
+use ringfeed_proto::tonic::Code;
+use ringfeed_proto::v1::{
+    ListSubscribersRequest, Ordering, ShardStatus, StatusRequest, StatusResponse, SubscriberInfo,
+};
+
+use super::connection::{connect, DEFAULT_SERVER};
+use super::output::{format_ts, plural, table, write_out, Align, CURSOR_B64};
 
 /// List the connected subscription streams: client name, id and epoch, peer
 /// address, mode (waiting for admission, chunks, backlog, live), lag in

@@ -1,7 +1,22 @@
 //! `ringfeed tail`: follow the feed through reconnects and print one JSON line
 //! per event with the cursor to resume after it.
 
-use super::*;
+use std::fmt::Write as _;
+use std::io::{self, Write};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use base64::Engine as _;
+use ringfeed_engine::clock::now_ns;
+use ringfeed_proto::bytes::Bytes;
+use ringfeed_proto::v1::subscribe_request::Start;
+use ringfeed_proto::v1::{Ordering, SubscribeRequest};
+
+use crate::client::{Backoff, FollowedEvent, Follower};
+
+use super::connection::{connect, DEFAULT_SERVER};
+use super::output::{write_out, CURSOR_B64};
+use super::time::{parse_since, parse_timestamp};
 
 /// Follow the feed, like `weed filer.meta.tail`: prints
 /// `{"ts":T,"shard":S,"offset":O,"cursor":"C","event":{..}}` per event (the
@@ -136,11 +151,6 @@ pub(super) fn write_lines(out: &mut impl Write, text: &str) -> Result<bool> {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),
         Err(e) => Err(e).context("writing to stdout"),
     }
-}
-
-/// Writes `text` and flushes.
-pub(super) fn write_out(out: &mut impl Write, text: &str) -> io::Result<()> {
-    out.write_all(text.as_bytes()).and_then(|()| out.flush())
 }
 
 /// The SubscribeRequest for `args`; `now_ns` anchors `--since <duration>`.

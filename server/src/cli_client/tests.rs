@@ -1,6 +1,23 @@
 //! The command line's parsing, output forms and exit codes.
 
-use super::*;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Result};
+use ringfeed_proto::bytes::Bytes;
+use ringfeed_proto::tonic::Status;
+use ringfeed_proto::v1::subscribe_request::Start;
+use ringfeed_proto::v1::{
+    Entry, Event, Ordering, Position, ShardStatus, StatusResponse, SubscriberInfo,
+};
+
+use crate::client::FollowedEvent;
+
+use super::append::{ack_line, flag_event, read_batches, AppendArgs};
+use super::exit_code;
+use super::status::{render_status, StatusArgs};
+use super::tail::{event_line, subscribe_request, Progress, TailArgs};
+use super::time::parse_timestamp;
+
 use clap::Parser;
 use ringfeed_proto::prost::Message;
 

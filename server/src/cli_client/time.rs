@@ -1,7 +1,9 @@
 //! Time arguments: `--since 1h` (a duration back from now) or an RFC 3339
 //! time, as ns since the Unix epoch.
 
-use super::*;
+use std::time::UNIX_EPOCH;
+
+use anyhow::{anyhow, bail, Context, Result};
 
 /// `--since`: a duration back from `now_ns`, or an RFC 3339 time.
 pub(super) fn parse_since(text: &str, now_ns: i64) -> Result<i64> {
