@@ -155,29 +155,20 @@ fn direct_read(path: &Path, total: u64) -> Result<f64> {
         .custom_flags(libc::O_DIRECT)
         .open(path)
         .with_context(|| format!("opening {} with O_DIRECT", path.display()))?;
-    let layout = std::alloc::Layout::from_size_align(BLOCK, 4096)?;
-    // SAFETY: the layout has a non-zero size; the buffer is freed below and
-    // only used as a byte slice of that size in between.
-    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-    if ptr.is_null() {
-        bail!("allocating a {BLOCK}-byte aligned buffer");
-    }
-    // SAFETY: `ptr` is a live, zeroed allocation of `BLOCK` bytes.
-    let buf = unsafe { std::slice::from_raw_parts_mut(ptr, BLOCK) };
+    // O_DIRECT wants an aligned buffer: an anonymous mapping is page-aligned.
+    let mut buf = memmap2::MmapMut::map_anon(BLOCK).context("mapping an aligned buffer")?;
     let started = Instant::now();
     let mut pos = 0;
     let result = loop {
         if pos >= total {
             break Ok(started.elapsed().as_secs_f64());
         }
-        match file.read_at(buf, pos) {
+        match file.read_at(&mut buf, pos) {
             Ok(0) => break Err(anyhow!("{} ended at {pos}", path.display())),
             Ok(n) => pos += n as u64,
             Err(e) => break Err(anyhow!("O_DIRECT read of {}: {e}", path.display())),
         }
     };
-    // SAFETY: allocated above with the same layout, not used after this.
-    unsafe { std::alloc::dealloc(ptr, layout) };
     result
 }
 

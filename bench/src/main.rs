@@ -13,6 +13,7 @@
 //! * `idle-wakeups`: context switches of an idle `ringfeed serve`, per thread.
 //! * `profile-compare`: durable shard appends with the default configuration
 //!   and with a `ringfeed tune profile --write` file, alternating; medians.
+#![forbid(unsafe_code)]
 
 mod catchup;
 mod ceiling;

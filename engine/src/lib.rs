@@ -23,11 +23,11 @@ mod producer;
 mod rate_limit;
 /// The record format, shared with clients (`ringfeed-core`).
 pub use ringfeed_core::record;
+mod raw;
 mod retention;
 mod ring;
 pub mod segment;
 mod shard;
-mod shared_buf;
 pub mod storage;
 mod subscribe;
 mod watermark;

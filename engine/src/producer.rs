@@ -180,7 +180,11 @@ mod tests {
             t.record(stamp(1, seq), 100 + i as u64, 1000 + i as i64);
         }
         t.record(stamp(1, 14), 200, 5000);
-        assert_eq!(t.producers.peek(&1).unwrap().runs.len(), 2, "10..=12 is one run");
+        assert_eq!(
+            t.producers.peek(&1).unwrap().runs.len(),
+            2,
+            "10..=12 is one run"
+        );
         assert_eq!(
             t.check(stamp(1, 11)),
             Seen::Duplicate {

@@ -558,9 +558,10 @@ impl CommandLoop {
         shared.watermarks.publish_committed(next, st.last_ts);
         shared.publish_memory(&st.ring);
         let stats = &shared.stats;
-        stats
-            .appended
-            .fetch_add((positions.len() - judged.duplicates) as u64, Ordering::Relaxed);
+        stats.appended.fetch_add(
+            (positions.len() - judged.duplicates) as u64,
+            Ordering::Relaxed,
+        );
         stats
             .duplicates
             .fetch_add(judged.duplicates as u64, Ordering::Relaxed);
@@ -626,8 +627,7 @@ impl CommandLoop {
                     return false;
                 }
                 let unflushed = st.ring.unflushed_bytes();
-                if bytes == 0 || unflushed == 0 || unflushed + bytes <= config.max_unflushed_bytes
-                {
+                if bytes == 0 || unflushed == 0 || unflushed + bytes <= config.max_unflushed_bytes {
                     return true;
                 }
                 let waited = arrived.elapsed();

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::chunk;
+use crate::raw::{SharedBuf, SharedBufWriter};
 use crate::record::{self, Record, RecordError};
-use crate::shared_buf::{SharedBuf, SharedBufWriter};
 
 /// A window as readers see it.
 pub struct Window {

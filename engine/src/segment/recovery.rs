@@ -163,7 +163,10 @@ pub async fn scan_segment<F: StorageFile>(
         if pos >= file_len {
             return Ok(scanned);
         }
-        let reason = match reader.chunk(pos, header.shard, alignment, &mut stamps).await? {
+        let reason = match reader
+            .chunk(pos, header.shard, alignment, &mut stamps)
+            .await?
+        {
             Ok((h, disk_len))
                 if h.first_offset == scanned.next_offset
                     && (h.record_count == 0 || scanned.last_ts.is_none_or(|t| h.first_ts > t)) =>
@@ -248,7 +251,9 @@ async fn scan_residue<F: StorageFile>(
     let mut stamps = Vec::new(); // residue is never replayed: its stamps are dropped
     while q < limit {
         if q > pos {
-            let chunk = reader.chunk(q, header.shard, alignment, &mut stamps).await?;
+            let chunk = reader
+                .chunk(q, header.shard, alignment, &mut stamps)
+                .await?;
             if let Ok((h, disk_len)) = chunk {
                 let end = q + disk_len as u64;
                 if fully_synced || h.synced_through > pos {

@@ -5,8 +5,6 @@
 //! process's RSS once per mapping that touched it, so 500 subscribers reading
 //! the same 14 MB through their own mappings showed 7 GB of RSS (measured in
 //! the reconnect-storm test) for pages that exist once in the page cache.
-#![allow(unsafe_code)]
-
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
@@ -71,16 +69,7 @@ impl ReadFiles for MappedDir {
             }
         }
         maps.retain(|_, map| map.strong_count() > 0);
-        // SAFETY: a mapping is unsound only if the bytes a reader looks at change
-        // underneath it or vanish. Segment files are preallocated and never
-        // truncated while the engine runs (retention unlinks whole files; an
-        // unlinked file stays mapped until unmapped). Readers look only at
-        // chunks below the shard's flushed watermark (the `ReadFiles`
-        // contract), and a chunk is written once, with one write, before that
-        // watermark covers it; the shard writes only past it afterwards. The
-        // kernel keeps the mapping coherent with those O_DIRECT writes
-        // (DESIGN.md section 9: checked over 1,000 write+fdatasync cycles).
-        let map = Arc::new(unsafe { Mmap::map(&file)? });
+        let map = Arc::new(crate::raw::map_segment(&file)?);
         maps.insert(name.to_owned(), Arc::downgrade(&map));
         Ok(Bytes::from_owner(Shared(map)))
     }

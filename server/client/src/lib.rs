@@ -21,6 +21,7 @@
 //! event's offset (no matching event of the shard lies between the previous
 //! position and it); after, `offset + 1`; once the response is used up, the
 //! response's cursor.
+#![forbid(unsafe_code)]
 
 use std::collections::VecDeque;
 use std::time::Duration;
