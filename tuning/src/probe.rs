@@ -196,20 +196,37 @@ pub fn probe(data_dir: &Path, shards: Option<u32>) -> Result<Probe, TuneError> {
 }
 
 fn find_problems(p: &Probe) -> Vec<Problem> {
-    let mut out = Vec::new();
-    let mut add = |severity, what: String, fix: String| {
-        out.push(Problem {
+    let mut found = Problems::default();
+    io_uring_problems(p, &mut found);
+    filesystem_problems(p, &mut found);
+    disk_problems(p, &mut found);
+    limit_problems(p, &mut found);
+    machine_problems(p, &mut found);
+    found.0
+}
+
+const GIB: u64 = 1 << 30;
+
+/// The problems found so far, in the order found.
+#[derive(Default)]
+struct Problems(Vec<Problem>);
+
+impl Problems {
+    fn add(&mut self, severity: Severity, what: String, fix: String) {
+        self.0.push(Problem {
             severity,
             what,
             fix,
-        })
-    };
+        });
+    }
+}
+
+/// The kernel and its io_uring.
+fn io_uring_problems(p: &Probe, found: &mut Problems) {
     let sysctl_fix =
         "echo 'kernel.io_uring_disabled = 0' > /etc/sysctl.d/90-ringfeed.conf && sysctl --system";
-
-    // Kernel and io_uring.
     if p.kernel.version.is_some() && !p.kernel.at_least(5, 8) {
-        add(
+        found.add(
             Severity::Error,
             format!(
                 "kernel {} is older than 5.8, the oldest glommio supports",
@@ -252,9 +269,9 @@ fn find_problems(p: &Probe) -> Vec<Problem> {
                 "check dmesg and the kernel's io_uring configuration".into(),
             )
         };
-        add(Severity::Error, what, fix);
+        found.add(Severity::Error, what, fix);
     } else if uring.disabled_sysctl == Some(1) && p.process.uid == Some(0) {
-        add(
+        found.add(
             Severity::Warning,
             "kernel.io_uring_disabled = 1: io_uring works for root (this probe) but not for the ringfeed service user".into(),
             format!("{sysctl_fix}  (or add the ringfeed user to the group whose gid is in kernel.io_uring_group)"),
@@ -262,7 +279,7 @@ fn find_problems(p: &Probe) -> Vec<Problem> {
     }
     let missing = uring.missing_required();
     if !missing.is_empty() {
-        add(
+        found.add(
             Severity::Error,
             format!(
                 "the kernel's io_uring lacks opcodes ringfeed needs: {}",
@@ -271,32 +288,34 @@ fn find_problems(p: &Probe) -> Vec<Problem> {
             "upgrade the kernel to 5.10 or newer".into(),
         );
     }
+}
 
-    // Filesystem and O_DIRECT.
+/// The data dir's filesystem and O_DIRECT on it.
+fn filesystem_problems(p: &Probe, found: &mut Problems) {
     let fs = &p.filesystem;
     let fs_name = fs.mount_type.clone().unwrap_or_else(|| fs.fs_type.clone());
     match fs.class() {
-        FsClass::Memory => add(
+        FsClass::Memory => found.add(
             Severity::Error,
             format!("the data dir is on {fs_name}: memory-backed, so nothing acknowledged as durable survives a reboot (and tmpfs has no O_DIRECT before 6.6)"),
             format!("{fs_name} keeps data in memory only: put the data dir on ext4/xfs (e.g. --data-dir /var/lib/ringfeed)"),
         ),
-        FsClass::Indirect => add(
+        FsClass::Indirect => found.add(
             Severity::Warning,
             format!("the data dir is on {fs_name}: O_DIRECT and fdatasync pass through another layer whose behaviour varies"),
             "put the data dir on a local ext4/xfs filesystem (in a container: a volume or bind mount from the host's ext4/xfs)".into(),
         ),
-        FsClass::Caveats if fs.fs_type == "btrfs" => add(
+        FsClass::Caveats if fs.fs_type == "btrfs" => found.add(
             Severity::Warning,
             "the data dir is on btrfs: copy-on-write and checksums make every fdatasync write metadata too, and misaligned O_DIRECT silently falls back to buffered I/O".into(),
             format!("prefer ext4/xfs; on btrfs at least disable CoW for the empty data dir: chattr +C {}", p.data_dir.display()),
         ),
-        FsClass::Caveats => add(
+        FsClass::Caveats => found.add(
             Severity::Warning,
             format!("the data dir is on {fs_name}, which ringfeed is not tested on"),
             "prefer ext4 or xfs for the data dir".into(),
         ),
-        FsClass::Unknown => add(
+        FsClass::Unknown => found.add(
             Severity::Warning,
             format!("the data dir is on {fs_name}, which ringfeed does not know"),
             "put the data dir on ext4 or xfs".into(),
@@ -305,17 +324,17 @@ fn find_problems(p: &Probe) -> Vec<Problem> {
     }
     let dio = &p.direct_io;
     match dio.supported {
-        Some(false) => add(
+        Some(false) => found.add(
             Severity::Error,
             format!("O_DIRECT is not supported in {} ({})", p.probed_dir.display(), dio.test_file_error.clone().unwrap_or_default()),
             format!("O_DIRECT not supported on {fs_name}: put the data dir on ext4/xfs"),
         ),
-        None => add(
+        None => found.add(
             Severity::Warning,
             format!("could not test O_DIRECT in {}: {}", p.probed_dir.display(), dio.test_file_error.clone().unwrap_or_default()),
             format!("run the probe as the ringfeed user on the real data dir: sudo -u ringfeed ringfeed tune probe --data-dir {}", p.data_dir.display()),
         ),
-        Some(true) if !dio.verified => add(
+        Some(true) if !dio.verified => found.add(
             Severity::Error,
             format!(
                 "an O_DIRECT write at the reported alignment ({} offset, {} memory) failed: {}",
@@ -330,7 +349,7 @@ fn find_problems(p: &Probe) -> Vec<Problem> {
     // The engine aligns chunks to max(glommio's alignment, 4 KiB).
     let engine_align = dio.glommio_align.max(4096);
     if dio.supported == Some(true) && dio.offset_align > engine_align {
-        add(
+        found.add(
             Severity::Error,
             format!(
                 "the filesystem needs O_DIRECT alignment {}, but ringfeed's storage engine would align chunks to {engine_align} (glommio reads {} from /sys/dev/block/{}:0): chunk writes would fail with EINVAL",
@@ -342,7 +361,7 @@ fn find_problems(p: &Probe) -> Vec<Problem> {
         );
     }
     if fs.has_option("data=journal") {
-        add(
+        found.add(
             Severity::Error,
             "ext4 is mounted with data=journal, which turns O_DIRECT into buffered I/O".into(),
             "mount with the default data=ordered: remove data=journal from /etc/fstab and remount"
@@ -350,14 +369,14 @@ fn find_problems(p: &Probe) -> Vec<Problem> {
         );
     }
     if fs.has_option("sync") || fs.has_option("dirsync") {
-        add(
+        found.add(
             Severity::Warning,
             "the filesystem is mounted sync: every write waits for the disk, ringfeed's group commit gains nothing".into(),
             "remove sync/dirsync from the mount options in /etc/fstab (ringfeed syncs what it acknowledges itself)".into(),
         );
     }
     if fs.has_option("nobarrier") || fs.has_option("barrier=0") {
-        add(
+        found.add(
             Severity::Error,
             "the filesystem is mounted without write barriers: fdatasync does not flush the disk cache, so durable acks are not".into(),
             "remove nobarrier/barrier=0 from the mount options in /etc/fstab and remount".into(),
@@ -368,22 +387,23 @@ fn find_problems(p: &Probe) -> Vec<Problem> {
             .mount_point
             .as_ref()
             .map_or("/".into(), |m| m.display().to_string());
-        add(
+        found.add(
             Severity::Info,
             "the filesystem is not mounted noatime: catch-up reads of segments may update access times".into(),
             format!("add noatime to the options of {mnt} in /etc/fstab, then: mount -o remount,noatime {mnt}"),
         );
     }
-    const GIB: u64 = 1 << 30;
     if fs.free_bytes < GIB {
-        add(
+        found.add(
             Severity::Warning,
             format!("only {} free on the data dir's filesystem", bytes(fs.free_bytes)),
             "free space or put the data dir on a larger filesystem; profile shrinks segment_bytes to fit".into(),
         );
     }
+}
 
-    // The disk.
+/// The data dir's disk: scheduler, virtual disks, rotational media.
+fn disk_problems(p: &Probe, found: &mut Problems) {
     if let Some(d) = &p.disk {
         let path = format!("/sys/block/{}/queue/scheduler", d.name);
         let udev = |sched: &str| {
@@ -395,12 +415,12 @@ fn find_problems(p: &Probe) -> Vec<Problem> {
         let fast =
             matches!(d.kind.as_str(), "nvme" | "virtio" | "xen") || d.rotational == Some(false);
         match d.scheduler.as_deref() {
-            Some(s @ ("bfq" | "kyber" | "cfq")) => add(
+            Some(s @ ("bfq" | "kyber" | "cfq")) => found.add(
                 Severity::Warning,
                 format!("{} uses the {s} I/O scheduler, which adds CPU and latency to every O_DIRECT write", d.name),
                 udev(if fast { "none" } else { "mq-deadline" }),
             ),
-            Some("mq-deadline") if fast => add(
+            Some("mq-deadline") if fast => found.add(
                 Severity::Info,
                 format!(
                     "{} ({}) uses mq-deadline; with one writer per shard, none has less overhead on NVMe and virtio queues",
@@ -408,7 +428,7 @@ fn find_problems(p: &Probe) -> Vec<Problem> {
                 ),
                 udev("none"),
             ),
-            Some("none") if !fast && d.rotational == Some(true) => add(
+            Some("none") if !fast && d.rotational == Some(true) => found.add(
                 Severity::Info,
                 format!("{} is a rotational disk with no I/O scheduler; mq-deadline keeps reads from starving behind flushes", d.name),
                 udev("mq-deadline"),
@@ -416,7 +436,7 @@ fn find_problems(p: &Probe) -> Vec<Problem> {
             _ => {}
         }
         if d.virtual_disk {
-            add(
+            found.add(
                 Severity::Info,
                 format!(
                     "{} is a {} paravirtual disk: fdatasync is only as durable as the host's cache mode{}",
@@ -427,15 +447,17 @@ fn find_problems(p: &Probe) -> Vec<Problem> {
                 "on the host use cache=none or cache=directsync (never cache=unsafe) for this disk".into(),
             );
         } else if d.rotational == Some(true) && d.kind == "scsi" {
-            add(
+            found.add(
                 Severity::Warning,
                 format!("{} is a rotational disk: each fdatasync costs milliseconds, durable throughput will be low", d.name),
                 "put the data dir on an SSD or NVMe device".into(),
             );
         }
     }
+}
 
-    // Locked memory.
+/// Locked memory and open files.
+fn limit_problems(p: &Probe, found: &mut Problems) {
     let m = &p.memlock;
     let shards_text = match (m.shards, m.shards_assumed) {
         (1, true) => "1 shard (the recommended count here) needs".to_string(),
@@ -445,7 +467,7 @@ fn find_problems(p: &Probe) -> Vec<Problem> {
     };
     if let Some(soft) = m.soft_bytes {
         if soft < m.required_bytes {
-            add(
+            found.add(
                 Severity::Error,
                 format!(
                     "RLIMIT_MEMLOCK is {}, below the {} that {}: glommio will not start",
@@ -456,7 +478,7 @@ fn find_problems(p: &Probe) -> Vec<Problem> {
                 "add LimitMEMLOCK=infinity to the [Service] section of the systemd unit (shell: ulimit -l unlimited; PAM: 'ringfeed - memlock unlimited' in /etc/security/limits.d/ringfeed.conf)".into(),
             );
         } else if soft < m.recommended_bytes && !p.process.cap_ipc_lock {
-            add(
+            found.add(
                 Severity::Warning,
                 format!(
                     "RLIMIT_MEMLOCK is {}: enough to start, but below the {} that {} to also register glommio's I/O buffers (without, glommio falls back to unregistered buffers)",
@@ -467,7 +489,7 @@ fn find_problems(p: &Probe) -> Vec<Problem> {
                 "add LimitMEMLOCK=infinity to the [Service] section of the systemd unit (shell: ulimit -l unlimited)".into(),
             );
         } else if soft < m.recommended_bytes {
-            add(
+            found.add(
                 Severity::Info,
                 format!(
                     "RLIMIT_MEMLOCK is {} ({} recommended); this probe has CAP_IPC_LOCK, the ringfeed service user will not",
@@ -479,7 +501,7 @@ fn find_problems(p: &Probe) -> Vec<Problem> {
         }
     }
     if let Some(n) = p.nofile.soft.filter(|&n| n < 65536) {
-        add(
+        found.add(
             if n < 4096 { Severity::Warning } else { Severity::Info },
             format!(
                 "RLIMIT_NOFILE is {n}: each subscriber holds a socket, each shard its segment files"
@@ -487,31 +509,32 @@ fn find_problems(p: &Probe) -> Vec<Problem> {
             "add LimitNOFILE=1048576 to the [Service] section of the systemd unit (shell: ulimit -n 1048576)".into(),
         );
     }
+}
 
-    // CPUs and memory.
+/// CPUs and memory.
+fn machine_problems(p: &Probe, found: &mut Problems) {
     let usable = p.cpus.usable();
     if usable < 2 {
-        add(
+        found.add(
             Severity::Warning,
             "one usable CPU: the shard executor and the network threads share it, and every hop between them waits for a context switch".into(),
             "give ringfeed at least 2 CPUs (check the cgroup CPU quota and the affinity mask: taskset -p $$)".into(),
         );
     }
     if p.cpus.numa_nodes.len() > 1 {
-        add(
+        found.add(
             Severity::Info,
             format!("{} NUMA nodes: shards pinned across nodes reach the disk and the NIC through the interconnect", p.cpus.numa_nodes.len()),
             "pin shards to the CPUs of the node nearest the data disk (cat /sys/block/<dev>/device/numa_node): cpus = [...] in the config and CPUAffinity= in the unit".into(),
         );
     }
     if p.memory.usable_bytes() < GIB {
-        add(
+        found.add(
             Severity::Warning,
             format!("only {} of memory available", bytes(p.memory.usable_bytes())),
             "give the machine (or the cgroup: MemoryMax= in the unit) at least 1 GiB; profile sizes the rings to what is there".into(),
         );
     }
-    out
 }
 
 impl Probe {
