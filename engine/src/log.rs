@@ -13,7 +13,6 @@ use crate::chunk::{
 };
 use crate::generation::{GenerationStart, Generations};
 use crate::producer::ProducerTable;
-use crate::record::Record;
 use crate::segment::error::{LogError, RecoveryError};
 use crate::segment::index::{ChunkEntry, SegmentIndex};
 use crate::segment::recovery::{scan_segment, TornTail};
@@ -676,31 +675,6 @@ impl<S: Storage> Log<S> {
             reason,
         })?;
         Ok(buf)
-    }
-
-    /// The offset and stamp of the first record stamped at or after `ts`.
-    pub async fn find_ts(&self, ts: i64) -> Result<Option<(u64, i64)>, LogError> {
-        let Some(location) = self.locate_ts(ts) else {
-            return Ok(None);
-        };
-        let buf = self.read_chunk(&location).await?;
-        let header = ChunkHeader::decode(&buf).map_err(|reason| LogError::BadRead {
-            segment: segment_name(location.segment),
-            position: location.entry.position,
-            reason,
-        })?;
-        let body = crate::chunk::body_of(&buf, &header).map_err(|reason| LogError::BadRead {
-            segment: segment_name(location.segment),
-            position: location.entry.position,
-            reason,
-        })?;
-        for record in crate::chunk::records(body) {
-            let record: Record<'_> = record?;
-            if record.ts >= ts {
-                return Ok(Some((record.offset, record.ts)));
-            }
-        }
-        Ok(None)
     }
 
     fn active(&self) -> &Segment<S::File> {

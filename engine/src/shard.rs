@@ -644,8 +644,7 @@ impl CommandLoop {
             }
             self.wake_flusher.notify(usize::MAX);
             let remaining = config.append_timeout.saturating_sub(arrived.elapsed());
-            futures_lite::future::or(async { listener.await }, glommio::timer::sleep(remaining))
-                .await;
+            futures_lite::future::or(listener, glommio::timer::sleep(remaining)).await;
         }
     }
 }

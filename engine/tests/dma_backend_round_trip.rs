@@ -69,7 +69,7 @@ fn write_rotate_close_reopen() {
         let log = open(&path).await;
         assert_records(&read_all(&log).await, &expected(0..5000), "after reopen");
         assert_eq!(
-            log.find_ts(stamp_for(1234)).await.unwrap(),
+            first_at_or_after(&log, stamp_for(1234)).await,
             Some((1234, stamp_for(1234)))
         );
     });

@@ -25,20 +25,20 @@ fn every_offset_and_stamp_is_found() {
         assert!(loc.entry.first_offset <= offset && offset < loc.entry.end_offset());
         let ts = stamp_for(offset);
         assert_eq!(
-            block_on(log.find_ts(ts)).unwrap(),
+            block_on(first_at_or_after(&log, ts)),
             Some((offset, ts)),
             "exact stamp of {offset}"
         );
         assert_eq!(
-            block_on(log.find_ts(ts - 5)).unwrap(),
+            block_on(first_at_or_after(&log, ts - 5)),
             Some((offset, ts)),
             "stamp just before {offset}"
         );
     }
     assert_eq!(log.locate_offset(300), None);
-    assert_eq!(block_on(log.find_ts(stamp_for(299) + 1)).unwrap(), None);
+    assert_eq!(block_on(first_at_or_after(&log, stamp_for(299) + 1)), None);
     assert_eq!(
-        block_on(log.find_ts(i64::MIN)).unwrap(),
+        block_on(first_at_or_after(&log, i64::MIN)),
         Some((0, stamp_for(0)))
     );
 }

@@ -88,6 +88,23 @@ pub async fn map_records<S: Storage, T>(
     out
 }
 
+/// The offset and stamp of the first record stamped at or after `ts`: the
+/// chunk the index names (`Log::locate_ts`, the binary search readers use
+/// through the shard's published copy), then its records.
+pub async fn first_at_or_after<S: Storage>(log: &Log<S>, ts: i64) -> Option<(u64, i64)> {
+    let location = log.locate_ts(ts)?;
+    let buf = log
+        .read_chunk(&location)
+        .await
+        .expect("indexed chunk reads back");
+    let header = chunk::ChunkHeader::decode(&buf).unwrap();
+    let found = chunk::records(chunk::body_of(&buf, &header).unwrap())
+        .map(|rec| rec.unwrap())
+        .find(|rec| rec.ts >= ts)
+        .map(|rec| (rec.offset, rec.ts));
+    found
+}
+
 /// Every record of the log, read back through the index and verified.
 pub async fn read_all<S: Storage>(log: &Log<S>) -> Vec<Stored> {
     map_records(log, |rec| Stored {
