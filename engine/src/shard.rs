@@ -371,31 +371,17 @@ pub(crate) async fn run<S: Storage + 'static>(
     }));
     let _ = ready.send(Ok((report, heads)));
 
-    let wake_flusher = Rc::new(Event::new());
-    let wake_ticker = Rc::new(Event::new());
-    let flusher = glommio::spawn_local(flusher(
-        log,
-        config.clone(),
-        shared.clone(),
-        state.clone(),
-        wake_flusher.clone(),
-    ));
-    let ticker = glommio::spawn_local(ticker(
-        config.clone(),
-        shared.clone(),
-        state.clone(),
-        clock.clone(),
-        wake_flusher.clone(),
-        wake_ticker.clone(),
-    ));
-    let commands_loop = CommandLoop {
+    let core = Rc::new(Core {
         config,
         shared,
         state,
         clock,
-        wake_flusher,
-        wake_ticker,
-    };
+        wake_flusher: Event::new(),
+        wake_ticker: Event::new(),
+    });
+    let flusher = glommio::spawn_local(flusher(log, core.clone()));
+    let ticker = glommio::spawn_local(ticker(core.clone()));
+    let commands_loop = &*core;
 
     // Nothing here polls: a command wakes this task through flume's waker (a
     // foreign wake-up from the caller's thread). Before the glommio patch
@@ -421,15 +407,15 @@ pub(crate) async fn run<S: Storage + 'static>(
     flusher.await;
 }
 
-/// The command loop's view of the shard: what each command's step reads and
-/// whom it wakes.
-struct CommandLoop {
+/// What the shard's three tasks (command loop, flusher, ticker) share on its
+/// core: settings, state, the clock and the events that wake each other.
+struct Core {
     config: ShardConfig,
     shared: Arc<ShardShared>,
     state: Rc<RefCell<State>>,
     clock: Arc<dyn Clock>,
-    wake_flusher: Rc<Event>,
-    wake_ticker: Rc<Event>,
+    wake_flusher: Event,
+    wake_ticker: Event,
 }
 
 /// An append's records judged against the producer table before anything
@@ -442,7 +428,7 @@ struct Judged {
     duplicates: usize,
 }
 
-impl CommandLoop {
+impl Core {
     fn flush(&self, reply: Reply<Result<(), AppendError>>) {
         let shared = &self.shared;
         let mut st = self.state.borrow_mut();
@@ -696,13 +682,14 @@ fn judge(producers: &ProducerTable, shard: u32, records: &[u8]) -> Result<Judged
     Ok(judged)
 }
 
-async fn flusher<S: Storage>(
-    mut log: Log<S>,
-    config: ShardConfig,
-    shared: Arc<ShardShared>,
-    state: Rc<RefCell<State>>,
-    wake: Rc<Event>,
-) {
+async fn flusher<S: Storage>(mut log: Log<S>, core: Rc<Core>) {
+    let Core {
+        config,
+        shared,
+        state,
+        wake_flusher: wake,
+        ..
+    } = &*core;
     // Most bytes one round writes before syncing (the log splits further if needed).
     let round_bytes = config.log.max_unsynced_bytes as usize;
     loop {
@@ -850,14 +837,15 @@ fn warn_slow_fsync(shard: u32, took: Duration) {
 /// unflushed, answers claim requests of merges waiting on this shard, and runs
 /// retention. It sleeps with a timer only while one of those is due later, so
 /// an idle shard is never woken.
-async fn ticker(
-    config: ShardConfig,
-    shared: Arc<ShardShared>,
-    state: Rc<RefCell<State>>,
-    clock: Arc<dyn Clock>,
-    wake_flusher: Rc<Event>,
-    wake: Rc<Event>,
-) {
+async fn ticker(core: Rc<Core>) {
+    let Core {
+        config,
+        shared,
+        state,
+        clock,
+        wake_flusher,
+        wake_ticker: wake,
+    } = &*core;
     /// Longest wait for the clock to reach a requested claim: bounds how late
     /// a claim comes if the clock is stepped while the shard waits.
     const MAX_CLAIM_WAIT: Duration = Duration::from_secs(1);
