@@ -13,7 +13,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use glommio::io::DmaFile;
 use hdrhistogram::Histogram;
 use serde_json::json;
