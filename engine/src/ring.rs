@@ -70,6 +70,7 @@ impl Slot {
 }
 
 /// A window suffix to be written as one chunk.
+#[derive(Clone)]
 pub(crate) struct FlushRange {
     pub window: Arc<Window>,
     pub from: usize,

@@ -10,7 +10,6 @@
 //! acknowledges nothing more until the engine is reopened.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,14 +18,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use event_listener::Event;
 
+mod core;
+
+use self::core::{CoreLimits, FlushIo, Replies, ShardCore};
 use crate::clock::Clock;
-use crate::event::{AppendError, Durability, Position, Stored};
+use crate::event::{AppendError, Durability, Stored};
 use crate::generation::Generations;
 use crate::latency::LatencyHistogram;
-use crate::log::{ChunkImage, Log, LogConfig, RecoveryReport};
-use crate::producer::{ProducerTable, Seen};
+use crate::log::{Log, LogConfig, RecoveryReport};
 use crate::rate_limit::RateLimit;
-use crate::record;
 use crate::retention::RetentionPolicy;
 use crate::ring::{Ring, RingView};
 use crate::segment::index::{ChunkEntry, LogIndex};
@@ -274,12 +274,7 @@ impl ShardShared {
     }
 }
 
-struct DurableWaiter {
-    /// Acknowledge once `flushed_next >= needed`.
-    needed: u64,
-    reply: DurableReply,
-}
-
+/// What a durable waiter is answered with on the real path.
 enum DurableReply {
     Append(Reply<Result<Vec<Stored>, AppendError>>, Vec<Stored>),
     Flush(Reply<Result<(), AppendError>>),
@@ -302,24 +297,12 @@ impl DurableReply {
     }
 }
 
-/// Shard state, shared by its tasks on its one core. Never borrowed across an `.await`.
-struct State {
-    ring: Ring,
-    last_ts: i64,
-    producers: ProducerTable,
-    waiters: VecDeque<DurableWaiter>,
-    latched: Option<String>,
-    flush_wanted: bool,
-    retention_due: bool,
-    closing: bool,
-}
-
-impl State {
-    fn latched_error(&self, shard: u32) -> Option<AppendError> {
-        self.latched.as_ref().map(|cause| AppendError::Latched {
-            shard,
-            cause: cause.clone(),
-        })
+fn answer(replies: Replies<DurableReply>) {
+    for reply in replies.ok {
+        reply.send_ok();
+    }
+    for (reply, error) in replies.failed {
+        reply.send_err(error);
     }
 }
 
@@ -342,46 +325,19 @@ pub(crate) async fn run<S: Storage + 'static>(
         }
     };
     let _ = shared.generations.set(log.generations().clone());
-    let next = log.next_offset();
-    let last_ts = log.last_ts().unwrap_or(0);
-    let w = &shared.watermarks;
-    shared.stamped_high.fetch_max(last_ts, Ordering::AcqRel);
-    w.publish_committed(next, last_ts);
-    w.claim(last_ts);
-    shared.publish_index(&log);
-    w.publish_flushed(next, last_ts);
-    w.publish_evicted(next);
-    w.publish_retained(log.retained().map_or(next, |r| r.0));
-    let producers = log.take_producers();
-    let heads = producers.heads().collect();
-    let state = Rc::new(RefCell::new(State {
-        ring: Ring::new(
-            config.window_bytes,
-            config.ring_bytes,
-            next,
-            shared.ring.clone(),
-        ),
-        last_ts,
-        producers,
-        waiters: VecDeque::new(),
-        latched: None,
-        flush_wanted: false,
-        retention_due: false,
-        closing: false,
-    }));
+    let (core, heads) = ShardCore::over_opened_log(shared.clone(), core_limits(&config), &mut log);
     let _ = ready.send(Ok((report, heads)));
 
-    let core = Rc::new(Core {
+    let core = Rc::new(Driver {
         config,
-        shared,
-        state,
+        core: RefCell::new(core),
         clock,
         wake_flusher: Event::new(),
         wake_ticker: Event::new(),
     });
     let flusher = glommio::spawn_local(flusher(log, core.clone()));
     let ticker = glommio::spawn_local(ticker(core.clone()));
-    let commands_loop = &*core;
+    let driver = &*core;
 
     // Nothing here polls: a command wakes this task through flume's waker (a
     // foreign wake-up from the caller's thread). Before the glommio patch
@@ -391,62 +347,55 @@ pub(crate) async fn run<S: Storage + 'static>(
         match command {
             Command::Append(append) => {
                 let len = append.records.len();
-                commands_loop.append(append).await;
-                commands_loop.shared.release_queue(len);
+                driver.append(append).await;
+                shared.release_queue(len);
                 // glommio reaps I/O completions only when a task queue runs dry or
                 // its preempt timer fires; a busy command queue would otherwise
                 // hold the flusher's finished writes back for the whole timer.
                 glommio::yield_if_needed().await;
             }
-            Command::Flush { reply } => commands_loop.flush(reply),
+            Command::Flush { reply } => driver.flush(reply),
         }
     }
-    commands_loop.state.borrow_mut().closing = true;
-    commands_loop.wake_flusher.notify(usize::MAX);
+    driver.core.borrow_mut().close();
+    driver.wake_flusher.notify(usize::MAX);
     let _ = ticker.cancel().await;
     flusher.await;
 }
 
-/// What the shard's three tasks (command loop, flusher, ticker) share on its
-/// core: settings, state, the clock and the events that wake each other.
-struct Core {
+fn core_limits(config: &ShardConfig) -> CoreLimits {
+    CoreLimits {
+        window_bytes: config.window_bytes,
+        ring_bytes: config.ring_bytes,
+        max_unflushed_bytes: config.max_unflushed_bytes,
+        round_bytes: config.log.max_unsynced_bytes as usize,
+    }
+}
+
+/// The glommio side of a shard: its [`ShardCore`], the clock, and the events
+/// its three tasks (command loop, flusher, ticker) wake each other with. The
+/// core is borrowed only between awaits.
+struct Driver {
     config: ShardConfig,
-    shared: Arc<ShardShared>,
-    state: Rc<RefCell<State>>,
+    core: RefCell<ShardCore<DurableReply>>,
     clock: Arc<dyn Clock>,
     wake_flusher: Event,
     wake_ticker: Event,
 }
 
-/// An append's records judged against the producer table before anything
-/// waits or is staged.
-struct Judged {
-    /// Per record, in order, for an idempotent append; empty otherwise.
-    seen: Vec<(crate::record::ProducerStamp, Seen)>,
-    /// Bytes of the records that will be staged (duplicates are not).
-    new_bytes: usize,
-    duplicates: usize,
-}
-
-impl Core {
+impl Driver {
     fn flush(&self, reply: Reply<Result<(), AppendError>>) {
-        let shared = &self.shared;
-        let mut st = self.state.borrow_mut();
-        if let Some(e) = st.latched_error(shared.id) {
+        let mut core = self.core.borrow_mut();
+        if let Some(e) = core.latched_error() {
             let _ = reply.send(Err(e));
             return;
         }
-        let needed = shared.watermarks.committed_next();
-        if needed <= shared.watermarks.flushed_next() {
-            let _ = reply.send(Ok(()));
+        let needed = core.shared().watermarks.committed_next();
+        if let Some(now) = core.wait_durable(needed, DurableReply::Flush(reply)) {
+            now.send_ok();
             return;
         }
-        st.waiters.push_back(DurableWaiter {
-            needed,
-            reply: DurableReply::Flush(reply),
-        });
-        st.flush_wanted = true;
-        drop(st);
+        drop(core);
         self.wake_flusher.notify(usize::MAX);
     }
 
@@ -459,127 +408,54 @@ impl Core {
             idempotent,
             reply,
         } = command;
-        let (config, shared) = (&self.config, &*self.shared);
         // Idempotent producers: every event is judged before any waits or is
         // staged, so a stale one refuses this shard's part whole, and a retry
         // of events already stored is answered without waiting for room it
         // does not need. (The table cannot change before this append is
         // staged: the command loop takes one append at a time.)
-        let judged = if idempotent {
-            match judge(&self.state.borrow().producers, shared.id, &records) {
-                Ok(judged) => judged,
-                Err(e) => {
-                    let _ = reply.send(Err(e));
-                    return;
-                }
-            }
-        } else {
-            Judged {
-                seen: Vec::new(),
-                new_bytes: records.len(),
-                duplicates: 0,
+        let judged = match self.core.borrow().judge(&records, idempotent) {
+            Ok(judged) => judged,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
             }
         };
         if !self.wait_for_room(judged.new_bytes, arrived, &reply).await {
             return;
         }
 
-        // Stamp, frame and publish in one step that never yields: no event is ever
-        // stamped but invisible, and stamps strictly increase with offsets.
+        // Stamp, frame and publish in one step that never yields.
         let step = Instant::now();
-        let mut st = self.state.borrow_mut();
-        let was_flushed = st.ring.unflushed_bytes() == 0;
-        let mut positions = Vec::with_capacity(count);
-        let mut staged = 0usize;
-        let mut duplicates_end = 0;
-        // One clock read per batch: stamps within it are consecutive nanoseconds.
-        let now = self.clock.now_ns().max(shared.watermarks.fence() + 1);
-        let mut at = 0;
-        while at < records.len() {
-            let Ok(len) = record::peek_len(&records[at..]) else {
-                // The engine framed these records itself; refuse rather than panic.
-                let _ = reply.send(Err(AppendError::Invalid {
-                    index: positions.len(),
-                    field: "event",
-                    reason: "malformed framing".into(),
-                }));
+        let mut core = self.core.borrow_mut();
+        let staged = match core.stage(&records, count, &judged, self.clock.now_ns()) {
+            Ok(staged) => staged,
+            Err(e) => {
+                let _ = reply.send(Err(e));
                 return;
-            };
-            let record = &records[at..at + len];
-            at += len;
-            let seen = judged.seen.get(positions.len()).copied();
-            if let Some((_, Seen::Duplicate { offset, ts })) = seen {
-                duplicates_end = duplicates_end.max(offset + 1);
-                positions.push(Stored {
-                    position: Position {
-                        shard: shared.id,
-                        offset,
-                        ts,
-                    },
-                    duplicate: true,
-                });
-                continue;
             }
-            let ts = now.max(st.last_ts + 1);
-            let offset = st.ring.stage(record, ts);
-            st.last_ts = ts;
-            if let Some((stamp, _)) = seen {
-                st.producers.record(stamp, offset, ts);
-            }
-            staged += len;
-            positions.push(Stored {
-                position: Position {
-                    shard: shared.id,
-                    offset,
-                    ts,
-                },
-                duplicate: false,
-            });
-        }
-        // Before the batch is visible: a merge that sees it may ask other shards
-        // to claim its stamp, and they claim up to this at once.
-        shared.stamped_high.fetch_max(st.last_ts, Ordering::AcqRel);
-        st.ring.publish();
-        let next = st.ring.next_offset();
-        shared.watermarks.publish_committed(next, st.last_ts);
-        shared.publish_memory(&st.ring);
-        let stats = &shared.stats;
-        stats.appended.fetch_add(
-            (positions.len() - judged.duplicates) as u64,
-            Ordering::Relaxed,
-        );
-        stats
-            .duplicates
-            .fetch_add(judged.duplicates as u64, Ordering::Relaxed);
-        stats
-            .appended_bytes
-            .fetch_add(staged as u64, Ordering::Relaxed);
-        stats
+        };
+        let shared = core.shared();
+        shared
+            .stats
             .append_ns
             .fetch_add(step.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        let window_full = st.ring.unflushed_bytes() >= config.window_bytes;
-        // A duplicate is acknowledged as durable only once its original is.
-        let needed = if staged > 0 { next } else { duplicates_end };
+        shared.appended.notify(usize::MAX);
+        let mut wake_flusher = staged.wake_flusher;
         match durability {
-            Durability::Memory => drop(reply.send(Ok(positions))),
-            Durability::Durable if needed <= shared.watermarks.flushed_next() => {
-                drop(reply.send(Ok(positions)))
-            }
+            Durability::Memory => drop(reply.send(Ok(staged.positions))),
             Durability::Durable => {
-                st.waiters.push_back(DurableWaiter {
-                    needed,
-                    reply: DurableReply::Append(reply, positions),
-                });
-                st.flush_wanted = true;
+                let waiting = DurableReply::Append(reply, staged.positions);
+                match core.wait_durable(staged.needed, waiting) {
+                    Some(now) => now.send_ok(),
+                    None => wake_flusher = true,
+                }
             }
         }
-        let wake = st.flush_wanted || window_full;
-        drop(st);
-        shared.appended.notify(usize::MAX);
-        if wake {
+        drop(core);
+        if wake_flusher {
             self.wake_flusher.notify(usize::MAX);
         }
-        if was_flushed {
+        if staged.first_unflushed {
             // The first unflushed bytes since the last flush: the ticker starts
             // the flush interval's clock.
             self.wake_ticker.notify(usize::MAX);
@@ -596,37 +472,38 @@ impl Core {
         arrived: Instant,
         reply: &Reply<Result<Vec<Stored>, AppendError>>,
     ) -> bool {
-        let (config, shared) = (&self.config, &*self.shared);
+        let config = &self.config;
         loop {
-            let listener = shared.flushed.listen();
+            let listener = self.core.borrow().shared().flushed.listen();
             {
-                let mut st = self.state.borrow_mut();
+                let mut core = self.core.borrow_mut();
                 // Checked in the same non-yielding step that stages the batch
                 // (when there is room): an append whose caller is gone is never
                 // applied later.
                 if reply.is_disconnected() {
-                    shared.stats.abandoned.fetch_add(1, Ordering::Relaxed);
+                    core.shared()
+                        .stats
+                        .abandoned
+                        .fetch_add(1, Ordering::Relaxed);
                     return false;
                 }
-                if let Some(e) = st.latched_error(shared.id) {
+                if let Some(e) = core.latched_error() {
                     let _ = reply.send(Err(e));
                     return false;
                 }
-                let unflushed = st.ring.unflushed_bytes();
-                if bytes == 0 || unflushed == 0 || unflushed + bytes <= config.max_unflushed_bytes {
+                let Err(unflushed) = core.room(bytes) else {
                     return true;
-                }
+                };
                 let waited = arrived.elapsed();
                 if waited >= config.append_timeout {
                     let _ = reply.send(Err(AppendError::ResourceExhausted {
-                        shard: shared.id,
+                        shard: core.shared().id,
                         unflushed,
                         limit: config.max_unflushed_bytes,
                         waited,
                     }));
                     return false;
                 }
-                st.flush_wanted = true;
             }
             self.wake_flusher.notify(usize::MAX);
             let remaining = config.append_timeout.saturating_sub(arrived.elapsed());
@@ -635,186 +512,87 @@ impl Core {
     }
 }
 
-/// Judges each record of an idempotent producer's append against the table:
-/// its stamp and whether it is new or a duplicate. A stale one refuses the
-/// whole part (see `crate::producer`).
-fn judge(producers: &ProducerTable, shard: u32, records: &[u8]) -> Result<Judged, AppendError> {
-    let mut judged = Judged {
-        seen: Vec::new(),
-        new_bytes: 0,
-        duplicates: 0,
-    };
-    let mut at = 0;
-    while at < records.len() {
-        let index = judged.seen.len();
-        let header = record::peek_header(&records[at..]).map_err(|_| AppendError::Invalid {
-            index,
-            field: "event",
-            reason: "malformed framing".into(),
-        })?;
-        let Some(stamp) = header.producer else {
-            return Err(AppendError::Invalid {
-                index,
-                field: "event",
-                reason: "framed without its producer stamp".into(),
-            });
-        };
-        match producers.check(stamp) {
-            Seen::Stale { last } => {
-                return Err(AppendError::StaleSequence {
-                    producer_id: stamp.producer_id,
-                    sequence: stamp.sequence,
-                    shard,
-                    last,
-                })
-            }
-            seen @ Seen::Duplicate { .. } => {
-                judged.duplicates += 1;
-                judged.seen.push((stamp, seen));
-            }
-            seen => {
-                judged.new_bytes += header.len;
-                judged.seen.push((stamp, seen));
-            }
-        }
-        at += header.len;
-    }
-    Ok(judged)
-}
-
-async fn flusher<S: Storage>(mut log: Log<S>, core: Rc<Core>) {
-    let Core {
+/// Does the core's flush I/O: writes a round's chunks, syncs, applies
+/// retention, and hands each completion back; sleeps while the core has
+/// nothing to do.
+async fn flusher<S: Storage>(mut log: Log<S>, driver: Rc<Driver>) {
+    let Driver {
         config,
-        shared,
-        state,
+        core,
         wake_flusher: wake,
         ..
-    } = &*core;
-    // Most bytes one round writes before syncing (the log splits further if needed).
-    let round_bytes = config.log.max_unsynced_bytes as usize;
+    } = &*driver;
+    let shared = core.borrow().shared_arc();
+    let mut round: Option<(Instant, u64)> = None;
     loop {
         let listener = wake.listen();
-        let (plan, retention) = {
-            let mut st = state.borrow_mut();
-            let pending = st.ring.unflushed_bytes();
-            let want =
-                pending > 0 && (st.flush_wanted || st.closing || pending >= config.window_bytes);
-            if st.latched.is_some() || (!want && !st.retention_due) {
-                if st.closing {
-                    break;
+        let next = core.borrow_mut().next_io();
+        match next {
+            FlushIo::Write(plan) => {
+                let started = Instant::now();
+                round = Some((started, plan.iter().map(|r| (r.to - r.from) as u64).sum()));
+                let result = log
+                    .append_chunks(&ShardCore::<DurableReply>::images(&plan))
+                    .await;
+                drop(plan);
+                let failed = result.is_err();
+                answer(core.borrow_mut().written(result));
+                if failed {
+                    end_round(&shared, round.take());
+                    shared.flushed.notify(usize::MAX);
                 }
-                drop(st);
-                listener.await;
-                continue;
             }
-            st.flush_wanted = false;
-            let retention = std::mem::take(&mut st.retention_due);
-            (
-                if want {
-                    st.ring.flush_plan(shared.id, round_bytes)
-                } else {
-                    Vec::new()
-                },
-                retention,
-            )
-        };
-        if !plan.is_empty() {
-            let images: Vec<ChunkImage<'_>> = plan
-                .iter()
-                .map(|r| ChunkImage {
-                    description: r.description,
-                    body: r.body(),
-                })
-                .collect();
-            let started = Instant::now();
-            let result = match log.append_chunks(&images).await {
-                Ok(()) => {
-                    let syncing = Instant::now();
-                    let synced = log.sync().await;
-                    let fsync = syncing.elapsed();
-                    shared.stats.fsync_latency.record(fsync);
-                    if fsync >= SLOW_FSYNC {
-                        warn_slow_fsync(shared.id, fsync);
-                    }
-                    synced
+            FlushIo::Sync => {
+                let syncing = Instant::now();
+                let result = log.sync().await;
+                let fsync = syncing.elapsed();
+                shared.stats.fsync_latency.record(fsync);
+                if fsync >= SLOW_FSYNC {
+                    warn_slow_fsync(shared.id, fsync);
                 }
-                Err(e) => Err(e),
-            };
-            let stats = &shared.stats;
-            stats.flush_latency.record(started.elapsed());
-            stats.rounds.fetch_add(1, Ordering::Relaxed);
-            stats.bytes.fetch_add(
-                plan.iter().map(|r| (r.to - r.from) as u64).sum(),
-                Ordering::Relaxed,
-            );
-            stats
-                .busy_ns
-                .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            drop(images);
-            let mut st = state.borrow_mut();
-            match result {
-                Ok(flushed_next) => {
-                    st.ring.mark_flushed(&plan);
-                    let w = &shared.watermarks;
-                    // Index, then flushed, then evicted: a reader that finds an
-                    // offset gone from the ring must find it covered by the
-                    // flushed watermark, and its chunk in the index.
+                end_round(&shared, round.take());
+                let replies = core.borrow_mut().synced(result, &log);
+                answer(replies);
+                shared.flushed.notify(usize::MAX);
+            }
+            FlushIo::Retention => {
+                let now = crate::clock::now_ns();
+                if let Ok(outcome) = log.apply_retention(config.retention, now).await {
+                    let next = shared.watermarks.committed_next();
+                    shared
+                        .watermarks
+                        .publish_retained(outcome.retained.map_or(next, |r| r.0));
                     shared.publish_index(&log);
-                    w.publish_flushed(flushed_next, log.last_ts().unwrap_or(0));
-                    let evicted = st.ring.evict();
-                    w.publish_evicted(evicted);
-                    shared.publish_memory(&st.ring);
-                    while st.waiters.front().is_some_and(|f| f.needed <= flushed_next) {
-                        st.waiters.pop_front().expect("checked").reply.send_ok();
-                    }
                 }
-                Err(e) => {
-                    shared.stats.io_errors.fetch_add(1, Ordering::Relaxed);
-                    let cause = e.to_string();
-                    tracing::error!(
-                        shard = shared.id,
-                        %cause,
-                        "shard {} stopped on an I/O error: it acknowledges nothing more until the \
-                         server restarts; check the disk (dmesg, SMART) before restarting",
-                        shared.id
-                    );
-                    *shared.latched.lock().unwrap_or_else(|p| p.into_inner()) = Some(cause.clone());
-                    st.latched = Some(cause.clone());
-                    for waiter in st.waiters.drain(..) {
-                        waiter.reply.send_err(AppendError::Latched {
-                            shard: shared.id,
-                            cause: cause.clone(),
-                        });
-                    }
-                }
-            }
-            drop(st);
-            shared.flushed.notify(usize::MAX);
-        }
-        if retention {
-            let now = crate::clock::now_ns();
-            if let Ok(outcome) = log.apply_retention(config.retention, now).await {
-                let next = shared.watermarks.committed_next();
                 shared
-                    .watermarks
-                    .publish_retained(outcome.retained.map_or(next, |r| r.0));
-                shared.publish_index(&log);
+                    .stats
+                    .retention_passes
+                    .fetch_add(1, Ordering::Relaxed);
             }
-            shared
-                .stats
-                .retention_passes
-                .fetch_add(1, Ordering::Relaxed);
+            FlushIo::Wait => listener.await,
+            FlushIo::Stop => break,
         }
     }
-    let latched = state.borrow().latched.is_some();
-    if !latched {
+    if !core.borrow().is_latched() {
         let _ = log.close().await;
     }
     // Anyone still waiting is told the shard is gone.
-    let waiters: Vec<_> = state.borrow_mut().waiters.drain(..).collect();
-    for waiter in waiters {
-        waiter.reply.send_err(AppendError::ShutDown);
-    }
+    let replies = core.borrow_mut().shut_down();
+    answer(replies);
+}
+
+/// A flush round's figures, once it has ended (synced, or failed).
+fn end_round(shared: &ShardShared, round: Option<(Instant, u64)>) {
+    let Some((started, bytes)) = round else {
+        return;
+    };
+    let stats = &shared.stats;
+    stats.flush_latency.record(started.elapsed());
+    stats.rounds.fetch_add(1, Ordering::Relaxed);
+    stats.bytes.fetch_add(bytes, Ordering::Relaxed);
+    stats
+        .busy_ns
+        .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
 }
 
 /// Tells the operator the disk is slow and what to look at, at most once per
@@ -837,15 +615,15 @@ fn warn_slow_fsync(shard: u32, took: Duration) {
 /// unflushed, answers claim requests of merges waiting on this shard, and runs
 /// retention. It sleeps with a timer only while one of those is due later, so
 /// an idle shard is never woken.
-async fn ticker(core: Rc<Core>) {
-    let Core {
+async fn ticker(driver: Rc<Driver>) {
+    let Driver {
         config,
-        shared,
-        state,
+        core,
         clock,
         wake_flusher,
         wake_ticker: wake,
-    } = &*core;
+    } = &*driver;
+    let shared = core.borrow().shared_arc();
     /// Longest wait for the clock to reach a requested claim: bounds how late
     /// a claim comes if the clock is stepped while the shard waits.
     const MAX_CLAIM_WAIT: Duration = Duration::from_secs(1);
@@ -862,7 +640,7 @@ async fn ticker(core: Rc<Core>) {
         let local = wake.listen();
         let remote = shared.claim_requested.listen();
         let now = Instant::now();
-        if state.borrow().ring.unflushed_bytes() == 0 {
+        if core.borrow().unflushed_bytes() == 0 {
             flush_due = None;
         } else if flush_due.is_none() {
             flush_due = Some(now + config.flush_interval);
@@ -889,14 +667,11 @@ async fn ticker(core: Rc<Core>) {
             }
         }
         let now = Instant::now();
-        let mut st = state.borrow_mut();
+        let mut st = core.borrow_mut();
         let mut wake_flush = false;
         if flush_due.is_some_and(|due| due <= now) {
             flush_due = None;
-            if st.ring.unflushed_bytes() > 0 {
-                st.flush_wanted = true;
-                wake_flush = true;
-            }
+            wake_flush = st.flush_interval_passed();
         }
         // Runs between commands on this core, so no stamp is in progress: every
         // stamp at or below the claim is already visible, and later ones are
@@ -909,7 +684,7 @@ async fn ticker(core: Rc<Core>) {
             // not stall merges for the length of the step); beyond that (an
             // `until_ns` ahead of every stamp), the clock has to get there.
             let reached = wanted.min(shared.stamped_high.load(Ordering::Acquire));
-            let ts = clock.now_ns().max(st.last_ts).max(reached);
+            let ts = clock.now_ns().max(st.last_ts()).max(reached);
             shared.watermarks.claim(ts);
             if ts >= wanted {
                 shared.watermarks.claim_answered(wanted);
@@ -921,7 +696,7 @@ async fn ticker(core: Rc<Core>) {
         }
         if retains && next_retention <= now {
             next_retention = now + config.retention_interval;
-            st.retention_due = true;
+            st.retention_due();
             wake_flush = true;
         }
         drop(st);

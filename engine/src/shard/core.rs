@@ -1,0 +1,523 @@
+//! The shard's decisions as a plain state machine: no executor, no clock of
+//! its own, no I/O.
+//!
+//! [`ShardCore`] takes commands (an append's records, a durable wait, a flush
+//! request), clock readings and I/O completions, and answers with what to do
+//! next ([`FlushIo`]) and who to answer ([`Replies`]). The glommio shard
+//! (`super`) drives it on its core: it awaits the channel, the timers and the
+//! log's writes and syncs, and hands each outcome back. The simulator
+//! (`crate::sim`) drives the same core on one thread from a seed, over the
+//! in-memory storage, so every rule here runs under its faults too.
+//!
+//! The order the invariants of DESIGN.md section 2 need is kept here, not in
+//! the drivers: a flush round is written, then synced, and only a completed
+//! sync moves the flushed watermark and answers durable waiters; a window is
+//! evicted only after the flushed watermark covering it is published; a
+//! failed write or sync latches the shard.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::event::{AppendError, Position, Stored};
+use crate::log::{ChunkImage, Log};
+use crate::producer::{ProducerTable, Seen};
+use crate::record;
+use crate::ring::{FlushRange, Ring};
+use crate::segment::error::LogError;
+use crate::storage::Storage;
+
+use super::ShardShared;
+
+/// The sizes the core decides by.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CoreLimits {
+    pub window_bytes: usize,
+    pub ring_bytes: usize,
+    pub max_unflushed_bytes: usize,
+    /// Most bytes one flush round writes before it syncs.
+    pub round_bytes: usize,
+}
+
+/// An append's records judged against the producer table before anything
+/// waits or is staged.
+pub(crate) struct Judged {
+    /// Per record, in order, for an idempotent append; empty otherwise.
+    seen: Vec<(record::ProducerStamp, Seen)>,
+    /// Bytes of the records that will be staged (duplicates are not).
+    pub new_bytes: usize,
+    duplicates: usize,
+}
+
+/// What staging an append did.
+pub(crate) struct Staged {
+    pub positions: Vec<Stored>,
+    /// The flushed watermark a durable ack of this append waits for.
+    pub needed: u64,
+    /// The flusher should look now (a flush is wanted or a window filled).
+    pub wake_flusher: bool,
+    /// These were the first unflushed bytes since the last flush: the flush
+    /// interval starts now.
+    pub first_unflushed: bool,
+}
+
+/// The next I/O the flusher should do.
+pub(crate) enum FlushIo {
+    /// Write these window suffixes as chunks (one round), then report
+    /// [`ShardCore::written`].
+    Write(Vec<FlushRange>),
+    /// Sync what the round wrote, then report [`ShardCore::synced`].
+    Sync,
+    /// Apply retention.
+    Retention,
+    /// Nothing to do until woken.
+    Wait,
+    /// Closing and nothing left: close the log and stop.
+    Stop,
+}
+
+/// Who to answer: waiters whose wait is over, and waiters that failed.
+pub(crate) struct Replies<R> {
+    pub ok: Vec<R>,
+    pub failed: Vec<(R, AppendError)>,
+}
+
+impl<R> Default for Replies<R> {
+    fn default() -> Replies<R> {
+        Replies {
+            ok: Vec::new(),
+            failed: Vec::new(),
+        }
+    }
+}
+
+struct Waiter<R> {
+    /// Answer once `flushed_next >= needed`.
+    needed: u64,
+    reply: R,
+}
+
+enum Round {
+    /// Handed out with [`FlushIo::Write`]; its completion is awaited.
+    Writing(Vec<FlushRange>),
+    /// Written; its sync is next.
+    Written(Vec<FlushRange>),
+}
+
+/// One shard's state and rules. `R` is whatever the driver answers a durable
+/// waiter with (a reply channel on the real path, an id in the simulator).
+pub(crate) struct ShardCore<R> {
+    shared: Arc<ShardShared>,
+    limits: CoreLimits,
+    ring: Ring,
+    last_ts: i64,
+    producers: ProducerTable,
+    waiters: VecDeque<Waiter<R>>,
+    latched: Option<String>,
+    flush_wanted: bool,
+    retention_due: bool,
+    closing: bool,
+    round: Option<Round>,
+}
+
+impl<R> ShardCore<R> {
+    /// A core over a just-opened log whose watermarks `shared` already holds.
+    pub fn new(
+        shared: Arc<ShardShared>,
+        limits: CoreLimits,
+        ring: Ring,
+        last_ts: i64,
+        producers: ProducerTable,
+    ) -> ShardCore<R> {
+        ShardCore {
+            shared,
+            limits,
+            ring,
+            last_ts,
+            producers,
+            waiters: VecDeque::new(),
+            latched: None,
+            flush_wanted: false,
+            retention_due: false,
+            closing: false,
+            round: None,
+        }
+    }
+
+    /// A core over a log just opened (recovered): publishes the log's
+    /// watermarks and index in `shared` and takes its producer table. Also
+    /// returns each producer's next expected sequence, for the engine.
+    pub fn over_opened_log<S: Storage>(
+        shared: Arc<ShardShared>,
+        limits: CoreLimits,
+        log: &mut Log<S>,
+    ) -> (ShardCore<R>, Vec<(u64, u64)>) {
+        let next = log.next_offset();
+        let last_ts = log.last_ts().unwrap_or(0);
+        let w = &shared.watermarks;
+        shared.stamped_high.fetch_max(last_ts, Ordering::AcqRel);
+        w.publish_committed(next, last_ts);
+        w.claim(last_ts);
+        shared.publish_index(log);
+        w.publish_flushed(next, last_ts);
+        w.publish_evicted(next);
+        w.publish_retained(log.retained().map_or(next, |r| r.0));
+        let producers = log.take_producers();
+        let heads = producers.heads().collect();
+        let ring = Ring::new(
+            limits.window_bytes,
+            limits.ring_bytes,
+            next,
+            shared.ring.clone(),
+        );
+        (
+            ShardCore::new(shared, limits, ring, last_ts, producers),
+            heads,
+        )
+    }
+
+    pub fn shared(&self) -> &ShardShared {
+        &self.shared
+    }
+
+    pub fn shared_arc(&self) -> Arc<ShardShared> {
+        self.shared.clone()
+    }
+
+    pub fn last_ts(&self) -> i64 {
+        self.last_ts
+    }
+
+    pub fn unflushed_bytes(&self) -> usize {
+        self.ring.unflushed_bytes()
+    }
+
+    /// The offset below which the ring holds no records.
+    pub fn evicted_below(&self) -> u64 {
+        self.ring.evicted_below()
+    }
+
+    pub fn is_latched(&self) -> bool {
+        self.latched.is_some()
+    }
+
+    pub fn latched_error(&self) -> Option<AppendError> {
+        self.latched.as_ref().map(|cause| AppendError::Latched {
+            shard: self.shared.id,
+            cause: cause.clone(),
+        })
+    }
+
+    /// Judges each record of an idempotent producer's append against the
+    /// table: its stamp and whether it is new or a duplicate. A stale one
+    /// refuses the whole part (see `crate::producer`). A plain append is all new.
+    pub fn judge(&self, records: &[u8], idempotent: bool) -> Result<Judged, AppendError> {
+        let mut judged = Judged {
+            seen: Vec::new(),
+            new_bytes: 0,
+            duplicates: 0,
+        };
+        if !idempotent {
+            judged.new_bytes = records.len();
+            return Ok(judged);
+        }
+        let mut at = 0;
+        while at < records.len() {
+            let index = judged.seen.len();
+            let header = record::peek_header(&records[at..]).map_err(|_| AppendError::Invalid {
+                index,
+                field: "event",
+                reason: "malformed framing".into(),
+            })?;
+            let Some(stamp) = header.producer else {
+                return Err(AppendError::Invalid {
+                    index,
+                    field: "event",
+                    reason: "framed without its producer stamp".into(),
+                });
+            };
+            match self.producers.check(stamp) {
+                Seen::Stale { last } => {
+                    return Err(AppendError::StaleSequence {
+                        producer_id: stamp.producer_id,
+                        sequence: stamp.sequence,
+                        shard: self.shared.id,
+                        last,
+                    })
+                }
+                seen @ Seen::Duplicate { .. } => {
+                    judged.duplicates += 1;
+                    judged.seen.push((stamp, seen));
+                }
+                seen => {
+                    judged.new_bytes += header.len;
+                    judged.seen.push((stamp, seen));
+                }
+            }
+            at += header.len;
+        }
+        Ok(judged)
+    }
+
+    /// Back-pressure: whether `bytes` more fit under the unflushed bound now.
+    /// When they do not, the unflushed bytes, and a flush is wanted (the
+    /// driver wakes the flusher and waits for the flushed watermark to move).
+    pub fn room(&mut self, bytes: usize) -> Result<(), usize> {
+        let unflushed = self.ring.unflushed_bytes();
+        if bytes == 0 || unflushed == 0 || unflushed + bytes <= self.limits.max_unflushed_bytes {
+            return Ok(());
+        }
+        self.flush_wanted = true;
+        Err(unflushed)
+    }
+
+    /// Stamps, frames and publishes an append's records in one step: no event
+    /// is ever stamped but invisible, and stamps strictly increase with
+    /// offsets. `now_ns` is the clock's reading (one per batch: stamps within
+    /// it are consecutive nanoseconds).
+    pub fn stage(
+        &mut self,
+        records: &[u8],
+        count: usize,
+        judged: &Judged,
+        now_ns: i64,
+    ) -> Result<Staged, AppendError> {
+        let shared = &*self.shared;
+        let first_unflushed = self.ring.unflushed_bytes() == 0;
+        let mut positions = Vec::with_capacity(count);
+        let mut staged = 0usize;
+        let mut duplicates_end = 0;
+        let now = now_ns.max(shared.watermarks.fence() + 1);
+        let mut at = 0;
+        while at < records.len() {
+            let Ok(len) = record::peek_len(&records[at..]) else {
+                // The engine framed these records itself; refuse rather than panic.
+                return Err(AppendError::Invalid {
+                    index: positions.len(),
+                    field: "event",
+                    reason: "malformed framing".into(),
+                });
+            };
+            let record = &records[at..at + len];
+            at += len;
+            let seen = judged.seen.get(positions.len()).copied();
+            if let Some((_, Seen::Duplicate { offset, ts })) = seen {
+                duplicates_end = duplicates_end.max(offset + 1);
+                positions.push(Stored {
+                    position: Position {
+                        shard: shared.id,
+                        offset,
+                        ts,
+                    },
+                    duplicate: true,
+                });
+                continue;
+            }
+            let ts = now.max(self.last_ts + 1);
+            let offset = self.ring.stage(record, ts);
+            self.last_ts = ts;
+            if let Some((stamp, _)) = seen {
+                self.producers.record(stamp, offset, ts);
+            }
+            staged += len;
+            positions.push(Stored {
+                position: Position {
+                    shard: shared.id,
+                    offset,
+                    ts,
+                },
+                duplicate: false,
+            });
+        }
+        // Before the batch is visible: a merge that sees it may ask other shards
+        // to claim its stamp, and they claim up to this at once.
+        shared
+            .stamped_high
+            .fetch_max(self.last_ts, Ordering::AcqRel);
+        self.ring.publish();
+        let next = self.ring.next_offset();
+        shared.watermarks.publish_committed(next, self.last_ts);
+        shared.publish_memory(&self.ring);
+        let stats = &shared.stats;
+        stats.appended.fetch_add(
+            (positions.len() - judged.duplicates) as u64,
+            Ordering::Relaxed,
+        );
+        stats
+            .duplicates
+            .fetch_add(judged.duplicates as u64, Ordering::Relaxed);
+        stats
+            .appended_bytes
+            .fetch_add(staged as u64, Ordering::Relaxed);
+        let window_full = self.ring.unflushed_bytes() >= self.limits.window_bytes;
+        Ok(Staged {
+            positions,
+            // A duplicate is acknowledged as durable only once its original is.
+            needed: if staged > 0 { next } else { duplicates_end },
+            wake_flusher: self.flush_wanted || window_full,
+            first_unflushed: first_unflushed && staged > 0,
+        })
+    }
+
+    /// A durable wait for the flushed watermark to reach `needed`: the reply
+    /// back at once if it has, else `None` (it comes with a later
+    /// [`ShardCore::synced`]) and a flush is wanted.
+    pub fn wait_durable(&mut self, needed: u64, reply: R) -> Option<R> {
+        if needed <= self.shared.watermarks.flushed_next() {
+            return Some(reply);
+        }
+        self.waiters.push_back(Waiter { needed, reply });
+        self.flush_wanted = true;
+        None
+    }
+
+    /// The flush interval passed with bytes unflushed: flush them. True if
+    /// the flusher should be woken.
+    pub fn flush_interval_passed(&mut self) -> bool {
+        if self.ring.unflushed_bytes() == 0 {
+            return false;
+        }
+        self.flush_wanted = true;
+        true
+    }
+
+    pub fn retention_due(&mut self) {
+        self.retention_due = true;
+    }
+
+    /// No more commands: flush what is left, then stop.
+    pub fn close(&mut self) {
+        self.closing = true;
+    }
+
+    /// What the flusher should do next.
+    pub fn next_io(&mut self) -> FlushIo {
+        match &self.round {
+            Some(Round::Written(_)) => return FlushIo::Sync,
+            Some(Round::Writing(_)) => {
+                unreachable!("the driver reports a round's write before asking again")
+            }
+            None => {}
+        }
+        let pending = self.ring.unflushed_bytes();
+        let want = pending > 0
+            && (self.flush_wanted || self.closing || pending >= self.limits.window_bytes);
+        if self.latched.is_none() && want {
+            self.flush_wanted = false;
+            let plan = self
+                .ring
+                .flush_plan(self.shared.id, self.limits.round_bytes);
+            self.round = Some(Round::Writing(plan.clone()));
+            return FlushIo::Write(plan);
+        }
+        if self.latched.is_none() && self.retention_due {
+            self.retention_due = false;
+            return FlushIo::Retention;
+        }
+        if self.closing {
+            FlushIo::Stop
+        } else {
+            FlushIo::Wait
+        }
+    }
+
+    /// The chunk images of a round's plan, for the log's write.
+    pub fn images(plan: &[FlushRange]) -> Vec<ChunkImage<'_>> {
+        plan.iter()
+            .map(|r| ChunkImage {
+                description: r.description,
+                body: r.body(),
+            })
+            .collect()
+    }
+
+    /// The round's write completed. A failure latches the shard.
+    pub fn written(&mut self, result: Result<(), LogError>) -> Replies<R> {
+        let Some(Round::Writing(plan)) = self.round.take() else {
+            unreachable!("a write completes only for a round handed out");
+        };
+        match result {
+            Ok(()) => {
+                self.round = Some(Round::Written(plan));
+                Replies::default()
+            }
+            Err(e) => self.latch(e.to_string()),
+        }
+    }
+
+    /// The round's sync completed: on success everything up to `flushed_next`
+    /// is durable. Publishes, in this order, the index, the flushed watermark
+    /// and what the ring evicted (a reader that finds an offset gone from the
+    /// ring must find it covered by the flushed watermark, and its chunk in the
+    /// index), then answers the durable waiters it satisfies. A failure
+    /// latches the shard.
+    pub fn synced<S: Storage>(
+        &mut self,
+        result: Result<u64, LogError>,
+        log: &Log<S>,
+    ) -> Replies<R> {
+        let Some(Round::Written(plan)) = self.round.take() else {
+            unreachable!("a sync completes only for a round written");
+        };
+        let flushed_next = match result {
+            Ok(next) => next,
+            Err(e) => return self.latch(e.to_string()),
+        };
+        self.ring.mark_flushed(&plan);
+        let shared = &*self.shared;
+        shared.publish_index(log);
+        shared
+            .watermarks
+            .publish_flushed(flushed_next, log.last_ts().unwrap_or(0));
+        let evicted = self.ring.evict();
+        shared.watermarks.publish_evicted(evicted);
+        shared.publish_memory(&self.ring);
+        let mut replies = Replies::default();
+        while self
+            .waiters
+            .front()
+            .is_some_and(|w| w.needed <= flushed_next)
+        {
+            replies
+                .ok
+                .push(self.waiters.pop_front().expect("checked").reply);
+        }
+        replies
+    }
+
+    /// Latches the shard on a failed write or sync: it acknowledges nothing
+    /// more until the engine is reopened. Every durable waiter fails.
+    fn latch(&mut self, cause: String) -> Replies<R> {
+        let shared = &*self.shared;
+        shared.stats.io_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(
+            shard = shared.id,
+            %cause,
+            "shard {} stopped on an I/O error: it acknowledges nothing more until the \
+             server restarts; check the disk (dmesg, SMART) before restarting",
+            shared.id
+        );
+        *shared.latched.lock().unwrap_or_else(|p| p.into_inner()) = Some(cause.clone());
+        self.latched = Some(cause.clone());
+        let mut replies = Replies::default();
+        for waiter in self.waiters.drain(..) {
+            replies.failed.push((
+                waiter.reply,
+                AppendError::Latched {
+                    shard: shared.id,
+                    cause: cause.clone(),
+                },
+            ));
+        }
+        replies
+    }
+
+    /// The shard stopped: every waiter left is told so.
+    pub fn shut_down(&mut self) -> Replies<R> {
+        let mut replies = Replies::default();
+        for waiter in self.waiters.drain(..) {
+            replies.failed.push((waiter.reply, AppendError::ShutDown));
+        }
+        replies
+    }
+}
