@@ -28,6 +28,7 @@ mod retention;
 mod ring;
 pub mod segment;
 mod shard;
+pub mod sim;
 pub mod storage;
 mod subscribe;
 mod watermark;

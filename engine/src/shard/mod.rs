@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use event_listener::Event;
 
-mod core;
+pub(crate) mod core;
 
 use self::core::{CoreLimits, FlushIo, Replies, ShardCore};
 use crate::clock::Clock;

@@ -1,0 +1,878 @@
+//! Deterministic simulation of the shards under faults.
+//!
+//! One thread, one seed: [`run`] drives `shards` [`ShardCore`]s, the same
+//! state machine the glommio shards run, over their logs on [`MemStorage`],
+//! with idempotent and plain producers, durable and memory acks, flush I/O
+//! one operation at a time (so appends land between a round's write and its
+//! sync), and a fault plan: process crashes, power loss that keeps an
+//! arbitrary subset of unsynced blocks, failed and torn writes, failed syncs,
+//! clock steps both ways, producer retries with the same producer id and
+//! sequence. After every step an oracle checks the invariants of DESIGN.md
+//! section 2 that a shard keeps; after every restart it checks what recovery
+//! kept against every acknowledgement given. The same seed replays the same
+//! run: each run's [`SimOutcome::digest`] is a hash of everything it saw.
+//!
+//! Not covered yet (issue 17 goes on): subscribers (merge order, cursors,
+//! claims), retention, stalled syncs, cancelled appends.
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::AtomicI64;
+use std::sync::Arc;
+
+use crate::event::{AppendError, Stored};
+use crate::log::{Log, LogConfig};
+use crate::record::{Kind, ProducerStamp, Record, Signatures};
+use crate::shard::core::{CoreLimits, FlushIo, Replies, ShardCore};
+use crate::shard::ShardShared;
+use crate::storage::{block_on, Faults, MemStorage};
+
+/// A kind of fault the simulator may inject.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fault {
+    /// The process dies; everything written stays, synced or not.
+    Crash,
+    /// The machine loses power: each unsynced block keeps its new contents or
+    /// its old ones, independently.
+    PowerLoss,
+    /// A write fails (EIO) and changes nothing.
+    WriteError,
+    /// A sync fails and makes nothing durable.
+    SyncError,
+    /// A write stores only a prefix, fails, and the disk stops answering.
+    TornWrite,
+    /// The wall clock jumps backwards or forwards.
+    ClockStep,
+    /// A producer sends an earlier batch again, same id and sequences.
+    Retry,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 7] = [
+        Fault::Crash,
+        Fault::PowerLoss,
+        Fault::WriteError,
+        Fault::SyncError,
+        Fault::TornWrite,
+        Fault::ClockStep,
+        Fault::Retry,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Crash => "crash",
+            Fault::PowerLoss => "power-loss",
+            Fault::WriteError => "write-error",
+            Fault::SyncError => "sync-error",
+            Fault::TornWrite => "torn-write",
+            Fault::ClockStep => "clock-step",
+            Fault::Retry => "retry",
+        }
+    }
+
+    /// `all`, `none`, or a comma-separated list of names.
+    pub fn parse_list(text: &str) -> Result<Vec<Fault>, String> {
+        match text.trim() {
+            "all" => return Ok(Fault::ALL.to_vec()),
+            "none" | "" => return Ok(Vec::new()),
+            _ => {}
+        }
+        let mut faults = Vec::new();
+        for name in text.split(',').map(str::trim) {
+            let fault = Fault::ALL
+                .into_iter()
+                .find(|f| f.name() == name)
+                .ok_or_else(|| {
+                    let names: Vec<_> = Fault::ALL.iter().map(|f| f.name()).collect();
+                    format!(
+                        "unknown fault {name:?}: expected all, none or a list of {}",
+                        names.join(", ")
+                    )
+                })?;
+            if !faults.contains(&fault) {
+                faults.push(fault);
+            }
+        }
+        faults.sort();
+        Ok(faults)
+    }
+}
+
+/// What to simulate.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub shards: u32,
+    pub steps: u64,
+    pub faults: Vec<Fault>,
+}
+
+/// What a run that held every invariant did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimOutcome {
+    pub steps: u64,
+    /// Events stored (acknowledged or not), over all lives of the shards.
+    pub stored: u64,
+    pub durable_acks: u64,
+    pub duplicates: u64,
+    pub restarts: u64,
+    /// A hash of every step's outcome: the same seed gives the same digest.
+    pub digest: u64,
+}
+
+/// A broken invariant.
+#[derive(Clone, Debug)]
+pub struct SimFailure {
+    pub seed: u64,
+    /// The step it broke at (0-based).
+    pub step: u64,
+    /// The invariant, as DESIGN.md section 2 names it.
+    pub invariant: &'static str,
+    pub detail: String,
+    /// Every step up to the failure, one line each.
+    pub trace: Vec<String>,
+}
+
+impl std::fmt::Display for SimFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "seed {} step {}: {}: {}",
+            self.seed, self.step, self.invariant, self.detail
+        )
+    }
+}
+
+/// Runs one seed.
+pub fn run(seed: u64, config: &SimConfig) -> Result<SimOutcome, SimFailure> {
+    let mut world = World::new(seed, config);
+    for step in 0..config.steps {
+        world.step = step;
+        if let Err((invariant, detail)) = world.step() {
+            return Err(SimFailure {
+                seed,
+                step,
+                invariant,
+                detail,
+                trace: std::mem::take(&mut world.trace),
+            });
+        }
+    }
+    Ok(SimOutcome {
+        steps: config.steps,
+        stored: world.stored,
+        durable_acks: world.durable_acks,
+        duplicates: world.duplicates,
+        restarts: world.restarts,
+        digest: world.digest.finish(),
+    })
+}
+
+type Broken = (&'static str, String);
+
+/// xorshift64*: small, fast, and the same on every machine.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    fn chance(&mut self, per_mille: u64) -> bool {
+        self.below(1000) < per_mille
+    }
+}
+
+/// What the oracle knows of one stored event.
+#[derive(Clone, Debug)]
+struct Expect {
+    event: u64,
+    ts: i64,
+    stamp: Option<ProducerStamp>,
+    /// Its durable ack was given: it must survive anything.
+    durable: bool,
+    /// The generation that stored it.
+    generation: u32,
+}
+
+/// One producer's batches, for retries.
+struct Producer {
+    id: u64,
+    next_sequence: u64,
+    /// (shard, first sequence, events) of recent batches.
+    sent: Vec<(u32, u64, Vec<u64>)>,
+}
+
+struct Node {
+    storage: MemStorage,
+    log: Log<MemStorage>,
+    core: ShardCore<u64>,
+}
+
+/// A durable append waiting for its ack.
+struct Pending {
+    shard: u32,
+    offsets: Vec<u64>,
+    needed: u64,
+}
+
+struct World {
+    rng: Rng,
+    faults: Vec<Fault>,
+    shards: u32,
+    log_config: Vec<LogConfig>,
+    limits: CoreLimits,
+    clock_ns: i64,
+    storages: Vec<MemStorage>,
+    nodes: Vec<Node>,
+    /// Per shard: what each offset holds.
+    model: Vec<BTreeMap<u64, Expect>>,
+    pending: BTreeMap<u64, Pending>,
+    producers: Vec<Producer>,
+    next_event: u64,
+    next_ack: u64,
+    step: u64,
+    trace: Vec<String>,
+    digest: std::collections::hash_map::DefaultHasher,
+    stored: u64,
+    durable_acks: u64,
+    duplicates: u64,
+    restarts: u64,
+}
+
+impl World {
+    fn new(seed: u64, config: &SimConfig) -> World {
+        let shards = config.shards.max(1);
+        let log_config = (0..shards)
+            .map(|shard| LogConfig {
+                shard,
+                segment_bytes: 64 << 10,
+                max_unsynced_bytes: 8 << 10,
+            })
+            .collect();
+        let mut world = World {
+            rng: Rng::new(seed),
+            faults: config.faults.clone(),
+            shards,
+            log_config,
+            limits: CoreLimits {
+                window_bytes: 4 << 10,
+                ring_bytes: 32 << 10,
+                max_unflushed_bytes: 16 << 10,
+                round_bytes: 8 << 10,
+            },
+            clock_ns: 1_000_000_000,
+            storages: (0..shards).map(|_| MemStorage::new()).collect(),
+            nodes: Vec::new(),
+            model: (0..shards).map(|_| BTreeMap::new()).collect(),
+            pending: BTreeMap::new(),
+            producers: (1..=4)
+                .map(|id| Producer {
+                    id,
+                    next_sequence: 0,
+                    sent: Vec::new(),
+                })
+                .collect(),
+            next_event: 1,
+            next_ack: 1,
+            step: 0,
+            trace: Vec::new(),
+            digest: Default::default(),
+            stored: 0,
+            durable_acks: 0,
+            duplicates: 0,
+            restarts: 0,
+        };
+        world.open_all().expect("an empty log opens");
+        world
+    }
+
+    fn has(&self, fault: Fault) -> bool {
+        self.faults.contains(&fault)
+    }
+
+    fn note(&mut self, line: String) {
+        line.hash(&mut self.digest);
+        self.trace.push(format!("{:>6} {line}", self.step));
+    }
+
+    /// Opens every shard's log (recovery) and a core over it.
+    fn open_all(&mut self) -> Result<(), Broken> {
+        let stamped_high = Arc::new(AtomicI64::new(0));
+        self.nodes.clear();
+        for shard in 0..self.shards {
+            let storage = self.storages[shard as usize].clone();
+            let opened = block_on(Log::open(
+                storage.clone(),
+                self.log_config[shard as usize].clone(),
+            ));
+            let (mut log, _report) = opened.map_err(|e| {
+                (
+                    "recovery opens what the shard wrote",
+                    format!("shard {shard}: {e}"),
+                )
+            })?;
+            let shared = Arc::new(ShardShared::new(shard, stamped_high.clone()));
+            let (core, _heads) = ShardCore::over_opened_log(shared, self.limits, &mut log);
+            self.nodes.push(Node { storage, log, core });
+        }
+        Ok(())
+    }
+
+    fn step(&mut self) -> Result<(), Broken> {
+        self.clock_ns += self.rng.below(2_000) as i64;
+        let roll = self.rng.below(1000);
+        match roll {
+            0..=469 => self.append()?,
+            470..=899 => self.flush_io()?,
+            900..=959 => {
+                let shard = self.rng.below(u64::from(self.shards)) as usize;
+                self.nodes[shard].core.flush_interval_passed();
+                self.note(format!("tick shard {shard}"));
+            }
+            _ => self.fault()?,
+        }
+        self.check_shards()
+    }
+
+    fn fault(&mut self) -> Result<(), Broken> {
+        let shard = self.rng.below(u64::from(self.shards)) as usize;
+        let kind = self.rng.below(8);
+        let latched = self.nodes.iter().any(|n| n.core.is_latched());
+        match kind {
+            0 if self.has(Fault::Crash) || latched => self.restart(false)?,
+            1 if self.has(Fault::PowerLoss) => self.restart(true)?,
+            2 if self.has(Fault::WriteError) => {
+                self.nodes[shard].storage.set_faults(Faults {
+                    fail_write: Some(0),
+                    ..Faults::default()
+                });
+                self.note(format!("arm write error shard {shard}"));
+            }
+            3 if self.has(Fault::SyncError) => {
+                self.nodes[shard].storage.set_faults(Faults {
+                    fail_sync: Some(0),
+                    ..Faults::default()
+                });
+                self.note(format!("arm sync error shard {shard}"));
+            }
+            4 if self.has(Fault::TornWrite) => {
+                let keep = 512 * (1 + self.rng.below(4) as usize);
+                self.nodes[shard].storage.set_faults(Faults {
+                    tear_write: Some((0, keep)),
+                    ..Faults::default()
+                });
+                self.note(format!("arm torn write shard {shard} keeping {keep} bytes"));
+            }
+            5 | 6 if self.has(Fault::ClockStep) => {
+                let by = self.rng.below(2_000_000_000) as i64 - 1_000_000_000;
+                self.clock_ns = (self.clock_ns + by).max(1);
+                self.note(format!("clock step {by} ns"));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// An append of 1–6 events to one shard: plain, idempotent, or (with
+    /// [`Fault::Retry`]) a producer's earlier batch again.
+    fn append(&mut self) -> Result<(), Broken> {
+        let durable = self.rng.chance(400);
+        let p = self.rng.below(self.producers.len() as u64 + 1) as usize;
+        let retry = self.has(Fault::Retry)
+            && p < self.producers.len()
+            && !self.producers[p].sent.is_empty()
+            && self.rng.chance(250);
+        let (shard, stamps, events) = if retry {
+            let sent = &self.producers[p].sent;
+            let (shard, first, events) = sent[self.rng.below(sent.len() as u64) as usize].clone();
+            let id = self.producers[p].id;
+            let stamps: Vec<_> = (0..events.len() as u64)
+                .map(|i| {
+                    Some(ProducerStamp {
+                        producer_id: id,
+                        sequence: first + i,
+                    })
+                })
+                .collect();
+            (shard, stamps, events)
+        } else {
+            let shard = self.rng.below(u64::from(self.shards)) as u32;
+            let count = 1 + self.rng.below(6);
+            let events: Vec<u64> = (0..count).map(|i| self.next_event + i).collect();
+            self.next_event += count;
+            let stamps = if p < self.producers.len() {
+                let producer = &mut self.producers[p];
+                let first = producer.next_sequence;
+                producer.next_sequence += count;
+                producer.sent.push((shard, first, events.clone()));
+                if producer.sent.len() > 16 {
+                    producer.sent.remove(0);
+                }
+                let id = producer.id;
+                (0..count)
+                    .map(|i| {
+                        Some(ProducerStamp {
+                            producer_id: id,
+                            sequence: first + i,
+                        })
+                    })
+                    .collect()
+            } else {
+                vec![None; count as usize]
+            };
+            (shard, stamps, events)
+        };
+        let idempotent = stamps[0].is_some();
+        let records = frame(&events, &stamps);
+        let now = self.clock_ns;
+        let node = &mut self.nodes[shard as usize];
+        if node.core.is_latched() {
+            self.note(format!("append shard {shard}: latched"));
+            return Ok(());
+        }
+        let judged = match node.core.judge(&records, idempotent) {
+            Ok(judged) => judged,
+            Err(AppendError::StaleSequence { .. }) => {
+                self.note(format!("append shard {shard} {events:?}: stale"));
+                return Ok(());
+            }
+            Err(e) => return Err(("appends of valid records are judged", e.to_string())),
+        };
+        if node.core.room(judged.new_bytes).is_err() {
+            // The real shard would wait for the flusher, up to append_timeout.
+            self.note(format!("append shard {shard}: no room"));
+            return Ok(());
+        }
+        let committed_before = node.core.shared().watermarks.committed_next();
+        let last_ts_before = node.core.last_ts();
+        let staged = node
+            .core
+            .stage(&records, events.len(), &judged, now)
+            .map_err(|e| ("appends of valid records are staged", e.to_string()))?;
+        let generation = node.log.generations().current();
+        let shared = node.core.shared();
+        let committed = shared.watermarks.committed_next();
+        // Offsets are dense and stamps strictly increase, whatever the clock did.
+        let mut expect_offset = committed_before;
+        let mut prev_ts = last_ts_before;
+        let mut new_offsets = Vec::new();
+        for (i, stored) in staged.positions.iter().enumerate() {
+            let Stored {
+                position,
+                duplicate,
+            } = *stored;
+            if duplicate {
+                self.duplicates += 1;
+                // A duplicate gets its original's position, and only if the
+                // original is stored there.
+                let original = self.model[shard as usize].get(&position.offset);
+                let same = original.is_some_and(|o| o.event == events[i] && o.ts == position.ts);
+                if !same {
+                    return Err((
+                        "an idempotent retry appends nothing and gets its original position",
+                        format!(
+                            "event {} answered as a duplicate at {}:{} which holds {:?}",
+                            events[i], shard, position.offset, original
+                        ),
+                    ));
+                }
+                continue;
+            }
+            if let Some(stamp) = stamps[i] {
+                if let Some((offset, _)) = self.model[shard as usize]
+                    .iter()
+                    .find(|(_, e)| e.stamp == Some(stamp))
+                {
+                    return Err((
+                        "exactly once: a producer's event is stored once",
+                        format!(
+                            "{stamp:?} stored again at {shard}:{} (already at {offset})",
+                            position.offset
+                        ),
+                    ));
+                }
+            }
+            if position.offset != expect_offset || position.ts <= prev_ts {
+                return Err((
+                    "offsets are dense and stamps strictly increase within a shard",
+                    format!(
+                        "staged at {shard}:{} ts {} after offset {} ts {prev_ts}",
+                        position.offset,
+                        position.ts,
+                        expect_offset.wrapping_sub(1)
+                    ),
+                ));
+            }
+            expect_offset += 1;
+            prev_ts = position.ts;
+            new_offsets.push(position.offset);
+            self.model[shard as usize].insert(
+                position.offset,
+                Expect {
+                    event: events[i],
+                    ts: position.ts,
+                    stamp: stamps[i],
+                    durable: false,
+                    generation,
+                },
+            );
+            self.stored += 1;
+        }
+        if expect_offset != committed {
+            return Err((
+                "the committed watermark covers exactly what was staged",
+                format!("committed {committed}, staged through {expect_offset}"),
+            ));
+        }
+        let all: Vec<u64> = staged.positions.iter().map(|s| s.position.offset).collect();
+        self.note(format!(
+            "append shard {shard} events {events:?} {} -> {:?}{}",
+            if durable { "durable" } else { "memory" },
+            all,
+            if retry { " (retry)" } else { "" }
+        ));
+        if durable {
+            let ack = self.next_ack;
+            self.next_ack += 1;
+            self.pending.insert(
+                ack,
+                Pending {
+                    shard,
+                    offsets: all,
+                    needed: staged.needed,
+                },
+            );
+            if let Some(ack) = self.nodes[shard as usize]
+                .core
+                .wait_durable(staged.needed, ack)
+            {
+                self.durable_ack(ack)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One flush I/O on a random shard: a round's write, or its sync.
+    fn flush_io(&mut self) -> Result<(), Broken> {
+        let shard = self.rng.below(u64::from(self.shards)) as usize;
+        let node = &mut self.nodes[shard];
+        let replies = match node.core.next_io() {
+            FlushIo::Write(plan) => {
+                let result = block_on(node.log.append_chunks(&ShardCore::<u64>::images(&plan)));
+                let line = format!(
+                    "write shard {shard} {} chunk(s): {}",
+                    plan.len(),
+                    result
+                        .as_ref()
+                        .map_or_else(|e| e.to_string(), |_| "ok".into())
+                );
+                drop(plan);
+                let replies = node.core.written(result);
+                self.note(line);
+                replies
+            }
+            FlushIo::Sync => {
+                let result = block_on(node.log.sync());
+                let line = format!(
+                    "sync shard {shard}: {}",
+                    result
+                        .as_ref()
+                        .map_or_else(|e| e.to_string(), |n| format!("through {n}"))
+                );
+                let replies = node.core.synced(result, &node.log);
+                self.note(line);
+                replies
+            }
+            FlushIo::Retention | FlushIo::Wait | FlushIo::Stop => return Ok(()),
+        };
+        self.answer(replies)
+    }
+
+    fn answer(&mut self, replies: Replies<u64>) -> Result<(), Broken> {
+        for ack in replies.ok {
+            self.durable_ack(ack)?;
+        }
+        for (ack, error) in replies.failed {
+            self.pending.remove(&ack);
+            self.note(format!("durable ack {ack} failed: {error}"));
+        }
+        Ok(())
+    }
+
+    fn durable_ack(&mut self, ack: u64) -> Result<(), Broken> {
+        let pending = self
+            .pending
+            .remove(&ack)
+            .expect("each ack is answered once");
+        let node = &self.nodes[pending.shard as usize];
+        let synced = node.log.synced_offset();
+        // Durable acks only after the fdatasync that covers them returned.
+        if synced < pending.needed {
+            return Err((
+                "a durable ack is given only after the fdatasync covering it returns",
+                format!(
+                    "ack {ack} of {}:{:?} needs offset {} synced, the log has synced below {synced}",
+                    pending.shard, pending.offsets, pending.needed
+                ),
+            ));
+        }
+        let model = &mut self.model[pending.shard as usize];
+        for offset in &pending.offsets {
+            if let Some(e) = model.get_mut(offset) {
+                e.durable = true;
+            }
+        }
+        self.durable_acks += 1;
+        self.note(format!("durable ack {ack}"));
+        Ok(())
+    }
+
+    /// Every shard's watermarks and memory, after every step.
+    fn check_shards(&self) -> Result<(), Broken> {
+        for (shard, node) in self.nodes.iter().enumerate() {
+            let w = &node.core.shared().watermarks;
+            let (committed, flushed) = (w.committed_next(), w.flushed_next());
+            // Readers never pass the committed watermark; the flushed one
+            // never passes it either.
+            if flushed > committed {
+                return Err((
+                    "flushed <= committed",
+                    format!("shard {shard}: flushed {flushed} > committed {committed}"),
+                ));
+            }
+            // The flushed watermark means durable.
+            if flushed > node.log.synced_offset() {
+                return Err((
+                    "the flushed watermark moves only after the fdatasync covering it",
+                    format!(
+                        "shard {shard}: flushed {flushed}, synced below {}",
+                        node.log.synced_offset()
+                    ),
+                ));
+            }
+            // Flush before evict: a window leaves memory only once on disk.
+            let evicted = node.core.evicted_below();
+            if evicted > flushed {
+                return Err((
+                    "a window is evicted only after it is flushed",
+                    format!("shard {shard}: ring evicted below {evicted}, flushed {flushed}"),
+                ));
+            }
+            // Bounded memory.
+            let bound = self.limits.ring_bytes + 2 * self.limits.window_bytes;
+            if node.core.shared().ring_bytes() > bound {
+                return Err((
+                    "ring memory stays within ring_bytes",
+                    format!(
+                        "shard {shard}: {} bytes of windows, bound {bound}",
+                        node.core.shared().ring_bytes()
+                    ),
+                ));
+            }
+            // Back-pressure: a batch is taken only with room for it (or
+            // when nothing is unflushed); batches here are under 1 KiB.
+            let unflushed = node.core.unflushed_bytes();
+            if unflushed > self.limits.max_unflushed_bytes + 1024 {
+                return Err((
+                    "unflushed bytes stay within max_unflushed_bytes",
+                    format!("shard {shard}: {unflushed} unflushed"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every shard stops at once (a process crash, or power loss), recovers,
+    /// and what recovery kept is checked against every ack given.
+    fn restart(&mut self, power_loss: bool) -> Result<(), Broken> {
+        let flushed: Vec<u64> = self
+            .nodes
+            .iter()
+            .map(|n| n.core.shared().watermarks.flushed_next())
+            .collect();
+        let generations: Vec<u32> = self
+            .nodes
+            .iter()
+            .map(|n| n.log.generations().current())
+            .collect();
+        self.nodes.clear();
+        self.pending.clear(); // never acknowledged: the process is gone
+        for storage in &self.storages {
+            if power_loss {
+                storage.power_loss_keeping(self.rng.next());
+            } else {
+                storage.process_crash();
+            }
+        }
+        self.restarts += 1;
+        self.note(format!(
+            "{} (flushed {flushed:?})",
+            if power_loss { "power loss" } else { "crash" }
+        ));
+        self.open_all()?;
+        for shard in 0..self.shards as usize {
+            let node = &self.nodes[shard];
+            let kept = read_log(&node.log).map_err(|e| {
+                (
+                    "recovered chunks read back and verify",
+                    format!("shard {shard}: {e}"),
+                )
+            })?;
+            let next = node.log.next_offset();
+            let gens = node.log.generations();
+            // A new generation starts with every open.
+            if gens.current() <= generations[shard] {
+                return Err((
+                    "every open starts a new generation",
+                    format!(
+                        "shard {shard}: generation {} after {}",
+                        gens.current(),
+                        generations[shard]
+                    ),
+                ));
+            }
+            let mut prev: Option<(u64, i64)> = None;
+            let mut stamps = std::collections::BTreeSet::new();
+            for &(offset, ts, _, stamp) in &kept {
+                if prev.is_some_and(|(o, t)| offset != o + 1 || ts <= t) {
+                    return Err((
+                        "offsets are dense and stamps strictly increase within a shard",
+                        format!("shard {shard}: recovered {offset} ts {ts} after {prev:?}"),
+                    ));
+                }
+                prev = Some((offset, ts));
+                if let Some(stamp) = stamp {
+                    if !stamps.insert((stamp.producer_id, stamp.sequence)) {
+                        return Err((
+                            "exactly once: a producer's event is stored once",
+                            format!("shard {shard}: {stamp:?} recovered twice"),
+                        ));
+                    }
+                }
+            }
+            let on_disk: BTreeMap<u64, (i64, u64)> = kept
+                .iter()
+                .map(|&(offset, ts, event, _)| (offset, (ts, event)))
+                .collect();
+            for (&offset, expect) in &self.model[shard] {
+                let found = on_disk.get(&offset);
+                let same = found == Some(&(expect.ts, expect.event));
+                // Durable acks are never lost; nor is anything below the
+                // flushed watermark (it means durable); after a process
+                // crash, everything written stays.
+                let must = expect.durable || offset < flushed[shard];
+                if must && !same {
+                    return Err((
+                        "an acknowledged durable event is never lost",
+                        format!(
+                            "shard {shard} offset {offset}: expected event {} (ts {}, {}), recovered {found:?}",
+                            expect.event,
+                            expect.ts,
+                            if expect.durable { "durably acked" } else { "flushed" }
+                        ),
+                    ));
+                }
+                if !same && found.is_some() {
+                    return Err((
+                        "recovery keeps a prefix of what was written",
+                        format!(
+                            "shard {shard} offset {offset}: event {} became {found:?}",
+                            expect.event
+                        ),
+                    ));
+                }
+                // Crash-safe cursors: an offset whose event was lost is
+                // handed out again only under another generation.
+                if !same && gens.of_offset(offset) == expect.generation {
+                    return Err((
+                        "an offset is never reused within a generation",
+                        format!(
+                            "shard {shard} offset {offset} (lost event {}) is in generation {} again",
+                            expect.event, expect.generation
+                        ),
+                    ));
+                }
+            }
+            if kept.len() as u64 != next {
+                return Err((
+                    "recovery keeps a prefix of what was written",
+                    format!(
+                        "shard {shard}: {} records read, next offset {next}",
+                        kept.len()
+                    ),
+                ));
+            }
+        }
+        // The model is now what the disk holds.
+        for shard in 0..self.shards as usize {
+            let next = self.nodes[shard].log.next_offset();
+            self.model[shard].retain(|&offset, _| offset < next);
+            for e in self.model[shard].values_mut() {
+                // Recovered and synced by the open: it must survive from now on.
+                e.durable = true;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Frames events (their ids as payloads) as the engine does for one shard.
+fn frame(events: &[u64], stamps: &[Option<ProducerStamp>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (event, stamp) in events.iter().zip(stamps) {
+        let payload = event.to_le_bytes();
+        let directory = format!("/sim/{}", event % 3);
+        let record = Record {
+            ts: 0,
+            offset: 0,
+            kind: Kind::Create,
+            signatures: Signatures::new(&[]),
+            directory: &directory,
+            old_name: "",
+            new_name: "entry",
+            new_parent: "",
+            payload: &payload,
+            producer: *stamp,
+        };
+        let at = out.len();
+        out.resize(at + record.encoded_len(), 0);
+        record
+            .encode_into(&mut out[at..])
+            .expect("the simulator's records are valid");
+    }
+    out
+}
+
+/// Every record of a log as (offset, ts, event id, producer stamp).
+type Kept = Vec<(u64, i64, u64, Option<ProducerStamp>)>;
+
+fn read_log(log: &Log<MemStorage>) -> Result<Kept, String> {
+    let mut kept = Vec::new();
+    for location in log.chunks().collect::<Vec<_>>() {
+        let buf = block_on(log.read_chunk(&location)).map_err(|e| e.to_string())?;
+        let header = crate::chunk::ChunkHeader::decode(&buf).map_err(|e| e.to_string())?;
+        let body = crate::chunk::body_of(&buf, &header).map_err(|e| e.to_string())?;
+        for record in crate::chunk::records(body) {
+            let record = record.map_err(|e| e.to_string())?;
+            let event = u64::from_le_bytes(
+                record
+                    .payload
+                    .try_into()
+                    .map_err(|_| "a payload that is not an event id".to_string())?,
+            );
+            kept.push((record.offset, record.ts, event, record.producer));
+        }
+    }
+    Ok(kept)
+}
