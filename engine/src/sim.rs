@@ -12,8 +12,21 @@
 //! kept against every acknowledgement given. The same seed replays the same
 //! run: each run's [`SimOutcome::digest`] is a hash of everything it saw.
 //!
-//! Not covered yet (issue 17 goes on): subscribers (merge order, cursors,
-//! claims), retention, stalled syncs, cancelled appends.
+//! Each check's message starts with the number of the DESIGN.md section 2
+//! invariant it holds the shards to: 2.1 (dense offsets, increasing stamps,
+//! at every stage and after every recovery), 2.2 (flush before evict;
+//! unflushed bytes bounded), 2.3 (durable acks only after the covering
+//! fdatasync; the flushed watermark likewise; acked events survive crashes
+//! and power loss), 2.4 (the committed watermark covers exactly what one
+//! step staged), 2.6 (an offset lost to a crash comes back only in another
+//! generation), 2.9 (recovery keeps a prefix of what was written, and it
+//! verifies), 2.11 (ring memory bounded), 2.12 (a retry stores nothing new,
+//! also after a restart, and gets its original positions).
+//!
+//! Not covered yet (issue 17 goes on): subscribers, so 2.5 (merge order and
+//! claims), 2.6's cursor resume, 2.7 (retention), 2.8 (a shard never waits
+//! on a reader); 2.10 and 2.13 belong to the server and the runtime. Nor
+//! stalled syncs or cancelled appends.
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -318,7 +331,7 @@ impl World {
             ));
             let (mut log, _report) = opened.map_err(|e| {
                 (
-                    "recovery opens what the shard wrote",
+                    "2.9 recovery opens what the shard wrote",
                     format!("shard {shard}: {e}"),
                 )
             })?;
@@ -480,7 +493,7 @@ impl World {
                 let same = original.is_some_and(|o| o.event == events[i] && o.ts == position.ts);
                 if !same {
                     return Err((
-                        "an idempotent retry appends nothing and gets its original position",
+                        "2.12 a retry appends nothing and gets its original position",
                         format!(
                             "event {} answered as a duplicate at {}:{} which holds {:?}",
                             events[i], shard, position.offset, original
@@ -495,7 +508,7 @@ impl World {
                     .find(|(_, e)| e.stamp == Some(stamp))
                 {
                     return Err((
-                        "exactly once: a producer's event is stored once",
+                        "2.12 retries never duplicate: a producer's event is stored once",
                         format!(
                             "{stamp:?} stored again at {shard}:{} (already at {offset})",
                             position.offset
@@ -505,7 +518,7 @@ impl World {
             }
             if position.offset != expect_offset || position.ts <= prev_ts {
                 return Err((
-                    "offsets are dense and stamps strictly increase within a shard",
+                    "2.1 offsets are dense and stamps strictly increase within a shard",
                     format!(
                         "staged at {shard}:{} ts {} after offset {} ts {prev_ts}",
                         position.offset,
@@ -531,7 +544,7 @@ impl World {
         }
         if expect_offset != committed {
             return Err((
-                "the committed watermark covers exactly what was staged",
+                "2.4 the committed watermark covers exactly what was staged, in the same step",
                 format!("committed {committed}, staged through {expect_offset}"),
             ));
         }
@@ -620,7 +633,7 @@ impl World {
         // Durable acks only after the fdatasync that covers them returned.
         if synced < pending.needed {
             return Err((
-                "a durable ack is given only after the fdatasync covering it returns",
+                "2.3 a durable ack is given only after the fdatasync covering it returns",
                 format!(
                     "ack {ack} of {}:{:?} needs offset {} synced, the log has synced below {synced}",
                     pending.shard, pending.offsets, pending.needed
@@ -647,14 +660,14 @@ impl World {
             // never passes it either.
             if flushed > committed {
                 return Err((
-                    "flushed <= committed",
+                    "2.4 flushed <= committed",
                     format!("shard {shard}: flushed {flushed} > committed {committed}"),
                 ));
             }
             // The flushed watermark means durable.
             if flushed > node.log.synced_offset() {
                 return Err((
-                    "the flushed watermark moves only after the fdatasync covering it",
+                    "2.3 the flushed watermark moves only after the fdatasync covering it",
                     format!(
                         "shard {shard}: flushed {flushed}, synced below {}",
                         node.log.synced_offset()
@@ -665,7 +678,7 @@ impl World {
             let evicted = node.core.evicted_below();
             if evicted > flushed {
                 return Err((
-                    "a window is evicted only after it is flushed",
+                    "2.2 flush before evict: a window leaves the ring only once durable",
                     format!("shard {shard}: ring evicted below {evicted}, flushed {flushed}"),
                 ));
             }
@@ -673,7 +686,7 @@ impl World {
             let bound = self.limits.ring_bytes + 2 * self.limits.window_bytes;
             if node.core.shared().ring_bytes() > bound {
                 return Err((
-                    "ring memory stays within ring_bytes",
+                    "2.11 ring memory stays within ring_bytes",
                     format!(
                         "shard {shard}: {} bytes of windows, bound {bound}",
                         node.core.shared().ring_bytes()
@@ -685,7 +698,7 @@ impl World {
             let unflushed = node.core.unflushed_bytes();
             if unflushed > self.limits.max_unflushed_bytes + 1024 {
                 return Err((
-                    "unflushed bytes stay within max_unflushed_bytes",
+                    "2.2 unflushed bytes stay within max_unflushed_bytes",
                     format!("shard {shard}: {unflushed} unflushed"),
                 ));
             }
@@ -725,7 +738,7 @@ impl World {
             let node = &self.nodes[shard];
             let kept = read_log(&node.log).map_err(|e| {
                 (
-                    "recovered chunks read back and verify",
+                    "2.9 recovered chunks read back and verify",
                     format!("shard {shard}: {e}"),
                 )
             })?;
@@ -734,7 +747,7 @@ impl World {
             // A new generation starts with every open.
             if gens.current() <= generations[shard] {
                 return Err((
-                    "every open starts a new generation",
+                    "2.6 every open starts a new generation",
                     format!(
                         "shard {shard}: generation {} after {}",
                         gens.current(),
@@ -747,7 +760,7 @@ impl World {
             for &(offset, ts, _, stamp) in &kept {
                 if prev.is_some_and(|(o, t)| offset != o + 1 || ts <= t) {
                     return Err((
-                        "offsets are dense and stamps strictly increase within a shard",
+                        "2.1 offsets are dense and stamps strictly increase within a shard",
                         format!("shard {shard}: recovered {offset} ts {ts} after {prev:?}"),
                     ));
                 }
@@ -755,7 +768,7 @@ impl World {
                 if let Some(stamp) = stamp {
                     if !stamps.insert((stamp.producer_id, stamp.sequence)) {
                         return Err((
-                            "exactly once: a producer's event is stored once",
+                            "2.12 retries never duplicate: a producer's event is stored once",
                             format!("shard {shard}: {stamp:?} recovered twice"),
                         ));
                     }
@@ -774,7 +787,7 @@ impl World {
                 let must = expect.durable || offset < flushed[shard];
                 if must && !same {
                     return Err((
-                        "an acknowledged durable event is never lost",
+                        "2.3 an acknowledged durable event is never lost",
                         format!(
                             "shard {shard} offset {offset}: expected event {} (ts {}, {}), recovered {found:?}",
                             expect.event,
@@ -785,7 +798,7 @@ impl World {
                 }
                 if !same && found.is_some() {
                     return Err((
-                        "recovery keeps a prefix of what was written",
+                        "2.9 recovery keeps exactly a prefix of what was written",
                         format!(
                             "shard {shard} offset {offset}: event {} became {found:?}",
                             expect.event
@@ -796,7 +809,7 @@ impl World {
                 // handed out again only under another generation.
                 if !same && gens.of_offset(offset) == expect.generation {
                     return Err((
-                        "an offset is never reused within a generation",
+                        "2.6 an offset is never reused within a generation",
                         format!(
                             "shard {shard} offset {offset} (lost event {}) is in generation {} again",
                             expect.event, expect.generation
@@ -806,7 +819,7 @@ impl World {
             }
             if kept.len() as u64 != next {
                 return Err((
-                    "recovery keeps a prefix of what was written",
+                    "2.9 recovery keeps exactly a prefix of what was written",
                     format!(
                         "shard {shard}: {} records read, next offset {next}",
                         kept.len()
