@@ -39,6 +39,9 @@ use crate::record::{Kind, ProducerStamp, Record, Signatures};
 use crate::shard::core::{CoreLimits, FlushIo, Replies, ShardCore};
 use crate::shard::ShardShared;
 use crate::storage::{block_on, Faults, MemStorage};
+use crate::subscribe::{
+    Cursor, Ordering as SubOrdering, Start, Step, SubscribeError, SubscribeRequest, Subscription,
+};
 
 /// A kind of fault the simulator may inject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -128,6 +131,8 @@ pub struct SimOutcome {
     pub durable_acks: u64,
     pub duplicates: u64,
     pub restarts: u64,
+    /// Events delivered to subscribers, each checked.
+    pub delivered: u64,
     /// A hash of every step's outcome: the same seed gives the same digest.
     pub digest: u64,
 }
@@ -158,9 +163,15 @@ impl std::fmt::Display for SimFailure {
 /// Runs one seed.
 pub fn run(seed: u64, config: &SimConfig) -> Result<SimOutcome, SimFailure> {
     let mut world = World::new(seed, config);
-    for step in 0..config.steps {
+    for step in 0..=config.steps {
         world.step = step;
-        if let Err((invariant, detail)) = world.step() {
+        // The last step: faults stop, and every subscriber must catch up.
+        let result = if step == config.steps {
+            world.quiesce()
+        } else {
+            world.step()
+        };
+        if let Err((invariant, detail)) = result {
             return Err(SimFailure {
                 seed,
                 step,
@@ -176,6 +187,7 @@ pub fn run(seed: u64, config: &SimConfig) -> Result<SimOutcome, SimFailure> {
         durable_acks: world.durable_acks,
         duplicates: world.duplicates,
         restarts: world.restarts,
+        delivered: world.delivered,
         digest: world.digest.finish(),
     })
 }
@@ -239,6 +251,23 @@ struct Pending {
     needed: u64,
 }
 
+/// A subscriber: merged or per shard, event or chunk mode, from the
+/// beginning, with what it was delivered.
+struct Sub {
+    ordering: SubOrdering,
+    chunk_mode: bool,
+    sub: Option<Subscription>,
+    /// The cursor it resumes from when `sub` is closed.
+    cursor: Option<Cursor>,
+    /// Per shard: the offset its next delivery must have (match-all:
+    /// nothing is filtered out, so deliveries are dense).
+    next: Vec<u64>,
+    /// Per shard: what it was delivered, offset -> event.
+    delivered: Vec<BTreeMap<u64, u64>>,
+    /// The last merged delivery's (ts, shard), within this engine's life.
+    last_merged: Option<(i64, u32)>,
+}
+
 struct World {
     rng: Rng,
     faults: Vec<Fault>,
@@ -251,6 +280,8 @@ struct World {
     /// Per shard: what each offset holds.
     model: Vec<BTreeMap<u64, Expect>>,
     pending: BTreeMap<u64, Pending>,
+    subs: Vec<Sub>,
+    delivered: u64,
     producers: Vec<Producer>,
     next_event: u64,
     next_ack: u64,
@@ -289,6 +320,23 @@ impl World {
             nodes: Vec::new(),
             model: (0..shards).map(|_| BTreeMap::new()).collect(),
             pending: BTreeMap::new(),
+            subs: [
+                (SubOrdering::Merged, false),
+                (SubOrdering::PerShard, false),
+                (SubOrdering::Merged, true),
+            ]
+            .into_iter()
+            .map(|(ordering, chunk_mode)| Sub {
+                ordering,
+                chunk_mode,
+                sub: None,
+                cursor: None,
+                next: vec![0; shards as usize],
+                delivered: (0..shards).map(|_| BTreeMap::new()).collect(),
+                last_merged: None,
+            })
+            .collect(),
+            delivered: 0,
             producers: (1..=4)
                 .map(|id| Producer {
                     id,
@@ -336,6 +384,10 @@ impl World {
                 )
             })?;
             let shared = Arc::new(ShardShared::new(shard, stamped_high.clone()));
+            shared.attach(
+                crate::storage::Storage::reader(&storage),
+                log.generations().clone(),
+            );
             let (core, _heads) = ShardCore::over_opened_log(shared, self.limits, &mut log);
             self.nodes.push(Node { storage, log, core });
         }
@@ -346,12 +398,17 @@ impl World {
         self.clock_ns += self.rng.below(2_000) as i64;
         let roll = self.rng.below(1000);
         match roll {
-            0..=469 => self.append()?,
-            470..=899 => self.flush_io()?,
-            900..=959 => {
-                let shard = self.rng.below(u64::from(self.shards)) as usize;
-                self.nodes[shard].core.flush_interval_passed();
-                self.note(format!("tick shard {shard}"));
+            0..=419 => self.append()?,
+            420..=769 => self.flush_io()?,
+            770..=819 => self.tick(),
+            820..=939 => {
+                let sub = self.rng.below(self.subs.len() as u64) as usize;
+                let max = 1 + self.rng.below(32);
+                self.poll_sub(sub, max)?;
+            }
+            940..=959 => {
+                let sub = self.rng.below(self.subs.len() as u64) as usize;
+                self.reconnect(sub)?;
             }
             _ => self.fault()?,
         }
@@ -579,6 +636,11 @@ impl World {
     /// One flush I/O on a random shard: a round's write, or its sync.
     fn flush_io(&mut self) -> Result<(), Broken> {
         let shard = self.rng.below(u64::from(self.shards)) as usize;
+        self.flush_io_on(shard)
+    }
+
+    /// One flush I/O on `shard`, if its core has one to do (then it notes it).
+    fn flush_io_on(&mut self, shard: usize) -> Result<(), Broken> {
         let node = &mut self.nodes[shard];
         let replies = match node.core.next_io() {
             FlushIo::Write(plan) => {
@@ -719,6 +781,14 @@ impl World {
             .iter()
             .map(|n| n.log.generations().current())
             .collect();
+        for sub in &mut self.subs {
+            if let Some(open) = sub.sub.take() {
+                sub.cursor = Some(open.cursor());
+            }
+            // Merged order holds within an engine's life; across a restart
+            // only per-shard order and exactness are promised.
+            sub.last_merged = None;
+        }
         self.nodes.clear();
         self.pending.clear(); // never acknowledged: the process is gone
         for storage in &self.storages {
@@ -836,7 +906,303 @@ impl World {
                 e.durable = true;
             }
         }
+        for i in 0..self.subs.len() {
+            self.resume_after_restart(i)?;
+        }
         Ok(())
+    }
+
+    /// The flush interval on a random shard, and every shard answers the
+    /// claims merges asked of it (what the real shard's ticker does).
+    fn tick(&mut self) {
+        let shard = self.rng.below(u64::from(self.shards)) as usize;
+        self.nodes[shard].core.flush_interval_passed();
+        for node in &mut self.nodes {
+            node.core.answer_claim(self.clock_ns);
+        }
+        self.note(format!("tick shard {shard}"));
+    }
+
+    fn open_sub(&self, i: usize, resume_truncated: bool) -> Result<Subscription, SubscribeError> {
+        let sub = &self.subs[i];
+        let start = match &sub.cursor {
+            Some(cursor) => Start::Cursor(cursor.clone()),
+            None => Start::Beginning,
+        };
+        let shards: Vec<Arc<ShardShared>> =
+            self.nodes.iter().map(|n| n.core.shared_arc()).collect();
+        let request = SubscribeRequest {
+            ordering: sub.ordering,
+            resume_truncated,
+            ..SubscribeRequest::from(start)
+        };
+        Subscription::open(&shards, request)
+    }
+
+    /// Up to `max` deliveries to subscriber `i`, each checked.
+    fn poll_sub(&mut self, i: usize, max: u64) -> Result<(), Broken> {
+        if self.subs[i].sub.is_none() {
+            let opened = self
+                .open_sub(i, false)
+                .map_err(|e| ("2.6 a cursor of this engine's life resumes", e.to_string()))?;
+            self.subs[i].sub = Some(opened);
+        }
+        let mut got = 0;
+        while got < max {
+            let chunk_mode = self.subs[i].chunk_mode;
+            let sub = self.subs[i].sub.as_mut().expect("opened above");
+            if chunk_mode {
+                match sub.poll_chunk(2048) {
+                    Ok(Some(chunk)) => {
+                        let mut at = 0;
+                        for k in 0..chunk.count {
+                            let bad = |e: crate::record::RecordError| {
+                                ("chunks hold whole records", e.to_string())
+                            };
+                            let (len, offset, ts) =
+                                crate::record::peek_position(&chunk.records[at..]).map_err(bad)?;
+                            let header = crate::record::peek_header(&chunk.records[at..at + len])
+                                .map_err(bad)?;
+                            let payload = &chunk.records[at + header.payload_at..at + len];
+                            if offset != chunk.first_offset + k {
+                                return Err((
+                                    "chunks are dense",
+                                    format!(
+                                        "offset {offset} at {k} of a chunk from {}",
+                                        chunk.first_offset
+                                    ),
+                                ));
+                            }
+                            self.deliver(i, chunk.shard, offset, ts, payload, false)?;
+                            at += len;
+                        }
+                        got += chunk.count;
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Err(("a live subscription never fails", e.to_string())),
+                }
+            }
+            let sub = self.subs[i].sub.as_mut().expect("opened above");
+            match sub.poll() {
+                Ok(Step::Event(event)) => {
+                    let payload = event.payload();
+                    let merged = self.subs[i].ordering == SubOrdering::Merged;
+                    self.deliver(i, event.shard, event.offset, event.ts, &payload, merged)?;
+                    got += 1;
+                }
+                Ok(Step::Pending) | Ok(Step::End) => break,
+                Err(e) => return Err(("a live subscription never fails", e.to_string())),
+            }
+        }
+        if got > 0 {
+            self.note(format!("subscriber {i} got {got}"));
+        }
+        Ok(())
+    }
+
+    fn deliver(
+        &mut self,
+        i: usize,
+        shard: u32,
+        offset: u64,
+        ts: i64,
+        payload: &[u8],
+        merged: bool,
+    ) -> Result<(), Broken> {
+        let event = <[u8; 8]>::try_from(payload)
+            .map(u64::from_le_bytes)
+            .map_err(|_| {
+                (
+                    "subscribers see exactly the appended events",
+                    format!("payload {payload:?}"),
+                )
+            })?;
+        let sub = &mut self.subs[i];
+        let s = shard as usize;
+        // 2.6: resume is exact, never a skip, never a repeat.
+        if offset != sub.next[s] {
+            return Err((
+                "2.6 resume is exact: a subscriber never skips and never repeats an event",
+                format!(
+                    "subscriber {i} got {shard}:{offset}, expected {shard}:{}",
+                    sub.next[s]
+                ),
+            ));
+        }
+        // Exactly the events appended there (and only committed ones).
+        let expect = self.model[s].get(&offset);
+        if expect.is_none_or(|e| e.event != event || e.ts != ts) {
+            return Err((
+                "subscribers see exactly the appended events",
+                format!(
+                    "subscriber {i} got event {event} ts {ts} at {shard}:{offset}, the shard holds {expect:?}"
+                ),
+            ));
+        }
+        // 2.5: merged order is (ts, source), the same on every replay.
+        if merged {
+            if sub.last_merged.is_some_and(|last| (ts, shard) <= last) {
+                return Err((
+                    "2.5 a merged subscription delivers in (ts, source) order",
+                    format!(
+                        "subscriber {i} got ({ts}, shard {shard}) after {:?}",
+                        sub.last_merged
+                    ),
+                ));
+            }
+            sub.last_merged = Some((ts, shard));
+        }
+        sub.next[s] += 1;
+        sub.delivered[s].insert(offset, event);
+        self.delivered += 1;
+        Ok(())
+    }
+
+    /// Subscriber `i` disconnects and resumes from its cursor at once.
+    fn reconnect(&mut self, i: usize) -> Result<(), Broken> {
+        let Some(open) = self.subs[i].sub.take() else {
+            return Ok(());
+        };
+        let cursor = open.cursor();
+        drop(open);
+        // 2.6: the cursor is exactly what was delivered.
+        if cursor.offsets() != self.subs[i].next.as_slice() {
+            return Err((
+                "2.6 a cursor records exactly what was delivered",
+                format!(
+                    "subscriber {i}: cursor {:?}, delivered up to {:?}",
+                    cursor.offsets(),
+                    self.subs[i].next
+                ),
+            ));
+        }
+        self.subs[i].cursor = Some(cursor);
+        let reopened = self
+            .open_sub(i, false)
+            .map_err(|e| ("2.6 a cursor of this engine's life resumes", e.to_string()))?;
+        self.subs[i].sub = Some(reopened);
+        self.note(format!("subscriber {i} reconnected"));
+        Ok(())
+    }
+
+    /// After a restart (2.6): a subscriber's cursor resumes exactly if
+    /// everything it was delivered survived, and is refused as truncated
+    /// (never resumed silently) if the crash took some of it back.
+    fn resume_after_restart(&mut self, i: usize) -> Result<(), Broken> {
+        if self.subs[i].cursor.is_none() {
+            return Ok(());
+        }
+        let lost: Vec<bool> = (0..self.shards as usize)
+            .map(|s| {
+                self.subs[i].delivered[s].iter().any(|(offset, event)| {
+                    self.model[s].get(offset).is_none_or(|e| e.event != *event)
+                })
+            })
+            .collect();
+        match self.open_sub(i, false) {
+            Ok(reopened) => {
+                if let Some(s) = lost.iter().position(|&l| l) {
+                    return Err((
+                        "2.6 a cursor past events a crash took back is refused as truncated, never resumed",
+                        format!("subscriber {i} resumed on shard {s} past lost events"),
+                    ));
+                }
+                self.subs[i].sub = Some(reopened);
+                self.note(format!("subscriber {i} resumed"));
+            }
+            Err(SubscribeError::Truncated {
+                shard,
+                surviving_end,
+                ..
+            }) => {
+                if !lost[shard as usize] {
+                    return Err((
+                        "2.6 a cursor is refused as truncated only if events it covers were lost",
+                        format!(
+                            "subscriber {i}: shard {shard} truncated at {surviving_end}, nothing it saw was lost"
+                        ),
+                    ));
+                }
+                // The documented way on: resume each truncated shard from
+                // its surviving end (explicitly), forgetting what was lost.
+                let reopened = self.open_sub(i, true).map_err(|e| {
+                    (
+                        "2.6 a truncated cursor resumes from the surviving end when asked",
+                        e.to_string(),
+                    )
+                })?;
+                let cursor = reopened.cursor();
+                let sub = &mut self.subs[i];
+                for s in 0..self.shards as usize {
+                    let next = cursor.offsets()[s];
+                    if next != sub.next[s] && !lost[s] {
+                        return Err((
+                            "2.6 resuming a truncated cursor moves only the truncated shards",
+                            format!("subscriber {i} shard {s}: {} became {next}", sub.next[s]),
+                        ));
+                    }
+                    sub.next[s] = next;
+                    sub.delivered[s].retain(|&offset, _| offset < next);
+                }
+                sub.sub = Some(reopened);
+                self.note(format!(
+                    "subscriber {i} resumed after truncation on shard {shard}"
+                ));
+            }
+            Err(e) => {
+                return Err((
+                    "2.6 a cursor resumes or is refused as truncated",
+                    format!("subscriber {i}: {e}"),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// Faults stop: the shards flush everything and answer claims, and every
+    /// subscriber must then catch up with every committed event (liveness).
+    fn quiesce(&mut self) -> Result<(), Broken> {
+        for storage in &self.storages {
+            storage.set_faults(Faults::default());
+        }
+        if self.nodes.iter().any(|n| n.core.is_latched()) {
+            self.restart(false)?;
+        }
+        for _round in 0..64 {
+            self.clock_ns += 1_000_000;
+            for shard in 0..self.shards as usize {
+                self.nodes[shard].core.flush_interval_passed();
+                loop {
+                    let before = self.trace.len();
+                    self.flush_io_on(shard)?;
+                    if self.trace.len() == before {
+                        break; // the core had no I/O to do
+                    }
+                }
+                self.nodes[shard].core.answer_claim(self.clock_ns);
+            }
+            for i in 0..self.subs.len() {
+                self.poll_sub(i, 1 << 20)?;
+            }
+            let caught_up = self.subs.iter().all(|sub| {
+                (0..self.shards as usize)
+                    .all(|s| sub.next[s] == self.nodes[s].core.shared().watermarks.committed_next())
+            });
+            if caught_up {
+                return Ok(());
+            }
+        }
+        let behind: Vec<_> = self.subs.iter().map(|s| s.next.clone()).collect();
+        let committed: Vec<_> = self
+            .nodes
+            .iter()
+            .map(|n| n.core.shared().watermarks.committed_next())
+            .collect();
+        Err((
+            "liveness: once faults stop, every subscriber catches up",
+            format!("subscribers at {behind:?}, committed {committed:?}"),
+        ))
     }
 }
 

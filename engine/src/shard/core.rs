@@ -381,6 +381,35 @@ impl<R> ShardCore<R> {
         true
     }
 
+    /// Answers a merge's claim request (if any): claims "no future stamp at
+    /// or below" the wanted stamp, or as far towards it as the shard can.
+    /// Every stamp some shard already made visible is claimed at once,
+    /// whatever the clock says: a clock stepped back must not stall merges
+    /// for the length of the step, nor slow them to one event per claim
+    /// (claiming only the wanted stamp did that: the simulator's liveness
+    /// check found merges crawling one event per round trip while the clock
+    /// was behind the stamps). Beyond that (an `until_ns` ahead of every
+    /// stamp), the clock has to get there: then how far short, in ns, and the
+    /// driver asks again when the clock may have arrived. Runs between
+    /// commands, so no stamp is in progress: every stamp at or below the
+    /// claim is already visible, and later ones are fenced above it.
+    pub fn answer_claim(&mut self, now_ns: i64) -> Option<i64> {
+        let shared = &*self.shared;
+        let wanted = shared.watermarks.claim_wanted();
+        if wanted == 0 {
+            return None;
+        }
+        let reached = shared.stamped_high.load(Ordering::Acquire);
+        let ts = now_ns.max(self.last_ts).max(reached);
+        shared.watermarks.claim(ts);
+        if ts >= wanted {
+            shared.watermarks.claim_answered(wanted);
+            None
+        } else {
+            Some(wanted - ts)
+        }
+    }
+
     pub fn retention_due(&mut self) {
         self.retention_due = true;
     }

@@ -239,6 +239,13 @@ impl ShardShared {
             .sync_from(log.segment_indexes());
     }
 
+    /// Gives readers the shard's files and generation history; called once,
+    /// when its log has opened and before the shard reports ready.
+    pub(crate) fn attach(&self, files: Arc<dyn ReadFiles>, generations: Generations) {
+        let _ = self.files.set(files);
+        let _ = self.generations.set(generations);
+    }
+
     /// Asks the shard to claim "no future stamp at or below `ts`", so a merge
     /// waiting on this quiet shard can proceed. The shard claims its clock's
     /// now as soon as it is between commands, and again when its clock reaches
@@ -316,7 +323,7 @@ pub(crate) async fn run<S: Storage + 'static>(
     commands: flume::Receiver<Command>,
     ready: flume::Sender<Result<(RecoveryReport, Vec<(u64, u64)>), RecoveryError>>,
 ) {
-    let _ = shared.files.set(storage.reader());
+    let files = storage.reader();
     let (mut log, report) = match Log::open(storage, config.log.clone()).await {
         Ok(opened) => opened,
         Err(e) => {
@@ -324,7 +331,7 @@ pub(crate) async fn run<S: Storage + 'static>(
             return;
         }
     };
-    let _ = shared.generations.set(log.generations().clone());
+    shared.attach(files, log.generations().clone());
     let (core, heads) = ShardCore::over_opened_log(shared.clone(), core_limits(&config), &mut log);
     let _ = ready.send(Ok((report, heads)));
 
@@ -679,20 +686,10 @@ async fn ticker(driver: Rc<Driver>) {
         let wanted = shared.watermarks.claim_wanted();
         let claimed = wanted != 0 && claim_retry.is_none_or(|at| at <= now);
         if claimed {
-            // A wanted stamp that some shard already made visible is claimed
-            // at once, whatever the wall clock says (a clock stepped back must
-            // not stall merges for the length of the step); beyond that (an
-            // `until_ns` ahead of every stamp), the clock has to get there.
-            let reached = wanted.min(shared.stamped_high.load(Ordering::Acquire));
-            let ts = clock.now_ns().max(st.last_ts()).max(reached);
-            shared.watermarks.claim(ts);
-            if ts >= wanted {
-                shared.watermarks.claim_answered(wanted);
-                claim_retry = None;
-            } else {
-                let behind = Duration::from_nanos((wanted - ts) as u64);
-                claim_retry = Some(now + behind.clamp(MIN_CLAIM_WAIT, MAX_CLAIM_WAIT));
-            }
+            claim_retry = st.answer_claim(clock.now_ns()).map(|short| {
+                let behind = Duration::from_nanos(short as u64);
+                now + behind.clamp(MIN_CLAIM_WAIT, MAX_CLAIM_WAIT)
+            });
         }
         if retains && next_retention <= now {
             next_retention = now + config.retention_interval;
