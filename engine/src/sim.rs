@@ -23,10 +23,17 @@
 //! verifies), 2.11 (ring memory bounded), 2.12 (a retry stores nothing new,
 //! also after a restart, and gets its original positions).
 //!
-//! Not covered yet (issue 17 goes on): subscribers, so 2.5 (merge order and
-//! claims), 2.6's cursor resume, 2.7 (retention), 2.8 (a shard never waits
-//! on a reader); 2.10 and 2.13 belong to the server and the runtime. Nor
-//! stalled syncs or cancelled appends.
+//! Subscribers (merged, per shard, chunk mode) poll, disconnect and resume:
+//! 2.5 (merged deliveries in `(ts, source)` order, claims answered by the
+//! core as the real ticker does) and 2.6 (each delivery is the next event of
+//! its shard; a cursor is exactly what was delivered; after a restart it
+//! resumes only if nothing it covers was lost, else it is refused as
+//! truncated). The run ends with faults stopped and every subscriber caught
+//! up (liveness).
+//!
+//! Not covered yet (issue 17 goes on): 2.7 (retention), 2.8 (a shard never
+//! waits on a reader), filters; 2.10 and 2.13 belong to the server and the
+//! runtime. Nor stalled syncs or cancelled appends.
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};

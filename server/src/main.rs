@@ -323,8 +323,14 @@ fn serve(config: ServerConfig) -> Result<()> {
                 max_message,
             ),
         );
+        // Registered before `listening on` is printed: a SIGTERM that comes
+        // right after that line must stop the server gracefully, not kill it
+        // (registered lazily, inside the shutdown future, the handler was
+        // only installed once the server was first polled, after the line;
+        // tune_profile_is_served caught that under load in CI).
+        let stop_signal = stop_signals()?;
         let signal = async move {
-            wait_for_signal().await;
+            stop_signal.await;
             tracing::info!("stopping: no new connections; ending streams, then flush and sync");
             let _ = stop_tx.send(true);
         };
@@ -377,20 +383,18 @@ fn serve(config: ServerConfig) -> Result<()> {
     Ok(())
 }
 
-async fn wait_for_signal() {
+/// Installs the SIGINT and SIGTERM handlers now; the returned future ends
+/// when either signal arrives.
+fn stop_signals() -> Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(mut int), Ok(mut term)) => {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-            }
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
         }
-        _ => std::future::pending().await,
-    }
+    })
 }
 
 /// The idempotent producers a shard's open found, and what rebuilding their

@@ -111,3 +111,21 @@ async fn every_acknowledged_durable_event_survives_sigterm() {
         .status();
     let _ = child.wait();
 }
+
+/// `listening on` is a promise that SIGTERM is handled: a SIGTERM sent the
+/// moment the line appears stops the server gracefully (exit 0), never kills
+/// it. The handler used to be installed only when the server was first
+/// polled, after the line; under load the signal landed first (CI).
+#[test]
+fn sigterm_right_after_listening_is_graceful() {
+    let _watchdog = ringfeed_watchdog::arm();
+    for round in 0..10 {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let (mut child, _) = start_server(dir.path());
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let status = child.wait().unwrap();
+        assert!(status.success(), "round {round}: {status:?}");
+    }
+}
