@@ -43,6 +43,7 @@ use std::sync::Arc;
 use crate::event::{AppendError, Stored};
 use crate::log::{Log, LogConfig};
 use crate::record::{Kind, ProducerStamp, Record, Signatures};
+use crate::retention::RetentionPolicy;
 use crate::shard::core::{CoreLimits, FlushIo, Replies, ShardCore};
 use crate::shard::ShardShared;
 use crate::storage::{block_on, Faults, MemStorage};
@@ -140,6 +141,8 @@ pub struct SimOutcome {
     pub restarts: u64,
     /// Events delivered to subscribers, each checked.
     pub delivered: u64,
+    /// Times a subscriber was refused below the retained range and skipped.
+    pub retention_skips: u64,
     /// A hash of every step's outcome: the same seed gives the same digest.
     pub digest: u64,
 }
@@ -195,6 +198,7 @@ pub fn run(seed: u64, config: &SimConfig) -> Result<SimOutcome, SimFailure> {
         duplicates: world.duplicates,
         restarts: world.restarts,
         delivered: world.delivered,
+        retention_skips: world.retention_skips,
         digest: world.digest.finish(),
     })
 }
@@ -263,6 +267,8 @@ struct Pending {
 struct Sub {
     ordering: SubOrdering,
     chunk_mode: bool,
+    /// Polls rarely: falls behind the ring and past retention.
+    paused: bool,
     sub: Option<Subscription>,
     /// The cursor it resumes from when `sub` is closed.
     cursor: Option<Cursor>,
@@ -289,6 +295,9 @@ struct World {
     pending: BTreeMap<u64, Pending>,
     subs: Vec<Sub>,
     delivered: u64,
+    /// Per shard: events below this were removed by retention.
+    retained: Vec<u64>,
+    retention_skips: u64,
     producers: Vec<Producer>,
     next_event: u64,
     next_ack: u64,
@@ -328,14 +337,16 @@ impl World {
             model: (0..shards).map(|_| BTreeMap::new()).collect(),
             pending: BTreeMap::new(),
             subs: [
-                (SubOrdering::Merged, false),
-                (SubOrdering::PerShard, false),
-                (SubOrdering::Merged, true),
+                (SubOrdering::Merged, false, false),
+                (SubOrdering::PerShard, false, false),
+                (SubOrdering::Merged, true, false),
+                (SubOrdering::PerShard, false, true),
             ]
             .into_iter()
-            .map(|(ordering, chunk_mode)| Sub {
+            .map(|(ordering, chunk_mode, paused)| Sub {
                 ordering,
                 chunk_mode,
+                paused,
                 sub: None,
                 cursor: None,
                 next: vec![0; shards as usize],
@@ -344,6 +355,8 @@ impl World {
             })
             .collect(),
             delivered: 0,
+            retained: vec![0; shards as usize],
+            retention_skips: 0,
             producers: (1..=4)
                 .map(|id| Producer {
                     id,
@@ -407,11 +420,14 @@ impl World {
         match roll {
             0..=419 => self.append()?,
             420..=769 => self.flush_io()?,
-            770..=819 => self.tick(),
+            770..=809 => self.tick(),
+            810..=819 => self.retention()?,
             820..=939 => {
                 let sub = self.rng.below(self.subs.len() as u64) as usize;
                 let max = 1 + self.rng.below(32);
-                self.poll_sub(sub, max)?;
+                if !self.subs[sub].paused || self.rng.chance(30) {
+                    self.poll_sub(sub, max)?;
+                }
             }
             940..=959 => {
                 let sub = self.rng.below(self.subs.len() as u64) as usize;
@@ -567,8 +583,18 @@ impl World {
                 continue;
             }
             if let Some(stamp) = stamps[i] {
+                // Within the retained range: the table is rebuilt at open from
+                // the retained records, so after a restart a retry of an event
+                // that retention already removed is new again (README,
+                // "Idempotent producers"; the simulator found that edge).
+                let retained = self.nodes[shard as usize]
+                    .core
+                    .shared()
+                    .watermarks
+                    .snapshot()
+                    .retained_from;
                 if let Some((offset, _)) = self.model[shard as usize]
-                    .iter()
+                    .range(retained..)
                     .find(|(_, e)| e.stamp == Some(stamp))
                 {
                     return Err((
@@ -855,7 +881,9 @@ impl World {
                 .iter()
                 .map(|&(offset, ts, event, _)| (offset, (ts, event)))
                 .collect();
-            for (&offset, expect) in &self.model[shard] {
+            let retained = node.log.retained().map_or(next, |r| r.0);
+            // Below the retained range, events were removed on purpose.
+            for (&offset, expect) in self.model[shard].range(retained..) {
                 let found = on_disk.get(&offset);
                 let same = found == Some(&(expect.ts, expect.event));
                 // Durable acks are never lost; nor is anything below the
@@ -894,15 +922,27 @@ impl World {
                     ));
                 }
             }
-            if kept.len() as u64 != next {
+            if kept.len() as u64 != next - retained {
                 return Err((
                     "2.9 recovery keeps exactly a prefix of what was written",
                     format!(
-                        "shard {shard}: {} records read, next offset {next}",
+                        "shard {shard}: {} records read, retained {retained}..{next}",
                         kept.len()
                     ),
                 ));
             }
+            // Retention's removals may be undone by power loss (the
+            // directory change was not synced), never extended.
+            if retained > self.retained[shard] {
+                return Err((
+                    "2.7 recovery never loses retained segments",
+                    format!(
+                        "shard {shard}: retained from {retained}, was {}",
+                        self.retained[shard]
+                    ),
+                ));
+            }
+            self.retained[shard] = retained;
         }
         // The model is now what the disk holds.
         for shard in 0..self.shards as usize {
@@ -950,7 +990,7 @@ impl World {
     fn poll_sub(&mut self, i: usize, max: u64) -> Result<(), Broken> {
         if self.subs[i].sub.is_none() {
             let opened = self
-                .open_sub(i, false)
+                .open_or_skip(i, false)?
                 .map_err(|e| ("2.6 a cursor of this engine's life resumes", e.to_string()))?;
             self.subs[i].sub = Some(opened);
         }
@@ -987,7 +1027,7 @@ impl World {
                         continue;
                     }
                     Ok(None) => {}
-                    Err(e) => return Err(("a live subscription never fails", e.to_string())),
+                    Err(e) => return self.subscription_failed(i, e),
                 }
             }
             let sub = self.subs[i].sub.as_mut().expect("opened above");
@@ -999,7 +1039,7 @@ impl World {
                     got += 1;
                 }
                 Ok(Step::Pending) | Ok(Step::End) => break,
-                Err(e) => return Err(("a live subscription never fails", e.to_string())),
+                Err(e) => return self.subscription_failed(i, e),
             }
         }
         if got > 0 {
@@ -1086,7 +1126,7 @@ impl World {
         }
         self.subs[i].cursor = Some(cursor);
         let reopened = self
-            .open_sub(i, false)
+            .open_or_skip(i, false)?
             .map_err(|e| ("2.6 a cursor of this engine's life resumes", e.to_string()))?;
         self.subs[i].sub = Some(reopened);
         self.note(format!("subscriber {i} reconnected"));
@@ -1107,7 +1147,7 @@ impl World {
                 })
             })
             .collect();
-        match self.open_sub(i, false) {
+        match self.open_or_skip(i, false)? {
             Ok(reopened) => {
                 if let Some(s) = lost.iter().position(|&l| l) {
                     return Err((
@@ -1133,7 +1173,7 @@ impl World {
                 }
                 // The documented way on: resume each truncated shard from
                 // its surviving end (explicitly), forgetting what was lost.
-                let reopened = self.open_sub(i, true).map_err(|e| {
+                let reopened = self.open_or_skip(i, true)?.map_err(|e| {
                     (
                         "2.6 a truncated cursor resumes from the surviving end when asked",
                         e.to_string(),
@@ -1165,6 +1205,147 @@ impl World {
             }
         }
         Ok(())
+    }
+
+    /// A retention pass on a random shard: whole old segments go.
+    fn retention(&mut self) -> Result<(), Broken> {
+        let shard = self.rng.below(u64::from(self.shards)) as usize;
+        let policy = RetentionPolicy {
+            max_age: None,
+            max_bytes: Some(64 << 10),
+        };
+        let node = &mut self.nodes[shard];
+        if node.core.is_latched() {
+            return Ok(());
+        }
+        let Ok(outcome) = block_on(node.log.apply_retention(policy, self.clock_ns)) else {
+            self.note(format!("retention shard {shard}: failed"));
+            return Ok(());
+        };
+        node.core.retention_applied(&outcome, &node.log);
+        let w = node.core.shared().watermarks.snapshot();
+        // 2.7 / 2.3: retention removes whole segments that are durable, never
+        // what a crash could still need to replay or a reader has not got on disk.
+        if w.retained_from > w.flushed_next {
+            return Err((
+                "2.7 retention removes only durable, whole segments",
+                format!(
+                    "shard {shard}: retained from {}, flushed {}",
+                    w.retained_from, w.flushed_next
+                ),
+            ));
+        }
+        self.retained[shard] = w.retained_from;
+        self.note(format!(
+            "retention shard {shard}: retained from {}",
+            w.retained_from
+        ));
+        Ok(())
+    }
+
+    /// A subscription failed: only a cursor below the retained range may
+    /// (2.7), answered with the oldest retained offset, never a silent skip;
+    /// the subscriber then skips there explicitly, as a client would.
+    fn subscription_failed(&mut self, i: usize, e: SubscribeError) -> Result<(), Broken> {
+        let open = self.subs[i].sub.take().expect("it was polled");
+        match e {
+            SubscribeError::BelowRetention {
+                shard,
+                offset,
+                retained_from,
+                ..
+            } if self.below_retention_holds(i, shard, offset, retained_from) => {
+                let cursor = open.cursor();
+                self.skip_to(i, cursor, shard, retained_from);
+                Ok(())
+            }
+            e => Err((
+                "a live subscription fails only below retention",
+                format!("subscriber {i}: {e}"),
+            )),
+        }
+    }
+
+    /// The BelowRetention error names what it should: this subscriber's next
+    /// offset, below the shard's oldest retained one.
+    fn below_retention_holds(&self, i: usize, shard: u32, offset: u64, retained_from: u64) -> bool {
+        let s = shard as usize;
+        let now = self.nodes[s]
+            .core
+            .shared()
+            .watermarks
+            .snapshot()
+            .retained_from;
+        offset == self.subs[i].next[s] && offset < retained_from && retained_from == now
+    }
+
+    /// The subscriber's cursor, with `shard` moved to `to` (an explicit skip).
+    fn skip_to(&mut self, i: usize, cursor: Cursor, shard: u32, to: u64) {
+        let s = shard as usize;
+        let mut next = cursor.offsets().to_vec();
+        let mut gens = cursor
+            .generations()
+            .map_or_else(|| vec![0; next.len()], <[u32]>::to_vec);
+        next[s] = to;
+        gens[s] = match to {
+            0 => 0,
+            to => self.nodes[s].log.generations().of_offset(to - 1),
+        };
+        let sub = &mut self.subs[i];
+        sub.cursor = Some(Cursor::with_generations(next, gens));
+        sub.next[s] = to;
+        self.retention_skips += 1;
+        self.note(format!(
+            "subscriber {i} skipped shard {shard} to retained {to}"
+        ));
+    }
+
+    /// Opens subscriber `i` from its cursor; a cursor below the retained
+    /// range is refused (2.7) and then skipped forward explicitly.
+    fn open_or_skip(
+        &mut self,
+        i: usize,
+        resume_truncated: bool,
+    ) -> Result<Result<Subscription, SubscribeError>, Broken> {
+        for _ in 0..=self.shards {
+            match self.open_sub(i, resume_truncated) {
+                Err(SubscribeError::BelowRetention {
+                    shard,
+                    offset,
+                    retained_from,
+                    ..
+                }) => {
+                    if !self.below_retention_holds(i, shard, offset, retained_from) {
+                        return Err((
+                            "2.7 a cursor below the retained range is refused naming the oldest retained offset",
+                            format!("subscriber {i}: shard {shard} offset {offset}, retained from {retained_from}"),
+                        ));
+                    }
+                    let cursor = self.subs[i].cursor.clone().expect("a cursor was refused");
+                    self.skip_to(i, cursor, shard, retained_from);
+                }
+                Ok(opened) if self.subs[i].cursor.is_none() => {
+                    // From the beginning: at each shard's oldest retained event.
+                    let from = opened.cursor();
+                    for (s, node) in self.nodes.iter().enumerate() {
+                        let retained = node.core.shared().watermarks.snapshot().retained_from;
+                        if from.offsets()[s] != retained {
+                            return Err((
+                                "2.7 a subscription from the beginning starts at the oldest retained event",
+                                format!("subscriber {i} shard {s}: starts at {}, retained from {retained}", from.offsets()[s]),
+                            ));
+                        }
+                    }
+                    self.subs[i].next = from.offsets().to_vec();
+                    return Ok(Ok(opened));
+                }
+                other => return Ok(other),
+            }
+        }
+        Err((
+            "2.7 a cursor below retention is refused once per shard",
+            format!("subscriber {i}"),
+        ))
     }
 
     /// Faults stop: the shards flush everything and answer claims, and every

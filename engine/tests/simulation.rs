@@ -21,13 +21,14 @@ fn config(faults: Vec<Fault>) -> SimConfig {
 #[test]
 fn every_invariant_holds_under_every_fault() {
     let config = config(Fault::ALL.to_vec());
-    let (mut restarts, mut durable, mut delivered) = (0, 0, 0);
+    let (mut restarts, mut durable, mut delivered, mut skips) = (0, 0, 0, 0);
     for seed in 0..SEEDS {
         match sim::run(seed, &config) {
             Ok(outcome) => {
                 restarts += outcome.restarts;
                 durable += outcome.durable_acks;
                 delivered += outcome.delivered;
+                skips += outcome.retention_skips;
             }
             Err(failure) => panic!(
                 "{failure}\nreplay: ringfeed-bench simulate --seed {seed} --steps {STEPS} --faults all\nlast steps:\n{}",
@@ -46,6 +47,7 @@ fn every_invariant_holds_under_every_fault() {
         delivered > SEEDS * 1000,
         "only {delivered} deliveries checked"
     );
+    assert!(skips > 0, "no subscriber ever met the retention boundary");
 }
 
 #[test]

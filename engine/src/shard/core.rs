@@ -23,6 +23,7 @@ use crate::event::{AppendError, Position, Stored};
 use crate::log::{ChunkImage, Log};
 use crate::producer::{ProducerTable, Seen};
 use crate::record;
+use crate::retention::RetentionOutcome;
 use crate::ring::{FlushRange, Ring};
 use crate::segment::error::LogError;
 use crate::storage::Storage;
@@ -539,6 +540,22 @@ impl<R> ShardCore<R> {
             ));
         }
         replies
+    }
+
+    /// A retention pass removed whole old segments: readers learn the oldest
+    /// retained offset, then see the trimmed index. With no chunk on disk
+    /// (nothing flushed yet), that is the log's end, as at open: everything
+    /// from there on is still in the ring. (It used to be the committed
+    /// watermark, which declared the ring's unflushed events gone: readers
+    /// from the beginning skipped them, and a cursor below was refused as
+    /// below retention though nothing had been removed. The simulator found
+    /// it: "2.7 retention removes only durable, whole segments".)
+    pub fn retention_applied<S: Storage>(&mut self, outcome: &RetentionOutcome, log: &Log<S>) {
+        let end = log.next_offset();
+        self.shared
+            .watermarks
+            .publish_retained(outcome.retained.map_or(end, |r| r.0));
+        self.shared.publish_index(log);
     }
 
     /// The shard stopped: every waiter left is told so.

@@ -565,11 +565,7 @@ async fn flusher<S: Storage>(mut log: Log<S>, driver: Rc<Driver>) {
             FlushIo::Retention => {
                 let now = crate::clock::now_ns();
                 if let Ok(outcome) = log.apply_retention(config.retention, now).await {
-                    let next = shared.watermarks.committed_next();
-                    shared
-                        .watermarks
-                        .publish_retained(outcome.retained.map_or(next, |r| r.0));
-                    shared.publish_index(&log);
+                    core.borrow_mut().retention_applied(&outcome, &log);
                 }
                 shared
                     .stats
