@@ -44,7 +44,7 @@ use crate::event::{AppendError, Stored};
 use crate::log::{Log, LogConfig};
 use crate::record::{Kind, ProducerStamp, Record, Signatures};
 use crate::retention::RetentionPolicy;
-use crate::shard::core::{CoreLimits, FlushIo, Replies, ShardCore};
+use crate::shard::core::{chunk_images, CoreLimits, FlushIo, Replies, ShardCore};
 use crate::shard::ShardShared;
 use crate::storage::{block_on, Faults, MemStorage};
 use crate::subscribe::{
@@ -495,15 +495,7 @@ impl World {
             let sent = &self.producers[p].sent;
             let (shard, first, events) = sent[self.rng.below(sent.len() as u64) as usize].clone();
             let id = self.producers[p].id;
-            let stamps: Vec<_> = (0..events.len() as u64)
-                .map(|i| {
-                    Some(ProducerStamp {
-                        producer_id: id,
-                        sequence: first + i,
-                    })
-                })
-                .collect();
-            (shard, stamps, events)
+            (shard, stamps(id, first, events.len() as u64), events)
         } else {
             let shard = self.rng.below(u64::from(self.shards)) as u32;
             let count = 1 + self.rng.below(6);
@@ -517,15 +509,7 @@ impl World {
                 if producer.sent.len() > 16 {
                     producer.sent.remove(0);
                 }
-                let id = producer.id;
-                (0..count)
-                    .map(|i| {
-                        Some(ProducerStamp {
-                            producer_id: id,
-                            sequence: first + i,
-                        })
-                    })
-                    .collect()
+                stamps(producer.id, first, count)
             } else {
                 vec![None; count as usize]
             };
@@ -674,15 +658,15 @@ impl World {
     /// One flush I/O on a random shard: a round's write, or its sync.
     fn flush_io(&mut self) -> Result<(), Broken> {
         let shard = self.rng.below(u64::from(self.shards)) as usize;
-        self.flush_io_on(shard)
+        self.flush_io_on(shard).map(drop)
     }
 
-    /// One flush I/O on `shard`, if its core has one to do (then it notes it).
-    fn flush_io_on(&mut self, shard: usize) -> Result<(), Broken> {
+    /// One flush I/O on `shard`, if its core has one to do: whether it had.
+    fn flush_io_on(&mut self, shard: usize) -> Result<bool, Broken> {
         let node = &mut self.nodes[shard];
         let replies = match node.core.next_io() {
             FlushIo::Write(plan) => {
-                let result = block_on(node.log.append_chunks(&ShardCore::<u64>::images(&plan)));
+                let result = block_on(node.log.append_chunks(&chunk_images(&plan)));
                 let line = format!(
                     "write shard {shard} {} chunk(s): {}",
                     plan.len(),
@@ -707,10 +691,10 @@ impl World {
                 self.note(line);
                 replies
             }
-            FlushIo::Retention => return self.retention(shard),
-            FlushIo::Wait | FlushIo::Stop => return Ok(()),
+            FlushIo::Retention => return self.retention(shard).map(|()| true),
+            FlushIo::Wait | FlushIo::Stop => return Ok(false),
         };
-        self.answer(replies)
+        self.answer(replies).map(|()| true)
     }
 
     fn answer(&mut self, replies: Replies<u64>) -> Result<(), Broken> {
@@ -1366,13 +1350,7 @@ impl World {
             self.clock_ns += 1_000_000;
             for shard in 0..self.shards as usize {
                 self.nodes[shard].core.flush_interval_passed();
-                loop {
-                    let before = self.trace.len();
-                    self.flush_io_on(shard)?;
-                    if self.trace.len() == before {
-                        break; // the core had no I/O to do
-                    }
-                }
+                while self.flush_io_on(shard)? {}
                 self.nodes[shard].core.answer_claim(self.clock_ns);
             }
             for i in 0..self.subs.len() {
@@ -1397,6 +1375,18 @@ impl World {
             format!("subscribers at {behind:?}, committed {committed:?}"),
         ))
     }
+}
+
+/// The stamps of `count` events of producer `id` from sequence `first`.
+fn stamps(id: u64, first: u64, count: u64) -> Vec<Option<ProducerStamp>> {
+    (first..first + count)
+        .map(|sequence| {
+            Some(ProducerStamp {
+                producer_id: id,
+                sequence,
+            })
+        })
+        .collect()
 }
 
 /// Frames events (their ids as payloads) as the engine does for one shard.

@@ -118,7 +118,7 @@ fn rechecksum_record(bytes: &mut [u8]) {
 
 /// Re-checksums a chunk: the body CRC and the header's own, keeping the
 /// header's body length as mutated.
-fn rechecksum_chunk(bytes: &mut Vec<u8>) {
+fn rechecksum_chunk(bytes: &mut [u8]) {
     if bytes.len() < CHUNK_HEADER_LEN {
         return;
     }

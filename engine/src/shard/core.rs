@@ -123,7 +123,7 @@ pub(crate) struct ShardCore<R> {
 
 impl<R> ShardCore<R> {
     /// A core over a just-opened log whose watermarks `shared` already holds.
-    pub fn new(
+    fn new(
         shared: Arc<ShardShared>,
         limits: CoreLimits,
         ring: Ring,
@@ -451,16 +451,6 @@ impl<R> ShardCore<R> {
         }
     }
 
-    /// The chunk images of a round's plan, for the log's write.
-    pub fn images(plan: &[FlushRange]) -> Vec<ChunkImage<'_>> {
-        plan.iter()
-            .map(|r| ChunkImage {
-                description: r.description,
-                body: r.body(),
-            })
-            .collect()
-    }
-
     /// The round's write completed. A failure latches the shard.
     pub fn written(&mut self, result: Result<(), LogError>) -> Replies<R> {
         let Some(Round::Writing(plan)) = self.round.take() else {
@@ -566,4 +556,14 @@ impl<R> ShardCore<R> {
         }
         replies
     }
+}
+
+/// The chunk images of a round's plan ([`FlushIo::Write`]), for the log's write.
+pub(crate) fn chunk_images(plan: &[FlushRange]) -> Vec<ChunkImage<'_>> {
+    plan.iter()
+        .map(|r| ChunkImage {
+            description: r.description,
+            body: r.body(),
+        })
+        .collect()
 }

@@ -20,7 +20,7 @@ use event_listener::Event;
 
 pub(crate) mod core;
 
-use self::core::{CoreLimits, FlushIo, Replies, ShardCore};
+use self::core::{chunk_images, CoreLimits, FlushIo, Replies, ShardCore};
 use crate::clock::Clock;
 use crate::event::{AppendError, Durability, Stored};
 use crate::generation::Generations;
@@ -538,9 +538,7 @@ async fn flusher<S: Storage>(mut log: Log<S>, driver: Rc<Driver>) {
             FlushIo::Write(plan) => {
                 let started = Instant::now();
                 round = Some((started, plan.iter().map(|r| (r.to - r.from) as u64).sum()));
-                let result = log
-                    .append_chunks(&ShardCore::<DurableReply>::images(&plan))
-                    .await;
+                let result = log.append_chunks(&chunk_images(&plan)).await;
                 drop(plan);
                 let failed = result.is_err();
                 answer(core.borrow_mut().written(result));
@@ -676,9 +674,7 @@ async fn ticker(driver: Rc<Driver>) {
             flush_due = None;
             wake_flush = st.flush_interval_passed();
         }
-        // Runs between commands on this core, so no stamp is in progress: every
-        // stamp at or below the claim is already visible, and later ones are
-        // fenced above it.
+        // Between commands on this core: see `ShardCore::answer_claim`.
         let wanted = shared.watermarks.claim_wanted();
         let claimed = wanted != 0 && claim_retry.is_none_or(|at| at <= now);
         if claimed {
