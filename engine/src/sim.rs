@@ -44,7 +44,7 @@ use crate::event::{AppendError, Stored};
 use crate::log::{Log, LogConfig};
 use crate::record::{Kind, ProducerStamp, Record, Signatures};
 use crate::retention::RetentionPolicy;
-use crate::shard::core::{chunk_images, CoreLimits, FlushIo, Replies, ShardCore};
+use crate::shard::core::{chunk_images, Admit, CoreLimits, FlushIo, Judged, Replies, ShardCore};
 use crate::shard::ShardShared;
 use crate::storage::{block_on, Faults, MemStorage};
 use crate::subscribe::{
@@ -69,10 +69,16 @@ pub enum Fault {
     ClockStep,
     /// A producer sends an earlier batch again, same id and sequences.
     Retry,
+    /// A shard's fdatasync takes a long time (up to hundreds of steps) to
+    /// return, while appends, claims and subscribers go on.
+    StalledSync,
+    /// A caller gives up on an append still queued for its shard (a
+    /// cancelled stream, a passed deadline).
+    Cancel,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 7] = [
+    pub const ALL: [Fault; 9] = [
         Fault::Crash,
         Fault::PowerLoss,
         Fault::WriteError,
@@ -80,6 +86,8 @@ impl Fault {
         Fault::TornWrite,
         Fault::ClockStep,
         Fault::Retry,
+        Fault::StalledSync,
+        Fault::Cancel,
     ];
 
     pub fn name(self) -> &'static str {
@@ -91,6 +99,8 @@ impl Fault {
             Fault::TornWrite => "torn-write",
             Fault::ClockStep => "clock-step",
             Fault::Retry => "retry",
+            Fault::StalledSync => "stalled-sync",
+            Fault::Cancel => "cancel",
         }
     }
 
@@ -241,6 +251,23 @@ struct Expect {
     generation: u32,
 }
 
+/// Record bytes that may be queued for one shard (`max_queued_bytes`).
+const QUEUE_BYTES: usize = 2 << 10;
+/// Steps an append waits for room before it is refused (`append_timeout`).
+const APPEND_TIMEOUT_STEPS: u64 = 200;
+
+/// An append queued for its shard and not yet taken.
+struct Queued {
+    events: Vec<u64>,
+    stamps: Vec<Option<ProducerStamp>>,
+    records: Vec<u8>,
+    durable: bool,
+    retry: bool,
+    arrived: u64,
+    /// Its caller is gone.
+    cancelled: bool,
+}
+
 /// One producer's batches, for retries.
 struct Producer {
     id: u64,
@@ -293,6 +320,10 @@ struct World {
     /// Per shard: what each offset holds.
     model: Vec<BTreeMap<u64, Expect>>,
     pending: BTreeMap<u64, Pending>,
+    /// Per shard: appends queued and not yet taken, in order.
+    queues: Vec<std::collections::VecDeque<Queued>>,
+    /// Per shard: steps its current fdatasync still takes to return.
+    stalled: Vec<u64>,
     subs: Vec<Sub>,
     delivered: u64,
     /// Per shard: events below this were removed by retention.
@@ -336,6 +367,8 @@ impl World {
             nodes: Vec::new(),
             model: (0..shards).map(|_| BTreeMap::new()).collect(),
             pending: BTreeMap::new(),
+            queues: (0..shards).map(|_| Default::default()).collect(),
+            stalled: vec![0; shards as usize],
             subs: [
                 (SubOrdering::Merged, false, false),
                 (SubOrdering::PerShard, false, false),
@@ -418,7 +451,11 @@ impl World {
         self.clock_ns += self.rng.below(2_000) as i64;
         let roll = self.rng.below(1000);
         match roll {
-            0..=419 => self.append()?,
+            0..=389 => self.append()?,
+            390..=419 => {
+                let shard = self.rng.below(u64::from(self.shards)) as usize;
+                self.take(shard)?;
+            }
             420..=769 => self.flush_io()?,
             770..=809 => self.tick(),
             810..=819 => {
@@ -445,7 +482,7 @@ impl World {
 
     fn fault(&mut self) -> Result<(), Broken> {
         let shard = self.rng.below(u64::from(self.shards)) as usize;
-        let kind = self.rng.below(8);
+        let kind = self.rng.below(10);
         let latched = self.nodes.iter().any(|n| n.core.is_latched());
         match kind {
             0 if self.has(Fault::Crash) || latched => self.restart(false)?,
@@ -472,6 +509,12 @@ impl World {
                 });
                 self.note(format!("arm torn write shard {shard} keeping {keep} bytes"));
             }
+            7 if self.has(Fault::StalledSync) => {
+                let steps = 1 + self.rng.below(300);
+                self.stalled[shard] = steps;
+                self.note(format!("shard {shard}: its next fdatasync takes {steps} steps"));
+            }
+            8 if self.has(Fault::Cancel) => self.cancel(shard),
             5 | 6 if self.has(Fault::ClockStep) => {
                 let by = self.rng.below(2_000_000_000) as i64 - 1_000_000_000;
                 self.clock_ns = (self.clock_ns + by).max(1);
@@ -515,32 +558,153 @@ impl World {
             };
             (shard, stamps, events)
         };
-        let idempotent = stamps[0].is_some();
         let records = frame(&events, &stamps);
+        // Queued for the shard as the engine does: refused when the queue is
+        // over its budget (an empty queue takes any one batch).
+        let shared = self.nodes[shard as usize].core.shared_arc();
+        if let Err(e) = shared.reserve_queue(records.len(), QUEUE_BYTES) {
+            self.note(format!("append shard {shard} {events:?}: {e}"));
+            return Ok(());
+        }
+        // 2.11: the commands queued for a shard are bounded.
+        let queued = shared.queued_bytes();
+        if queued > QUEUE_BYTES.max(records.len()) {
+            return Err((
+                "2.11 the bytes queued for a shard stay within its queue budget",
+                format!("shard {shard}: {queued} bytes queued, budget {QUEUE_BYTES}"),
+            ));
+        }
+        self.queues[shard as usize].push_back(Queued {
+            events,
+            stamps,
+            records,
+            durable,
+            retry,
+            arrived: self.step,
+            cancelled: false,
+        });
+        // Mostly taken at once; otherwise it waits for a later take, and a
+        // caller may give up on it meanwhile.
+        if self.rng.chance(700) {
+            self.take(shard as usize)?;
+        }
+        Ok(())
+    }
+
+    /// The shard takes its queued appends in order, until one has to wait
+    /// for room (it stays at the head, as the real command loop waits).
+    fn take(&mut self, shard: usize) -> Result<(), Broken> {
+        while let Some(head) = self.queues[shard].front() {
+            let cancelled = head.cancelled;
+            let idempotent = head.stamps[0].is_some();
+            let node = &mut self.nodes[shard];
+            let judged = match node.core.judge(&head.records, idempotent) {
+                Ok(judged) => judged,
+                Err(AppendError::StaleSequence { .. }) => {
+                    let line = format!("append shard {shard} {:?}: stale", head.events);
+                    self.dequeue(shard);
+                    self.note(line);
+                    continue;
+                }
+                Err(e) => return Err(("appends of valid records are judged", e.to_string())),
+            };
+            let unflushed_before = node.core.unflushed_bytes();
+            match node.core.admit(&judged, cancelled) {
+                Admit::Stage if cancelled => {
+                    return Err((
+                        "2.11 an append whose caller is gone before its shard takes it is not applied",
+                        format!("shard {shard}: a cancelled append of {:?} was staged", head.events),
+                    ))
+                }
+                Admit::Stage => {
+                    let command = self.dequeue(shard);
+                    self.stage_command(shard as u32, command, &judged)?;
+                }
+                Admit::Abandoned if !cancelled => {
+                    return Err((
+                        "appends whose caller waits are taken",
+                        format!("shard {shard}: {:?} abandoned", head.events),
+                    ))
+                }
+                Admit::Abandoned => {
+                    let command = self.dequeue(shard);
+                    self.note(format!("append shard {shard} {:?}: cancelled, not applied", command.events));
+                }
+                Admit::Refused(e) => {
+                    let command = self.dequeue(shard);
+                    self.note(format!("append shard {shard} {:?}: {e}", command.events));
+                }
+                Admit::Wait { unflushed } => {
+                    // 2.8: a shard waits only for its own flush, never for a
+                    // reader: the refusal is explained by unflushed bytes alone.
+                    let bound = self.limits.max_unflushed_bytes;
+                    if unflushed != unflushed_before
+                        || unflushed == 0
+                        || unflushed + judged.new_bytes <= bound
+                    {
+                        return Err((
+                            "2.8 a shard never waits for a subscriber: only unflushed bytes hold an append back",
+                            format!(
+                                "shard {shard}: told to wait with {unflushed} unflushed (was {unflushed_before}), {} new, bound {bound}",
+                                judged.new_bytes
+                            ),
+                        ));
+                    }
+                    // The real shard waits up to append_timeout, then refuses.
+                    if self.step - head.arrived > APPEND_TIMEOUT_STEPS {
+                        let command = self.dequeue(shard);
+                        self.note(format!(
+                            "append shard {shard} {:?}: timed out waiting for room",
+                            command.events
+                        ));
+                        continue;
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the head of `shard`'s queue, giving its bytes back.
+    fn dequeue(&mut self, shard: usize) -> Queued {
+        let command = self.queues[shard].pop_front().expect("a head was looked at");
+        self.nodes[shard]
+            .core
+            .shared()
+            .release_queue(command.records.len());
+        command
+    }
+
+    /// A caller gives up on one of the appends queued for a shard.
+    fn cancel(&mut self, shard: usize) {
+        let queue = &mut self.queues[shard];
+        if queue.is_empty() {
+            return;
+        }
+        let at = self.rng.below(queue.len() as u64) as usize;
+        queue[at].cancelled = true;
+        let events = queue[at].events.clone();
+        self.note(format!("caller of append shard {shard} {events:?} gone"));
+    }
+
+    /// Stamps and publishes a taken append, checking what it staged.
+    fn stage_command(&mut self, shard: u32, command: Queued, judged: &Judged) -> Result<(), Broken> {
+        let Queued {
+            events,
+            stamps,
+            records,
+            durable,
+            retry,
+            ..
+        } = command;
         let now = self.clock_ns;
         let node = &mut self.nodes[shard as usize];
-        if node.core.is_latched() {
-            self.note(format!("append shard {shard}: latched"));
-            return Ok(());
-        }
-        let judged = match node.core.judge(&records, idempotent) {
-            Ok(judged) => judged,
-            Err(AppendError::StaleSequence { .. }) => {
-                self.note(format!("append shard {shard} {events:?}: stale"));
-                return Ok(());
-            }
-            Err(e) => return Err(("appends of valid records are judged", e.to_string())),
-        };
-        if node.core.room(judged.new_bytes).is_err() {
-            // The real shard would wait for the flusher, up to append_timeout.
-            self.note(format!("append shard {shard}: no room"));
-            return Ok(());
-        }
         let committed_before = node.core.shared().watermarks.committed_next();
         let last_ts_before = node.core.last_ts();
         let staged = node
             .core
-            .stage(&records, events.len(), &judged, now)
+            .stage(&records, events.len(), judged, now)
             .map_err(|e| ("appends of valid records are staged", e.to_string()))?;
         let generation = node.log.generations().current();
         let shared = node.core.shared();
@@ -664,7 +828,13 @@ impl World {
     /// One flush I/O on `shard`, if its core has one to do: whether it had.
     fn flush_io_on(&mut self, shard: usize) -> Result<bool, Broken> {
         let node = &mut self.nodes[shard];
-        let replies = match node.core.next_io() {
+        let next = node.core.next_io();
+        if matches!(next, FlushIo::Sync) && self.stalled[shard] > 0 {
+            // The fdatasync is under way and has not returned.
+            self.stalled[shard] -= 1;
+            return Ok(false);
+        }
+        let replies = match next {
             FlushIo::Write(plan) => {
                 let result = block_on(node.log.append_chunks(&chunk_images(&plan)));
                 let line = format!(
@@ -767,6 +937,17 @@ impl World {
                     format!("shard {shard}: ring evicted below {evicted}, flushed {flushed}"),
                 ));
             }
+            // No shard parks with work: a durable waiter always has a flush
+            // round due or under way (the flusher would sleep otherwise).
+            if node.core.parked_with_waiters() {
+                return Err((
+                    "2.13 no thread parks with work: a durable waiter always has a flush due or under way",
+                    format!(
+                        "shard {shard}: durable waiters, {} bytes unflushed, and no flush due",
+                        node.core.unflushed_bytes()
+                    ),
+                ));
+            }
             // Bounded memory.
             let bound = self.limits.ring_bytes + 2 * self.limits.window_bytes;
             if node.core.shared().ring_bytes() > bound {
@@ -814,6 +995,10 @@ impl World {
         }
         self.nodes.clear();
         self.pending.clear(); // never acknowledged: the process is gone
+        for queue in &mut self.queues {
+            queue.clear(); // never taken: the process is gone
+        }
+        self.stalled.iter_mut().for_each(|s| *s = 0);
         for storage in &self.storages {
             if power_loss {
                 storage.power_loss_keeping(self.rng.next());
@@ -1343,12 +1528,14 @@ impl World {
         for storage in &self.storages {
             storage.set_faults(Faults::default());
         }
+        self.stalled.iter_mut().for_each(|s| *s = 0);
         if self.nodes.iter().any(|n| n.core.is_latched()) {
             self.restart(false)?;
         }
         for _round in 0..64 {
             self.clock_ns += 1_000_000;
             for shard in 0..self.shards as usize {
+                self.take(shard)?;
                 self.nodes[shard].core.flush_interval_passed();
                 while self.flush_io_on(shard)? {}
                 self.nodes[shard].core.answer_claim(self.clock_ns);

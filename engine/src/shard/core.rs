@@ -50,6 +50,18 @@ pub(crate) struct Judged {
     duplicates: usize,
 }
 
+/// Whether an append is taken now ([`ShardCore::admit`]).
+pub(crate) enum Admit {
+    /// Stage it now.
+    Stage,
+    /// Its caller is gone: not applied.
+    Abandoned,
+    /// The shard is latched: answer this.
+    Refused(AppendError),
+    /// No room under the unflushed bound: wait for a flush (a flush is wanted).
+    Wait { unflushed: usize },
+}
+
 /// What staging an append did.
 pub(crate) struct Staged {
     pub positions: Vec<Stored>,
@@ -260,6 +272,29 @@ impl<R> ShardCore<R> {
         Ok(judged)
     }
 
+    /// Whether the shard takes a judged append now (DESIGN.md 2.11, 2.2): an
+    /// append whose caller is gone is not applied (and counted); a latched
+    /// shard refuses it; else it is staged if its new bytes fit under the
+    /// unflushed bound ([`ShardCore::room`]), or waits for a flush. Decided in
+    /// the same non-yielding step that stages it, so a caller that leaves
+    /// while it waits is never applied later.
+    pub fn admit(&mut self, judged: &Judged, caller_gone: bool) -> Admit {
+        if caller_gone {
+            self.shared
+                .stats
+                .abandoned
+                .fetch_add(1, Ordering::Relaxed);
+            return Admit::Abandoned;
+        }
+        if let Some(e) = self.latched_error() {
+            return Admit::Refused(e);
+        }
+        match self.room(judged.new_bytes) {
+            Ok(()) => Admit::Stage,
+            Err(unflushed) => Admit::Wait { unflushed },
+        }
+    }
+
     /// Back-pressure: whether `bytes` more fit under the unflushed bound now.
     /// When they do not, the unflushed bytes, and a flush is wanted (the
     /// driver wakes the flusher and waits for the flushed watermark to move).
@@ -420,6 +455,26 @@ impl<R> ShardCore<R> {
         self.closing = true;
     }
 
+    /// Whether a flush round should start now: unflushed bytes, not latched,
+    /// and a flush wanted (a durable waiter, back-pressure, the interval),
+    /// closing, or a full window's worth.
+    fn flush_due(&self) -> bool {
+        let pending = self.ring.unflushed_bytes();
+        self.latched.is_none()
+            && pending > 0
+            && (self.flush_wanted || self.closing || pending >= self.limits.window_bytes)
+    }
+
+    /// A durable waiter with no flush round under way or due: the flusher
+    /// would sleep while someone waits for it (DESIGN.md 2.13). Never true
+    /// unless a rule here is broken; the simulator checks it after every step.
+    pub fn parked_with_waiters(&self) -> bool {
+        !self.waiters.is_empty()
+            && self.latched.is_none()
+            && self.round.is_none()
+            && !self.flush_due()
+    }
+
     /// What the flusher should do next.
     pub fn next_io(&mut self) -> FlushIo {
         match &self.round {
@@ -429,10 +484,7 @@ impl<R> ShardCore<R> {
             }
             None => {}
         }
-        let pending = self.ring.unflushed_bytes();
-        let want = pending > 0
-            && (self.flush_wanted || self.closing || pending >= self.limits.window_bytes);
-        if self.latched.is_none() && want {
+        if self.flush_due() {
             self.flush_wanted = false;
             let plan = self
                 .ring

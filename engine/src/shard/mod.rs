@@ -20,7 +20,7 @@ use event_listener::Event;
 
 pub(crate) mod core;
 
-use self::core::{chunk_images, CoreLimits, FlushIo, Replies, ShardCore};
+use self::core::{chunk_images, Admit, CoreLimits, FlushIo, Judged, Replies, ShardCore};
 use crate::clock::Clock;
 use crate::event::{AppendError, Durability, Stored};
 use crate::generation::Generations;
@@ -427,7 +427,7 @@ impl Driver {
                 return;
             }
         };
-        if !self.wait_for_room(judged.new_bytes, arrived, &reply).await {
+        if !self.wait_for_room(&judged, arrived, &reply).await {
             return;
         }
 
@@ -475,7 +475,7 @@ impl Driver {
     /// when the append is not to be applied (answered, or its caller gone).
     async fn wait_for_room(
         &self,
-        bytes: usize,
+        judged: &Judged,
         arrived: Instant,
         reply: &Reply<Result<Vec<Stored>, AppendError>>,
     ) -> bool {
@@ -484,22 +484,16 @@ impl Driver {
             let listener = self.core.borrow().shared().flushed.listen();
             {
                 let mut core = self.core.borrow_mut();
-                // Checked in the same non-yielding step that stages the batch
-                // (when there is room): an append whose caller is gone is never
-                // applied later.
-                if reply.is_disconnected() {
-                    core.shared()
-                        .stats
-                        .abandoned
-                        .fetch_add(1, Ordering::Relaxed);
-                    return false;
-                }
-                if let Some(e) = core.latched_error() {
-                    let _ = reply.send(Err(e));
-                    return false;
-                }
-                let Err(unflushed) = core.room(bytes) else {
-                    return true;
+                // The caller's presence is read in the same non-yielding step
+                // that stages the batch (when there is room).
+                let unflushed = match core.admit(judged, reply.is_disconnected()) {
+                    Admit::Stage => return true,
+                    Admit::Abandoned => return false,
+                    Admit::Refused(e) => {
+                        let _ = reply.send(Err(e));
+                        return false;
+                    }
+                    Admit::Wait { unflushed } => unflushed,
                 };
                 let waited = arrived.elapsed();
                 if waited >= config.append_timeout {
