@@ -48,7 +48,7 @@ use crate::shard::core::{chunk_images, Admit, CoreLimits, FlushIo, Judged, Repli
 use crate::shard::ShardShared;
 use crate::storage::{block_on, Faults, MemStorage};
 use crate::subscribe::{
-    Cursor, Ordering as SubOrdering, Start, Step, SubscribeError, SubscribeRequest, Subscription,
+    Cursor, Filter, Ordering as SubOrdering, Start, Step, SubscribeError, SubscribeRequest, Subscription,
 };
 
 /// A kind of fault the simulator may inject.
@@ -153,6 +153,9 @@ pub struct SimOutcome {
     pub delivered: u64,
     /// Times a subscriber was refused below the retained range and skipped.
     pub retention_skips: u64,
+    /// Deliveries read from disk below the ring: the shard had evicted them
+    /// without waiting for that subscriber (2.8).
+    pub behind_ring: u64,
     /// A hash of every step's outcome: the same seed gives the same digest.
     pub digest: u64,
 }
@@ -209,6 +212,7 @@ pub fn run(seed: u64, config: &SimConfig) -> Result<SimOutcome, SimFailure> {
         restarts: world.restarts,
         delivered: world.delivered,
         retention_skips: world.retention_skips,
+        behind_ring: world.behind_ring,
         digest: world.digest.finish(),
     })
 }
@@ -299,13 +303,23 @@ struct Sub {
     sub: Option<Subscription>,
     /// The cursor it resumes from when `sub` is closed.
     cursor: Option<Cursor>,
-    /// Per shard: the offset its next delivery must have (match-all:
-    /// nothing is filtered out, so deliveries are dense).
+    /// Follows only `/sim/1` (the events whose id is 1 mod 3).
+    filtered: bool,
+    /// Per shard: where its next delivery may be; unfiltered, exactly there
+    /// (deliveries are dense); filtered, at the first matching event from here.
     next: Vec<u64>,
-    /// Per shard: what it was delivered, offset -> event.
-    delivered: Vec<BTreeMap<u64, u64>>,
+    /// Per shard: what its cursor covers, offset -> event: what it was
+    /// delivered and, filtered, the events it passed over.
+    covered: Vec<BTreeMap<u64, u64>>,
     /// The last merged delivery's (ts, shard), within this engine's life.
     last_merged: Option<(i64, u32)>,
+}
+
+impl Sub {
+    /// Whether its filter selects the event (see [`frame`]'s directories).
+    fn wants(&self, event: u64) -> bool {
+        !self.filtered || event % 3 == 1
+    }
 }
 
 struct World {
@@ -326,6 +340,8 @@ struct World {
     stalled: Vec<u64>,
     subs: Vec<Sub>,
     delivered: u64,
+    /// Deliveries read from below the ring (2.8: the shard had moved on).
+    behind_ring: u64,
     /// Per shard: events below this were removed by retention.
     retained: Vec<u64>,
     retention_skips: u64,
@@ -370,24 +386,28 @@ impl World {
             queues: (0..shards).map(|_| Default::default()).collect(),
             stalled: vec![0; shards as usize],
             subs: [
-                (SubOrdering::Merged, false, false),
-                (SubOrdering::PerShard, false, false),
-                (SubOrdering::Merged, true, false),
-                (SubOrdering::PerShard, false, true),
+                (SubOrdering::Merged, false, false, false),
+                (SubOrdering::PerShard, false, false, false),
+                (SubOrdering::Merged, true, false, false),
+                (SubOrdering::PerShard, false, true, false),
+                (SubOrdering::Merged, false, false, true),
+                (SubOrdering::PerShard, false, true, true),
             ]
             .into_iter()
-            .map(|(ordering, chunk_mode, paused)| Sub {
+            .map(|(ordering, chunk_mode, paused, filtered)| Sub {
                 ordering,
                 chunk_mode,
                 paused,
+                filtered,
                 sub: None,
                 cursor: None,
                 next: vec![0; shards as usize],
-                delivered: (0..shards).map(|_| BTreeMap::new()).collect(),
+                covered: (0..shards).map(|_| BTreeMap::new()).collect(),
                 last_merged: None,
             })
             .collect(),
             delivered: 0,
+            behind_ring: 0,
             retained: vec![0; shards as usize],
             retention_skips: 0,
             producers: (1..=4)
@@ -985,13 +1005,16 @@ impl World {
             .iter()
             .map(|n| n.log.generations().current())
             .collect();
-        for sub in &mut self.subs {
-            if let Some(open) = sub.sub.take() {
-                sub.cursor = Some(open.cursor());
-            }
+        for i in 0..self.subs.len() {
+            let sub = &mut self.subs[i];
             // Merged order holds within an engine's life; across a restart
             // only per-shard order and exactness are promised.
             sub.last_merged = None;
+            if let Some(open) = sub.sub.take() {
+                let cursor = open.cursor();
+                self.pass_over_to(i, &cursor)?;
+                self.subs[i].cursor = Some(cursor);
+            }
         }
         self.nodes.clear();
         self.pending.clear(); // never acknowledged: the process is gone
@@ -1155,6 +1178,11 @@ impl World {
             self.nodes.iter().map(|n| n.core.shared_arc()).collect();
         let request = SubscribeRequest {
             ordering: sub.ordering,
+            filter: if sub.filtered {
+                Filter::prefix("/sim/1")
+            } else {
+                Filter::default()
+            },
             resume_truncated,
             ..SubscribeRequest::from(start)
         };
@@ -1240,8 +1268,17 @@ impl World {
                     format!("payload {payload:?}"),
                 )
             })?;
-        let sub = &mut self.subs[i];
         let s = shard as usize;
+        // 2.6 (filtered): the events passed over are exactly those the
+        // filter does not select.
+        if self.subs[i].filtered && offset > self.subs[i].next[s] {
+            self.pass_over(i, s, offset)?;
+        }
+        if offset < self.nodes[s].core.evicted_below() {
+            // 2.8: read from disk, behind the ring the shard moved on from.
+            self.behind_ring += 1;
+        }
+        let sub = &mut self.subs[i];
         // 2.6: resume is exact, never a skip, never a repeat.
         if offset != sub.next[s] {
             return Err((
@@ -1252,9 +1289,10 @@ impl World {
                 ),
             ));
         }
-        // Exactly the events appended there (and only committed ones).
+        // Exactly the events appended there (and only committed ones), and
+        // only those the filter selects.
         let expect = self.model[s].get(&offset);
-        if expect.is_none_or(|e| e.event != event || e.ts != ts) {
+        if expect.is_none_or(|e| e.event != event || e.ts != ts || !sub.wants(e.event)) {
             return Err((
                 "subscribers see exactly the appended events",
                 format!(
@@ -1276,8 +1314,46 @@ impl World {
             sub.last_merged = Some((ts, shard));
         }
         sub.next[s] += 1;
-        sub.delivered[s].insert(offset, event);
+        sub.covered[s].insert(offset, event);
         self.delivered += 1;
+        Ok(())
+    }
+
+    /// Moves filtered subscriber `i`'s next offset on shard `s` to `to`,
+    /// over events the filter does not select: a filtered cursor passes
+    /// those without delivering them (2.6: never a skip of a selected one).
+    fn pass_over(&mut self, i: usize, s: usize, to: u64) -> Result<(), Broken> {
+        let sub = &self.subs[i];
+        let from = sub.next[s];
+        if let Some((offset, e)) = self.model[s]
+            .range(from..to)
+            .find(|(_, e)| sub.wants(e.event))
+        {
+            return Err((
+                "2.6 resume is exact: a filtered subscriber never skips a selected event",
+                format!(
+                    "subscriber {i} moved on shard {s} from {from} to {to} past selected event {} at {offset}",
+                    e.event
+                ),
+            ));
+        }
+        let passed = self.model[s].range(from..to).map(|(&o, e)| (o, e.event));
+        self.subs[i].covered[s].extend(passed);
+        self.subs[i].next[s] = to;
+        Ok(())
+    }
+
+    /// A filtered subscriber's positions, moved to its cursor (checked).
+    fn pass_over_to(&mut self, i: usize, cursor: &Cursor) -> Result<(), Broken> {
+        if !self.subs[i].filtered {
+            return Ok(());
+        }
+        for s in 0..self.shards as usize {
+            let to = cursor.offsets()[s];
+            if to > self.subs[i].next[s] {
+                self.pass_over(i, s, to)?;
+            }
+        }
         Ok(())
     }
 
@@ -1288,6 +1364,7 @@ impl World {
         };
         let cursor = open.cursor();
         drop(open);
+        self.pass_over_to(i, &cursor)?;
         // 2.6: the cursor is exactly what was delivered.
         if cursor.offsets() != self.subs[i].next.as_slice() {
             return Err((
@@ -1317,7 +1394,7 @@ impl World {
         }
         let lost: Vec<bool> = (0..self.shards as usize)
             .map(|s| {
-                self.subs[i].delivered[s].iter().any(|(offset, event)| {
+                self.subs[i].covered[s].iter().any(|(offset, event)| {
                     self.model[s].get(offset).is_none_or(|e| e.event != *event)
                 })
             })
@@ -1365,7 +1442,7 @@ impl World {
                         ));
                     }
                     sub.next[s] = next;
-                    sub.delivered[s].retain(|&offset, _| offset < next);
+                    sub.covered[s].retain(|&offset, _| offset < next);
                 }
                 sub.sub = Some(reopened);
                 self.note(format!(
@@ -1421,7 +1498,28 @@ impl World {
     /// (2.7), answered with the oldest retained offset, never a silent skip;
     /// the subscriber then skips there explicitly, as a client would.
     fn subscription_failed(&mut self, i: usize, e: SubscribeError) -> Result<(), Broken> {
-        let open = self.subs[i].sub.take().expect("it was polled");
+        let mut open = self.subs[i].sub.take().expect("it was polled");
+        // 2.10: a subscription's error is final. Polled again, it fails
+        // again; it never turns into a clean end or goes on past the error.
+        match open.poll() {
+            Err(again) if again == e => {}
+            other => {
+                return Err((
+                    "2.10 a subscription's final error is never turned into a clean end",
+                    format!(
+                        "subscriber {i} failed with {e}, then polled: {}",
+                        match other {
+                            Ok(Step::Event(ev)) => format!("event {}:{}", ev.shard, ev.offset),
+                            Ok(Step::Pending) => "pending".into(),
+                            Ok(Step::End) => "end".into(),
+                            Err(e) => e.to_string(),
+                        }
+                    ),
+                ))
+            }
+        }
+        let cursor = open.cursor();
+        self.pass_over_to(i, &cursor)?;
         match e {
             SubscribeError::BelowRetention {
                 shard,
@@ -1429,7 +1527,6 @@ impl World {
                 retained_from,
                 ..
             } if self.below_retention_holds(i, shard, offset, retained_from) => {
-                let cursor = open.cursor();
                 self.skip_to(i, cursor, shard, retained_from);
                 Ok(())
             }
@@ -1542,6 +1639,10 @@ impl World {
             }
             for i in 0..self.subs.len() {
                 self.poll_sub(i, 1 << 20)?;
+                // A filtered cursor passes unselected events it never delivers.
+                if let Some(cursor) = self.subs[i].sub.as_ref().map(Subscription::cursor) {
+                    self.pass_over_to(i, &cursor)?;
+                }
             }
             let caught_up = self.subs.iter().all(|sub| {
                 (0..self.shards as usize)
