@@ -48,7 +48,8 @@ use crate::shard::core::{chunk_images, Admit, CoreLimits, FlushIo, Judged, Repli
 use crate::shard::ShardShared;
 use crate::storage::{block_on, Faults, MemStorage};
 use crate::subscribe::{
-    Cursor, Filter, Ordering as SubOrdering, Start, Step, SubscribeError, SubscribeRequest, Subscription,
+    Cursor, Filter, Ordering as SubOrdering, Start, Step, SubscribeError, SubscribeRequest,
+    Subscription,
 };
 
 /// A kind of fault the simulator may inject.
@@ -185,36 +186,118 @@ impl std::fmt::Display for SimFailure {
 
 /// Runs one seed.
 pub fn run(seed: u64, config: &SimConfig) -> Result<SimOutcome, SimFailure> {
-    let mut world = World::new(seed, config);
-    for step in 0..=config.steps {
-        world.step = step;
-        // The last step: faults stop, and every subscriber must catch up.
-        let result = if step == config.steps {
-            world.quiesce()
-        } else {
-            world.step()
-        };
-        if let Err((invariant, detail)) = result {
-            return Err(SimFailure {
-                seed,
-                step,
-                invariant,
-                detail,
-                trace: std::mem::take(&mut world.trace),
-            });
+    let mut sim = Sim::new(seed, config);
+    for step in 0..config.steps {
+        sim.step(step)?;
+    }
+    // The last step: faults stop, and every subscriber must catch up.
+    sim.quiesce(config.steps)?;
+    Ok(sim.outcome())
+}
+
+/// One seed's simulated shards, stepped by a caller that adds subscribers
+/// of its own over them (the server's stream simulation does). Every step
+/// runs the shard oracle.
+pub struct Sim {
+    world: World,
+    seed: u64,
+}
+
+impl Sim {
+    pub fn new(seed: u64, config: &SimConfig) -> Sim {
+        Sim {
+            world: World::new(seed, config),
+            seed,
         }
     }
-    Ok(SimOutcome {
-        steps: config.steps,
-        stored: world.stored,
-        durable_acks: world.durable_acks,
-        duplicates: world.duplicates,
-        restarts: world.restarts,
-        delivered: world.delivered,
-        retention_skips: world.retention_skips,
-        behind_ring: world.behind_ring,
-        digest: world.digest.finish(),
-    })
+
+    /// One random step (an append, a flush I/O, a tick, a fault, ...).
+    pub fn step(&mut self, step: u64) -> Result<(), SimFailure> {
+        self.world.step = step;
+        let result = self.world.step();
+        self.failed(step, result)
+    }
+
+    /// Faults stop and everything is flushed; the simulator's own
+    /// subscribers must catch up (liveness).
+    pub fn quiesce(&mut self, step: u64) -> Result<(), SimFailure> {
+        self.world.step = step;
+        let result = self.world.quiesce();
+        self.failed(step, result)
+    }
+
+    fn failed(&mut self, step: u64, result: Result<(), Broken>) -> Result<(), SimFailure> {
+        result.map_err(|(invariant, detail)| SimFailure {
+            seed: self.seed,
+            step,
+            invariant,
+            detail,
+            trace: std::mem::take(&mut self.world.trace),
+        })
+    }
+
+    /// The shards as readers see them now (new ones after every restart).
+    pub fn shards(&self) -> Vec<Arc<ShardShared>> {
+        self.world
+            .nodes
+            .iter()
+            .map(|n| n.core.shared_arc())
+            .collect()
+    }
+
+    /// Opens a subscription over the shards, as `Engine::subscribe` does.
+    pub fn subscribe(&self, request: SubscribeRequest) -> Result<Subscription, SubscribeError> {
+        Subscription::open(&self.shards(), request)
+    }
+
+    /// Restarts so far: subscriptions opened before the last one read
+    /// shards that are gone.
+    pub fn restarts(&self) -> u64 {
+        self.world.restarts
+    }
+
+    /// The event id and stamp stored at `shard:offset` (the payload of every
+    /// simulated event is its id, little-endian), if any.
+    pub fn event_at(&self, shard: u32, offset: u64) -> Option<(u64, i64)> {
+        let e = self.world.model.get(shard as usize)?.get(&offset)?;
+        Some((e.event, e.ts))
+    }
+
+    /// Whether the event with this id is under `/sim/1` (see [`frame`]).
+    pub fn under_sim_1(event: u64) -> bool {
+        event % 3 == 1
+    }
+
+    /// Adds a line to the trace a failure prints.
+    pub fn note(&mut self, line: String) {
+        self.world.note(line);
+    }
+
+    /// The trace so far (for a failure found by the caller).
+    pub fn take_trace(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.world.trace)
+    }
+
+    /// A random number from the run's generator: the caller's choices come
+    /// from the seed too.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.world.rng.below(n)
+    }
+
+    pub fn outcome(&self) -> SimOutcome {
+        let world = &self.world;
+        SimOutcome {
+            steps: world.step,
+            stored: world.stored,
+            durable_acks: world.durable_acks,
+            duplicates: world.duplicates,
+            restarts: world.restarts,
+            delivered: world.delivered,
+            retention_skips: world.retention_skips,
+            behind_ring: world.behind_ring,
+            digest: world.digest.finish(),
+        }
+    }
 }
 
 type Broken = (&'static str, String);
@@ -318,7 +401,7 @@ struct Sub {
 impl Sub {
     /// Whether its filter selects the event (see [`frame`]'s directories).
     fn wants(&self, event: u64) -> bool {
-        !self.filtered || event % 3 == 1
+        !self.filtered || Sim::under_sim_1(event)
     }
 }
 
@@ -532,7 +615,9 @@ impl World {
             7 if self.has(Fault::StalledSync) => {
                 let steps = 1 + self.rng.below(300);
                 self.stalled[shard] = steps;
-                self.note(format!("shard {shard}: its next fdatasync takes {steps} steps"));
+                self.note(format!(
+                    "shard {shard}: its next fdatasync takes {steps} steps"
+                ));
             }
             8 if self.has(Fault::Cancel) => self.cancel(shard),
             5 | 6 if self.has(Fault::ClockStep) => {
@@ -630,12 +715,13 @@ impl World {
             };
             let unflushed_before = node.core.unflushed_bytes();
             match node.core.admit(&judged, cancelled) {
-                Admit::Stage if cancelled => {
-                    return Err((
-                        "2.11 an append whose caller is gone before its shard takes it is not applied",
-                        format!("shard {shard}: a cancelled append of {:?} was staged", head.events),
-                    ))
-                }
+                Admit::Stage if cancelled => return Err((
+                    "2.11 an append whose caller is gone before its shard takes it is not applied",
+                    format!(
+                        "shard {shard}: a cancelled append of {:?} was staged",
+                        head.events
+                    ),
+                )),
                 Admit::Stage => {
                     let command = self.dequeue(shard);
                     self.stage_command(shard as u32, command, &judged)?;
@@ -648,7 +734,10 @@ impl World {
                 }
                 Admit::Abandoned => {
                     let command = self.dequeue(shard);
-                    self.note(format!("append shard {shard} {:?}: cancelled, not applied", command.events));
+                    self.note(format!(
+                        "append shard {shard} {:?}: cancelled, not applied",
+                        command.events
+                    ));
                 }
                 Admit::Refused(e) => {
                     let command = self.dequeue(shard);
@@ -688,7 +777,9 @@ impl World {
 
     /// Takes the head of `shard`'s queue, giving its bytes back.
     fn dequeue(&mut self, shard: usize) -> Queued {
-        let command = self.queues[shard].pop_front().expect("a head was looked at");
+        let command = self.queues[shard]
+            .pop_front()
+            .expect("a head was looked at");
         self.nodes[shard]
             .core
             .shared()
@@ -709,7 +800,12 @@ impl World {
     }
 
     /// Stamps and publishes a taken append, checking what it staged.
-    fn stage_command(&mut self, shard: u32, command: Queued, judged: &Judged) -> Result<(), Broken> {
+    fn stage_command(
+        &mut self,
+        shard: u32,
+        command: Queued,
+        judged: &Judged,
+    ) -> Result<(), Broken> {
         let Queued {
             events,
             stamps,

@@ -280,10 +280,7 @@ impl<R> ShardCore<R> {
     /// while it waits is never applied later.
     pub fn admit(&mut self, judged: &Judged, caller_gone: bool) -> Admit {
         if caller_gone {
-            self.shared
-                .stats
-                .abandoned
-                .fetch_add(1, Ordering::Relaxed);
+            self.shared.stats.abandoned.fetch_add(1, Ordering::Relaxed);
             return Admit::Abandoned;
         }
         if let Some(e) = self.latched_error() {
