@@ -23,12 +23,16 @@ use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ringfeed_engine::{Delivered, Engine, RateLimit, RawChunk, Step, SubscribeError, Subscription};
+use ringfeed_engine::{
+    Delivered, RateLimit, RawChunk, ShardShared, Step, SubscribeError, Subscription,
+};
 use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::prost::Message;
 use ringfeed_proto::tonic::{Code, Status};
 use ringfeed_proto::{v1, RawEventBatch, RawEventMessage, RawItem, RawSubscribeResponse};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
 
 use crate::metrics::ServerMetrics;
 use crate::registry::Registered;
@@ -183,19 +187,68 @@ pub(crate) struct StreamOptions {
     pub chunk_mode: bool,
 }
 
-pub(crate) struct Sender {
-    pub engine: Arc<Engine>,
+/// What every subscription stream's sender shares.
+pub(crate) struct Streams {
+    /// The engine's shards, in id order (heartbeats and pacing read their
+    /// watermarks).
+    pub shards: Arc<[Arc<ShardShared>]>,
     pub limits: Arc<SubscriberLimits>,
     pub admission: Arc<Admission>,
-    pub tx: mpsc::Sender<Queued>,
+    pub metrics: Arc<ServerMetrics>,
+}
+
+/// What a subscriber reads: its queued responses, then the final error if
+/// the stream failed (DESIGN.md 2.10).
+pub(crate) type Responses = std::pin::Pin<
+    Box<dyn Stream<Item = Result<RawSubscribeResponse, Status>> + Send>,
+>;
+
+impl Streams {
+    /// Starts a stream's sender on the current tokio runtime and returns what
+    /// its client reads. The stream ends when the subscription does (OK),
+    /// fails, is superseded, the server shuts down, or the client goes away.
+    pub fn start(
+        &self,
+        sub: Subscription,
+        options: StreamOptions,
+        registered: Registered,
+        shutdown: watch::Receiver<bool>,
+    ) -> Responses {
+        let (tx, rx) = mpsc::channel(self.limits.queue_responses.max(1));
+        let (final_status, final_rx) = mpsc::channel(1);
+        let sender = Sender {
+            shards: self.shards.clone(),
+            limits: self.limits.clone(),
+            admission: self.admission.clone(),
+            tx,
+            final_status,
+            registered,
+            sent: Default::default(),
+            metrics: Connected::new(self.metrics.clone()),
+        };
+        tokio::spawn(sender.run(sub, options, shutdown));
+        // A response's backlog bytes are given back as tonic takes it.
+        // The queued responses, then the final error if the stream failed.
+        let responses = ReceiverStream::new(rx)
+            .map(|(response, _bytes)| response)
+            .chain(ReceiverStream::new(final_rx).map(Err));
+        Box::pin(responses)
+    }
+}
+
+struct Sender {
+    shards: Arc<[Arc<ShardShared>]>,
+    limits: Arc<SubscriberLimits>,
+    admission: Arc<Admission>,
+    tx: mpsc::Sender<Queued>,
     /// The stream's final error, delivered after everything queued on `tx`.
     /// Its own channel (capacity 1, used once) always has room, so a client
     /// that stopped reading can never turn the error into a clean end.
-    pub final_status: mpsc::Sender<Status>,
-    pub registered: Registered,
+    final_status: mpsc::Sender<Status>,
+    registered: Registered,
     /// Events queued so far (shown by ListSubscribers).
-    pub sent: AtomicU64,
-    pub metrics: Connected,
+    sent: AtomicU64,
+    metrics: Connected,
 }
 
 /// Why a stream stopped before its end.
@@ -220,7 +273,10 @@ impl Sender {
         options: StreamOptions,
         mut shutdown: watch::Receiver<bool>,
     ) {
+        // Biased (polled in this order): the same run every time, which the
+        // stream simulation's replays rely on.
         let outcome = tokio::select! {
+            biased;
             outcome = self.feed(sub, &options) => outcome,
             superseded = self.registered.superseded() => {
                 Err(Stop::Failed(ringfeed_proto::wire::superseded_status(superseded.0)))
@@ -339,9 +395,10 @@ impl Sender {
                 }
             };
             tokio::select! {
+                biased;
                 next = sub.next() => return Ok(next?),
                 _ = quiet => {
-                    let beat = heartbeat_item(&self.engine, sub);
+                    let beat = heartbeat_item(&self.shards, sub);
                     self.send(sub, beat, None, "live").await?;
                 }
             }
@@ -350,8 +407,10 @@ impl Sender {
 
     /// Whether the subscriber is behind enough for batches.
     fn behind(&self, sub: &Subscription, first: &Delivered) -> bool {
-        let newest = (0..self.engine.shard_count())
-            .map(|id| self.engine.shard(id).watermarks.snapshot().committed_ts)
+        let newest = self
+            .shards
+            .iter()
+            .map(|shard| shard.watermarks.snapshot().committed_ts)
             .max()
             .unwrap_or(0);
         newest.saturating_sub(first.ts) > self.limits.batch_behind.as_nanos() as i64
@@ -469,12 +528,13 @@ fn chunk_message(chunk: RawChunk) -> v1::ChunkMessage {
     }
 }
 
-fn heartbeat_item(engine: &Engine, sub: &Subscription) -> RawItem {
-    let shards = (0..engine.shard_count())
-        .map(|id| {
-            let w = engine.shard(id).watermarks.snapshot();
+fn heartbeat_item(shards: &[Arc<ShardShared>], sub: &Subscription) -> RawItem {
+    let shards = shards
+        .iter()
+        .map(|shard| {
+            let w = shard.watermarks.snapshot();
             v1::ShardWatermark {
-                shard: id,
+                shard: shard.id,
                 committed_next: w.committed_next,
                 claimed_ts_ns: w.claimed_ts,
                 flushed_next: w.flushed_next,

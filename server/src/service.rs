@@ -27,7 +27,7 @@ use ringfeed_engine::clock::now_ns;
 
 use crate::metrics::ServerMetrics;
 use crate::registry::Registry;
-use crate::sender::{Admission, Connected, Sender, StreamOptions, SubscriberLimits};
+use crate::sender::{Admission, StreamOptions, Streams, SubscriberLimits};
 use crate::status::{append_status, subscribe_status};
 
 pub use ringfeed_proto::wire::START_CURSOR_METADATA;
@@ -50,8 +50,7 @@ const HEARTBEAT_MIN: Duration = Duration::from_millis(10);
 pub struct Service {
     engine: Arc<Engine>,
     registry: Arc<Registry>,
-    limits: Arc<SubscriberLimits>,
-    admission: Arc<Admission>,
+    streams: Arc<Streams>,
     shutdown: watch::Receiver<bool>,
     metrics: Arc<ServerMetrics>,
 }
@@ -73,11 +72,19 @@ impl Service {
         limits: SubscriberLimits,
         metrics: Arc<ServerMetrics>,
     ) -> Service {
+        let limits = Arc::new(limits);
+        let streams = Arc::new(Streams {
+            shards: (0..engine.shard_count())
+                .map(|id| engine.shard(id).clone())
+                .collect(),
+            limits: limits.clone(),
+            admission: Arc::new(Admission::new(&limits, metrics.clone())),
+            metrics: metrics.clone(),
+        });
         Service {
             engine,
             registry: Arc::new(Registry::default()),
-            admission: Arc::new(Admission::new(&limits, metrics.clone())),
-            limits: Arc::new(limits),
+            streams,
             shutdown,
             metrics,
         }
@@ -455,26 +462,11 @@ impl RingFeed for Service {
             }),
             chunk_mode: r.chunk_mode,
         };
-        let (tx, rx) = mpsc::channel(self.limits.queue_responses.max(1));
-        let (final_status, final_rx) = mpsc::channel(1);
-        let sender = Sender {
-            engine: self.engine.clone(),
-            limits: self.limits.clone(),
-            admission: self.admission.clone(),
-            tx,
-            final_status,
-            registered,
-            sent: Default::default(),
-            metrics: Connected::new(self.metrics.clone()),
-        };
         let start = MetadataValue::from_bytes(&subscription.cursor().to_bytes());
-        tokio::spawn(sender.run(subscription, options, self.shutdown.clone()));
-        // A response's backlog bytes are given back as tonic takes it.
-        // The queued responses, then the final error if the stream failed.
-        let responses = ReceiverStream::new(rx)
-            .map(|(response, _bytes)| response)
-            .chain(ReceiverStream::new(final_rx).map(Err));
-        let mut response = Response::new(Box::pin(responses) as Self::SubscribeStream);
+        let responses =
+            self.streams
+                .start(subscription, options, registered, self.shutdown.clone());
+        let mut response = Response::new(responses as Self::SubscribeStream);
         response
             .metadata_mut()
             .insert_bin(START_CURSOR_METADATA, start);
