@@ -236,6 +236,10 @@ impl Sim {
         })
     }
 
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
     /// The shards as readers see them now (new ones after every restart).
     pub fn shards(&self) -> Vec<Arc<ShardShared>> {
         self.world

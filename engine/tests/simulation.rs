@@ -53,6 +53,28 @@ fn every_invariant_holds_under_every_fault() {
     assert!(behind > 0, "no subscriber ever read from below the ring");
 }
 
+/// Without restarts (and the I/O failures that lead to them) a shard lives
+/// through a whole run, so slow trouble builds up instead of being reset by
+/// the next crash: both bugs the stalled-sync fault found (the ring growing
+/// past its budget while a sync stalled; a durable waiter left without a
+/// flush) passed every seed of the run above and failed 297 of 300 here.
+#[test]
+fn every_invariant_holds_over_a_long_life() {
+    let faults = Fault::parse_list("clock-step,retry,stalled-sync,cancel").expect("valid names");
+    let config = config(faults);
+    let mut delivered = 0;
+    for seed in 0..SEEDS / 2 {
+        match sim::run(seed, &config) {
+            Ok(outcome) => delivered += outcome.delivered,
+            Err(failure) => panic!(
+                "{failure}\nreplay: ringfeed-bench simulate --seed {seed} --steps {STEPS} --faults clock-step,retry,stalled-sync,cancel\nlast steps:\n{}",
+                failure.trace[failure.trace.len().saturating_sub(40)..].join("\n")
+            ),
+        }
+    }
+    assert!(delivered > SEEDS / 2 * 1000, "only {delivered} deliveries checked");
+}
+
 #[test]
 fn a_seed_replays_to_the_same_run() {
     let config = config(Fault::ALL.to_vec());

@@ -11,6 +11,7 @@ pub mod config;
 pub mod metrics;
 pub mod registry;
 pub mod sender;
+pub mod sim;
 pub mod service;
 pub mod status;
 

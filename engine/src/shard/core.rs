@@ -370,6 +370,15 @@ impl<R> ShardCore<R> {
         self.ring.publish();
         let next = self.ring.next_offset();
         shared.watermarks.publish_committed(next, self.last_ts);
+        // Windows flushed by earlier rounds leave now if the new ones took
+        // the ring past its budget. Eviction used to wait for the next
+        // round's sync, so while an fdatasync stalled the ring grew by up to
+        // max_unflushed_bytes past ring_bytes (the simulator's 2.11 check
+        // found it). They are durable and in the published index already.
+        if self.ring.capacity_bytes() > self.limits.ring_bytes {
+            let evicted = self.ring.evict();
+            shared.watermarks.publish_evicted(evicted);
+        }
         shared.publish_memory(&self.ring);
         let stats = &shared.stats;
         stats.appended.fetch_add(
@@ -550,6 +559,13 @@ impl<R> ShardCore<R> {
             replies
                 .ok
                 .push(self.waiters.pop_front().expect("checked").reply);
+        }
+        // A waiter this round did not cover (it needs bytes past the round's
+        // plan) keeps a flush wanted: else, with less than a window left,
+        // the flusher would sleep until the flush interval while it waits
+        // (the simulator's 2.13 check found it, with syncs stalled).
+        if !self.waiters.is_empty() {
+            self.flush_wanted = true;
         }
         replies
     }
