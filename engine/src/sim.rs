@@ -226,6 +226,13 @@ impl Sim {
         self.failed(step, result)
     }
 
+    /// After [`Sim::quiesce`]: one more round in which every shard takes its
+    /// queue, flushes and answers claims (for the caller's subscribers).
+    pub fn settle(&mut self, step: u64) -> Result<(), SimFailure> {
+        let result = self.world.settle();
+        self.failed(step, result)
+    }
+
     fn failed(&mut self, step: u64, result: Result<(), Broken>) -> Result<(), SimFailure> {
         result.map_err(|(invariant, detail)| SimFailure {
             seed: self.seed,
@@ -1719,6 +1726,19 @@ impl World {
         ))
     }
 
+    /// One round with faults stopped: a millisecond passes, and every shard
+    /// takes its queue, flushes what it holds and answers claims.
+    fn settle(&mut self) -> Result<(), Broken> {
+        self.clock_ns += 1_000_000;
+        for shard in 0..self.shards as usize {
+            self.take(shard)?;
+            self.nodes[shard].core.flush_interval_passed();
+            while self.flush_io_on(shard)? {}
+            self.nodes[shard].core.answer_claim(self.clock_ns);
+        }
+        self.check_shards()
+    }
+
     /// Faults stop: the shards flush everything and answer claims, and every
     /// subscriber must then catch up with every committed event (liveness).
     fn quiesce(&mut self) -> Result<(), Broken> {
@@ -1730,13 +1750,7 @@ impl World {
             self.restart(false)?;
         }
         for _round in 0..64 {
-            self.clock_ns += 1_000_000;
-            for shard in 0..self.shards as usize {
-                self.take(shard)?;
-                self.nodes[shard].core.flush_interval_passed();
-                while self.flush_io_on(shard)? {}
-                self.nodes[shard].core.answer_claim(self.clock_ns);
-            }
+            self.settle()?;
             for i in 0..self.subs.len() {
                 self.poll_sub(i, 1 << 20)?;
                 // A filtered cursor passes unselected events it never delivers.

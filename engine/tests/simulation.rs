@@ -72,7 +72,10 @@ fn every_invariant_holds_over_a_long_life() {
             ),
         }
     }
-    assert!(delivered > SEEDS / 2 * 1000, "only {delivered} deliveries checked");
+    assert!(
+        delivered > SEEDS / 2 * 1000,
+        "only {delivered} deliveries checked"
+    );
 }
 
 #[test]

@@ -11,8 +11,8 @@ pub mod config;
 pub mod metrics;
 pub mod registry;
 pub mod sender;
-pub mod sim;
 pub mod service;
+pub mod sim;
 pub mod status;
 
 /// Accepted connections of `listener` with Nagle's algorithm off: small

@@ -199,9 +199,8 @@ pub(crate) struct Streams {
 
 /// What a subscriber reads: its queued responses, then the final error if
 /// the stream failed (DESIGN.md 2.10).
-pub(crate) type Responses = std::pin::Pin<
-    Box<dyn Stream<Item = Result<RawSubscribeResponse, Status>> + Send>,
->;
+pub(crate) type Responses =
+    std::pin::Pin<Box<dyn Stream<Item = Result<RawSubscribeResponse, Status>> + Send>>;
 
 impl Streams {
     /// Starts a stream's sender on the current tokio runtime and returns what

@@ -58,6 +58,9 @@ pub fn stream_faults(faults: &[Fault]) -> Vec<Fault> {
         .collect()
 }
 
+/// Rounds after the faults stop in which every stream must catch up.
+const QUIESCE_ROUNDS: usize = 64;
+
 /// What a run that held every invariant did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamOutcome {
@@ -98,8 +101,15 @@ pub fn run(seed: u64, config: &SimConfig) -> Result<StreamOutcome, SimFailure> {
             world.failed(step, result)?;
         }
         world.sim.quiesce(config.steps)?;
-        let result = world.quiesce().await;
-        world.failed(config.steps, result)?;
+        for _round in 0..QUIESCE_ROUNDS {
+            world.sim.settle(config.steps)?;
+            let result = world.quiesce_round().await;
+            if world.failed(config.steps, result)? {
+                return Ok(world.outcome());
+            }
+        }
+        let result = world.stuck();
+        world.failed(config.steps, result.map(|()| false))?;
         Ok(world.outcome())
     })
 }
@@ -137,6 +147,8 @@ struct Client {
     heartbeat: bool,
     /// Responses read per step: 0 (stalled), 1, or all.
     pace: u64,
+    /// Reads one response in 30 steps, whatever its pace.
+    paused: bool,
     stream: Option<Stream1>,
     /// Where it resumes: the last cursor it received (none yet: the beginning).
     cursor: Option<Cursor>,
@@ -183,10 +195,14 @@ impl World {
             (Ordering::PerShard, false, true, true),
             (Ordering::Merged, true, false, true),
             (Ordering::PerShard, true, true, false),
+            // Paused: reads one response now and then, so it falls behind
+            // the ring and past retention.
+            (Ordering::Merged, false, true, true),
         ]
         .into_iter()
         .enumerate()
         .map(|(i, (ordering, chunk_mode, batching, heartbeat))| Client {
+            paused: i == 5,
             id: i as u64 + 1,
             epoch: 0,
             ordering,
@@ -221,7 +237,7 @@ impl World {
     }
 
     /// A broken invariant of the streams, with the shared trace.
-    fn failed(&mut self, step: u64, result: Result<(), Broken>) -> Result<(), SimFailure> {
+    fn failed<T>(&mut self, step: u64, result: Result<T, Broken>) -> Result<T, SimFailure> {
         result.map_err(|(invariant, detail)| SimFailure {
             seed: self.sim.seed(),
             step,
@@ -246,7 +262,10 @@ impl World {
             ));
         }
         let c = self.sim.below(self.clients.len() as u64) as usize;
+        let paused = self.clients[c].paused;
         match self.sim.below(1000) {
+            // The paused client keeps its stream, so it meets retention.
+            _ if paused => {}
             0..=29 => {
                 // A disconnect: the client drops its stream; it resumes later.
                 if self.clients[c].stream.take().is_some() {
@@ -263,7 +282,7 @@ impl World {
                 self.sim.note(format!("client {c} reads {pace} per step"));
             }
             80..=89 => self.supersede(c)?,
-            90..=91 => self.shut_down(),
+            90 if self.sim.below(4) == 0 => self.shut_down(),
             _ => {}
         }
         // Clients without a stream come back now and then.
@@ -275,7 +294,10 @@ impl World {
         }
         self.run_for(Duration::from_millis(1)).await;
         for c in 0..self.clients.len() {
-            let pace = self.clients[c].pace;
+            let pace = match self.clients[c].paused {
+                true => u64::from(self.sim.below(30) == 0),
+                false => self.clients[c].pace,
+            };
             self.read_client(c, pace)?;
         }
         self.read_draining()?;
@@ -358,7 +380,8 @@ impl World {
         let stream = self.start(c, sub, until_ns, registered);
         self.clients[c].stream = Some(stream);
         self.outcome.streams += 1;
-        self.sim.note(format!("client {c} connects (until {until_ns:?})"));
+        self.sim
+            .note(format!("client {c} connects (until {until_ns:?})"));
         Ok(())
     }
 
@@ -474,7 +497,10 @@ impl World {
         let mut draining = std::mem::take(&mut self.draining);
         let mut kept = Vec::new();
         for (i, mut stream) in draining.drain(..).enumerate() {
-            if self.read(&mut stream, u64::MAX, &format!("draining stream {i}"))?.is_none() {
+            if self
+                .read(&mut stream, u64::MAX, &format!("draining stream {i}"))?
+                .is_none()
+            {
                 kept.push(stream);
             }
         }
@@ -508,11 +534,17 @@ impl World {
                         ));
                     }
                     self.final_error(s, &status, who)?;
+                    self.sim.note(format!(
+                        "{who} stream fails: {:?} {}",
+                        status.code(),
+                        status.message()
+                    ));
                     s.failed = true;
                     read += 1;
                 }
                 Poll::Ready(None) if s.failed => return Ok(Some(End::Failed)),
                 Poll::Ready(None) => {
+                    self.sim.note(format!("{who} stream ends clean"));
                     self.clean_end(s, who)?;
                     return Ok(Some(End::Clean));
                 }
@@ -568,14 +600,23 @@ impl World {
         if cursor.offsets() != s.next.as_slice() {
             return Err((
                 "2.6 a response's cursor is exactly what was delivered up to it",
-                format!("{who}: cursor {:?}, delivered up to {:?}", cursor.offsets(), s.next),
+                format!(
+                    "{who}: cursor {:?}, delivered up to {:?}",
+                    cursor.offsets(),
+                    s.next
+                ),
             ));
         }
         s.cursor = cursor;
         Ok(())
     }
 
-    fn chunk(&mut self, s: &mut Stream1, chunk: &v1::ChunkMessage, who: &str) -> Result<(), Broken> {
+    fn chunk(
+        &mut self,
+        s: &mut Stream1,
+        chunk: &v1::ChunkMessage,
+        who: &str,
+    ) -> Result<(), Broken> {
         if !s.chunk_mode || s.chunks_ended {
             return Err((
                 "2.10 chunks come only in chunk mode, before its marker",
@@ -595,7 +636,10 @@ impl World {
             if offset != chunk.first_offset + k {
                 return Err((
                     "chunks are dense",
-                    format!("{who}: offset {offset} at {k} of a chunk from {}", chunk.first_offset),
+                    format!(
+                        "{who}: offset {offset} at {k} of a chunk from {}",
+                        chunk.first_offset
+                    ),
                 ));
             }
             // Chunks go out by run, not merged event by event.
@@ -620,13 +664,19 @@ impl World {
     ) -> Result<(), Broken> {
         let sh = shard as usize;
         if sh >= s.next.len() {
-            return Err(("events name a shard of the engine", format!("{who}: shard {shard}")));
+            return Err((
+                "events name a shard of the engine",
+                format!("{who}: shard {shard}"),
+            ));
         }
         // 2.6: exactly the next event of its shard, never a skip or a repeat.
         if offset != s.next[sh] {
             return Err((
                 "2.6 resume is exact: a stream never skips and never repeats an event",
-                format!("{who}: got {shard}:{offset}, expected {shard}:{}", s.next[sh]),
+                format!(
+                    "{who}: got {shard}:{offset}, expected {shard}:{}",
+                    s.next[sh]
+                ),
             ));
         }
         let event = <[u8; 8]>::try_from(payload).map(u64::from_le_bytes).ok();
@@ -640,7 +690,10 @@ impl World {
         if ts <= s.heartbeat_mark {
             return Err((
                 "2.10 a heartbeat's watermark is below every event delivered after it",
-                format!("{who}: {shard}:{offset} ts {ts} after a heartbeat at {}", s.heartbeat_mark),
+                format!(
+                    "{who}: {shard}:{offset} ts {ts} after a heartbeat at {}",
+                    s.heartbeat_mark
+                ),
             ));
         }
         // 2.5: merged order is (ts, shard), the same on every replay.
@@ -665,9 +718,10 @@ impl World {
         if status.code() == Code::OutOfRange {
             // 2.7: only a stream whose next event retention removed.
             let shards = self.sim.shards();
-            let below = shards.iter().enumerate().any(|(i, shard)| {
-                s.next[i] < shard.watermarks.snapshot().retained_from
-            });
+            let below = shards
+                .iter()
+                .enumerate()
+                .any(|(i, shard)| s.next[i] < shard.watermarks.snapshot().retained_from);
             if !below {
                 return Err((
                     "2.7 a stream fails OUT_OF_RANGE only below the retained range",
@@ -727,42 +781,76 @@ impl World {
 
     /// Faults have stopped and the shards are flushed: every client reads
     /// everything; each stream catches up with every shard (liveness).
-    async fn quiesce(&mut self) -> Result<(), Broken> {
+    async fn quiesce_round(&mut self) -> Result<bool, Broken> {
         for client in &mut self.clients {
             client.pace = u64::MAX;
+            client.paused = false;
         }
-        for _round in 0..200 {
+        {
             for c in 0..self.clients.len() {
                 if self.clients[c].stream.is_none() && !self.clients[c].finished {
                     self.connect(c)?;
                 }
             }
             self.run_for(Duration::from_millis(1)).await;
-            for c in 0..self.clients.len() {
-                self.read_client(c, u64::MAX)?;
+            // Fast clients: read, let the senders refill, until nothing comes.
+            loop {
+                let before = self.outcome.clone();
+                for c in 0..self.clients.len() {
+                    self.read_client(c, u64::MAX)?;
+                }
+                self.read_draining()?;
+                if self.outcome == before {
+                    break;
+                }
+                for _ in 0..8 {
+                    tokio::task::yield_now().await;
+                }
             }
-            self.read_draining()?;
             let shards = self.sim.shards();
-            let committed: Vec<u64> = shards.iter().map(|s| s.watermarks.committed_next()).collect();
+            let committed: Vec<u64> = shards
+                .iter()
+                .map(|s| s.watermarks.committed_next())
+                .collect();
             let caught_up = self.clients.iter().all(|client| {
-                client.finished
-                    || client
-                        .stream
-                        .as_ref()
-                        .is_some_and(|s| s.next == committed)
+                client.finished || client.stream.as_ref().is_some_and(|s| s.next == committed)
             });
-            if caught_up && self.draining.is_empty() {
-                return Ok(());
-            }
+            Ok(caught_up && self.draining.is_empty())
         }
+    }
+
+    /// Still behind after every quiesce round.
+    fn stuck(&self) -> Result<(), Broken> {
         let at: Vec<_> = self
             .clients
             .iter()
-            .map(|c| c.stream.as_ref().map(|s| s.next.clone()))
+            .map(|c| {
+                let stream = c.stream.as_ref().map(|s| {
+                    format!(
+                        "at {:?} until {:?} may fail {:?}",
+                        s.next, s.until_ns, s.may_fail
+                    )
+                });
+                format!(
+                    "client {}: {}",
+                    c.id - 1,
+                    stream.unwrap_or_else(|| format!("no stream (finished: {})", c.finished))
+                )
+            })
+            .collect();
+        let committed: Vec<u64> = self
+            .sim
+            .shards()
+            .iter()
+            .map(|s| s.watermarks.committed_next())
             .collect();
         Err((
             "liveness: once faults stop, every stream catches up and every ended stream ends",
-            format!("clients at {at:?}, {} stream(s) still draining", self.draining.len()),
+            format!(
+                "committed {committed:?}; {}; {} stream(s) still draining",
+                at.join("; "),
+                self.draining.len()
+            ),
         ))
     }
 }

@@ -189,10 +189,7 @@ async fn call(server: &Budgeted<RingFeedServer<Service>>, method: &str, wire: Ve
     std::future::poll_fn(|cx| server.poll_ready(cx))
         .await
         .unwrap_or_else(|e| match e {});
-    let response = server
-        .call(request)
-        .await
-        .unwrap_or_else(|e| match e {});
+    let response = server.call(request).await.unwrap_or_else(|e| match e {});
     let (parts, body) = response.into_parts();
     // A refusal before any response: a trailers-only answer.
     if let Some(status) = Status::from_header_map(&parts.headers) {
@@ -296,15 +293,27 @@ fn check_append(reply: &Reply, events: Option<usize>) -> Result<Reached, TestCas
         return Err(TestCaseError::fail("Append: no grpc-status"));
     };
     if status.code() != Code::Ok {
-        prop_assert!(reply.messages.is_empty(), "Append: a response and {status:?}");
+        prop_assert!(
+            reply.messages.is_empty(),
+            "Append: a response and {status:?}"
+        );
         return refusal(status, APPEND_CODES);
     }
-    prop_assert_eq!(reply.messages.len(), 1, "Append: OK with no single response");
-    let response = v1::AppendResponse::decode(reply.messages[0].clone())
-        .map_err(|e| TestCaseError::fail(format!("Append: a response that does not decode: {e}")))?;
+    prop_assert_eq!(
+        reply.messages.len(),
+        1,
+        "Append: OK with no single response"
+    );
+    let response = v1::AppendResponse::decode(reply.messages[0].clone()).map_err(|e| {
+        TestCaseError::fail(format!("Append: a response that does not decode: {e}"))
+    })?;
     prop_assert!(response.failure.is_none(), "Append: {:?}", response.failure);
     if let Some(events) = events {
-        prop_assert_eq!(response.positions.len(), events, "Append: a position per event");
+        prop_assert_eq!(
+            response.positions.len(),
+            events,
+            "Append: a position per event"
+        );
     }
     Ok(Reached::Accepted)
 }
@@ -317,22 +326,34 @@ fn check_append_stream(reply: &Reply, requests: Option<usize>) -> Result<Reached
     };
     for message in &reply.messages {
         let response = v1::AppendResponse::decode(message.clone()).map_err(|e| {
-            TestCaseError::fail(format!("AppendStream: a response that does not decode: {e}"))
+            TestCaseError::fail(format!(
+                "AppendStream: a response that does not decode: {e}"
+            ))
         })?;
         if let Some(failure) = response.failure {
             let code = Code::from_i32(failure.code);
-            prop_assert!(APPEND_CODES.contains(&code), "AppendStream: failure {failure:?}");
+            prop_assert!(
+                APPEND_CODES.contains(&code),
+                "AppendStream: failure {failure:?}"
+            );
             prop_assert!(status.code() != Code::Ok, "a failed request, then OK");
         }
     }
     if status.code() == Code::Ok {
         if let Some(requests) = requests {
-            prop_assert_eq!(reply.messages.len(), requests, "AppendStream: an answer per request");
+            prop_assert_eq!(
+                reply.messages.len(),
+                requests,
+                "AppendStream: an answer per request"
+            );
         }
         return Ok(Reached::Accepted);
     }
     if let Some(requests) = requests {
-        prop_assert!(reply.messages.len() < requests, "AppendStream: answered all, then {status:?}");
+        prop_assert!(
+            reply.messages.len() < requests,
+            "AppendStream: answered all, then {status:?}"
+        );
     }
     refusal(status, APPEND_CODES)
 }
@@ -352,15 +373,27 @@ fn check_subscribe(reply: &Reply) -> Result<Reached, TestCaseError> {
 }
 
 /// `Status` and `ListSubscribers`: an answer, whatever fields the request had.
-fn check_unary<M: Message + Default>(method: &str, reply: &Reply) -> Result<Reached, TestCaseError> {
+fn check_unary<M: Message + Default>(
+    method: &str,
+    reply: &Reply,
+) -> Result<Reached, TestCaseError> {
     let Some(status) = &reply.status else {
         return Err(TestCaseError::fail(format!("{method}: no grpc-status")));
     };
     if status.code() != Code::Ok {
         return refusal(status, &[]);
     }
-    prop_assert_eq!(reply.messages.len(), 1, "{}: OK with no single response", method);
-    prop_assert!(M::decode(reply.messages[0].clone()).is_ok(), "{}: a bad response", method);
+    prop_assert_eq!(
+        reply.messages.len(),
+        1,
+        "{}: OK with no single response",
+        method
+    );
+    prop_assert!(
+        M::decode(reply.messages[0].clone()).is_ok(),
+        "{}: a bad response",
+        method
+    );
     Ok(Reached::Accepted)
 }
 
@@ -469,7 +502,11 @@ fn event(i: u64) -> v1::Event {
         0 => (None, Some(entry(name)), ""),
         1 => (Some(entry(name.clone())), Some(entry(name)), ""),
         2 => (Some(entry(name)), None, ""),
-        _ => (Some(entry(name.clone())), Some(entry(format!("{name}.moved"))), "/b"),
+        _ => (
+            Some(entry(name.clone())),
+            Some(entry(format!("{name}.moved"))),
+            "/b",
+        ),
     };
     v1::Event {
         directory: DIRS[i as usize % DIRS.len()].into(),
@@ -516,7 +553,9 @@ fn mutated_append(request: RawAppendRequest, target: &Target, e: &[Edit]) -> Vec
 
 /// The events of a request as its handler will see them, if it decodes.
 fn events_of(message: &[u8]) -> Option<usize> {
-    RawAppendRequest::decode(message).ok().map(|r| r.events.len())
+    RawAppendRequest::decode(message)
+        .ok()
+        .map(|r| r.events.len())
 }
 
 /// A valid subscription; `start` picks now, the beginning, a time or `cursor`.
@@ -525,10 +564,18 @@ fn subscribe_request(i: u64, start: u8, cursor: &[u8]) -> v1::SubscribeRequest {
         client_name: format!("client-{}", i % 4),
         client_id: if i % 3 == 0 { 0 } else { i % 5 },
         client_epoch: i,
-        path_prefix: if i % 2 == 0 { "/a".into() } else { String::new() },
+        path_prefix: if i % 2 == 0 {
+            "/a".into()
+        } else {
+            String::new()
+        },
         path_prefixes: vec!["/data/".into(), "/é".into()],
         directories: vec!["/".into()],
-        exclude_prefixes: if i % 3 == 1 { vec!["/a/b".into()] } else { vec![] },
+        exclude_prefixes: if i % 3 == 1 {
+            vec!["/a/b".into()]
+        } else {
+            vec![]
+        },
         signature: (i % 4) as i32,
         start: Some(match start % 4 {
             0 => Start::Now(true),
@@ -759,12 +806,14 @@ fn arb_append() -> impl Strategy<Value = RawAppendRequest> {
         prop_oneof![6 => 0..3, 1 => edge_i32()],
         producer,
     )
-        .prop_map(|(events, durability, (producer_id, first_sequence))| RawAppendRequest {
-            events,
-            durability,
-            producer_id,
-            first_sequence,
-        })
+        .prop_map(
+            |(events, durability, (producer_id, first_sequence))| RawAppendRequest {
+                events,
+                durability,
+                producer_id,
+                first_sequence,
+            },
+        )
 }
 
 /// Random bytes, or a well-formed cursor of any shard count (mostly the
@@ -962,7 +1011,9 @@ impl Tally {
 /// or the properties above would mostly exercise prost.
 #[test]
 fn mutations_reach_the_handlers() {
-    let sweep = |method: &str, clean: Vec<u8>, check: &dyn Fn(&[u8], &Reply) -> Result<Reached, TestCaseError>| {
+    let sweep = |method: &str,
+                 clean: Vec<u8>,
+                 check: &dyn Fn(&[u8], &Reply) -> Result<Reached, TestCaseError>| {
         let mut tally = Tally::default();
         for i in 0..clean.len() {
             let mut message = clean.clone();
@@ -972,12 +1023,16 @@ fn mutations_reach_the_handlers() {
         }
         eprintln!("{method}: {} single-byte edits: {tally:?}", clean.len());
         assert!(
-            tally.accepted > 0 && tally.refused > 0 && 2 * (tally.accepted + tally.refused) > clean.len(),
+            tally.accepted > 0
+                && tally.refused > 0
+                && 2 * (tally.accepted + tally.refused) > clean.len(),
             "{method}: {tally:?}"
         );
     };
     let append = append_request(1, 3, false, false).encode_to_vec();
-    sweep("Append", append, &|message, reply| check_append(reply, events_of(message)));
+    sweep("Append", append, &|message, reply| {
+        check_append(reply, events_of(message))
+    });
     let subscribe = subscribe_request(3, 3, &harness().cursor).encode_to_vec();
     sweep("Subscribe", subscribe, &|_, reply| check_subscribe(reply));
 }

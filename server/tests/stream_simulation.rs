@@ -8,8 +8,8 @@
 use ringfeed_engine::sim::{Fault, SimConfig};
 use ringfeed_server::sim;
 
-const SEEDS: u64 = 40;
-const STEPS: u64 = 2_000;
+const SEEDS: u64 = 30;
+const STEPS: u64 = 4_000;
 
 fn config() -> SimConfig {
     SimConfig {
@@ -49,7 +49,11 @@ fn every_stream_ends_as_it_must() {
     eprintln!("{total:?}");
     // Every way a stream ends really happened: a simulation that never
     // supersedes, shuts down or reaches an end time checks nothing of 2.10.
-    assert!(total.events > SEEDS * 1_000, "only {} events read", total.events);
+    assert!(
+        total.events > SEEDS * 1_000,
+        "only {} events read",
+        total.events
+    );
     assert!(total.heartbeats > 0, "no heartbeat read");
     assert!(total.cancelled > 0, "no stream ended superseded");
     assert!(total.unavailable > 0, "no stream ended by a shutdown");

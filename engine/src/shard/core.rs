@@ -13,7 +13,9 @@
 //! the drivers: a flush round is written, then synced, and only a completed
 //! sync moves the flushed watermark and answers durable waiters; a window is
 //! evicted only after the flushed watermark covering it is published; a
-//! failed write or sync latches the shard.
+//! failed write or sync latches the shard. The core also wakes whoever waits
+//! on the shard (readers, appends waiting for room) once per batch, round or
+//! claim, so no driver can forget to.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -391,6 +393,8 @@ impl<R> ShardCore<R> {
         stats
             .appended_bytes
             .fetch_add(staged as u64, Ordering::Relaxed);
+        // Readers wake once per batch, never per event.
+        shared.appended.notify(usize::MAX);
         let window_full = self.ring.unflushed_bytes() >= self.limits.window_bytes;
         Ok(Staged {
             positions,
@@ -444,6 +448,8 @@ impl<R> ShardCore<R> {
         let reached = shared.stamped_high.load(Ordering::Acquire);
         let ts = now_ns.max(self.last_ts).max(reached);
         shared.watermarks.claim(ts);
+        // Merges waiting on this shard's claim wait on `appended`.
+        shared.appended.notify(usize::MAX);
         if ts >= wanted {
             shared.watermarks.claim_answered(wanted);
             None
@@ -550,6 +556,9 @@ impl<R> ShardCore<R> {
         let evicted = self.ring.evict();
         shared.watermarks.publish_evicted(evicted);
         shared.publish_memory(&self.ring);
+        // Readers (durable-only ones, readers below the ring) and appends
+        // waiting for room wake once per round.
+        shared.flushed.notify(usize::MAX);
         let mut replies = Replies::default();
         while self
             .waiters
@@ -584,6 +593,8 @@ impl<R> ShardCore<R> {
         );
         *shared.latched.lock().unwrap_or_else(|p| p.into_inner()) = Some(cause.clone());
         self.latched = Some(cause.clone());
+        // Appends waiting for room and durable-only readers learn of it.
+        shared.flushed.notify(usize::MAX);
         let mut replies = Replies::default();
         for waiter in self.waiters.drain(..) {
             replies.failed.push((

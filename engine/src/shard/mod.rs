@@ -446,7 +446,6 @@ impl Driver {
             .stats
             .append_ns
             .fetch_add(step.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        shared.appended.notify(usize::MAX);
         let mut wake_flusher = staged.wake_flusher;
         match durability {
             Durability::Memory => drop(reply.send(Ok(staged.positions))),
@@ -538,7 +537,6 @@ async fn flusher<S: Storage>(mut log: Log<S>, driver: Rc<Driver>) {
                 answer(core.borrow_mut().written(result));
                 if failed {
                     end_round(&shared, round.take());
-                    shared.flushed.notify(usize::MAX);
                 }
             }
             FlushIo::Sync => {
@@ -552,7 +550,6 @@ async fn flusher<S: Storage>(mut log: Log<S>, driver: Rc<Driver>) {
                 end_round(&shared, round.take());
                 let replies = core.borrow_mut().synced(result, &log);
                 answer(replies);
-                shared.flushed.notify(usize::MAX);
             }
             FlushIo::Retention => {
                 let now = crate::clock::now_ns();
@@ -683,10 +680,6 @@ async fn ticker(driver: Rc<Driver>) {
             wake_flush = true;
         }
         drop(st);
-        if claimed {
-            // Merges waiting on this shard's claim wait on `appended`.
-            shared.appended.notify(usize::MAX);
-        }
         if wake_flush {
             wake_flusher.notify(usize::MAX);
         }
