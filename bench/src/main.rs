@@ -189,12 +189,14 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         reps: usize,
     },
-    /// The engine's deterministic simulator: shards, producers and faults
-    /// (crashes, power loss, failed and torn writes, failed syncs, clock
-    /// steps, producer retries) driven on one thread from each seed, every
-    /// invariant checked after every step. Prints `simulated N seeds x M
-    /// steps: F failures`; a failing seed prints its replay command and
-    /// writes its trace; exits non-zero on any failure.
+    /// The deterministic simulators: shards, producers and faults (crashes,
+    /// power loss, failed and torn writes, failed and stalled syncs, clock
+    /// steps, producer retries, cancelled appends) driven on one thread from
+    /// each seed, then clients following them through the server's stream
+    /// code (slow, stalled, superseded, shut down), every invariant checked
+    /// after every step. Prints `simulated N seeds x M steps: F failures`; a
+    /// failing seed prints its replay command and writes its trace; exits
+    /// non-zero on any failure.
     Simulate {
         /// Seeds to run, from --seed.
         #[arg(long, default_value_t = 100)]
@@ -208,7 +210,9 @@ enum Command {
         #[arg(long, default_value_t = 3)]
         shards: u32,
         /// Which faults: all, none, or a comma-separated list of crash,
-        /// power-loss, write-error, sync-error, torn-write, clock-step, retry.
+        /// power-loss, write-error, sync-error, torn-write, clock-step, retry,
+        /// stalled-sync, cancel. (The stream simulation leaves out the
+        /// restarts and the I/O failures that lead to them.)
         #[arg(long, default_value = "all")]
         faults: String,
         /// Where a failing seed's trace is written.

@@ -1,5 +1,7 @@
-//! `simulate`: the engine's deterministic simulator (`ringfeed_engine::sim`)
-//! over many seeds, or one seed replayed. Prints one line per failing seed
+//! `simulate`: the deterministic simulators over many seeds, or one seed
+//! replayed. Each seed runs the shard simulation (`ringfeed_engine::sim`)
+//! and then the stream simulation (`ringfeed_server::sim`: clients through
+//! the server's stream code over the same simulated shards). Prints one line per failing seed
 //! with its replay command, writes the failing run's trace (shrunk to the
 //! fewest fault kinds that still break it) to a file, and ends with the
 //! summary line `simulated N seeds x M steps: F failures`. Exits non-zero
@@ -10,6 +12,30 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use ringfeed_engine::sim::{self, Fault, SimConfig, SimFailure};
+use ringfeed_server::sim as streams;
+
+/// Which simulation a seed failed in.
+#[derive(Clone, Copy)]
+enum Layer {
+    Shards,
+    Streams,
+}
+
+impl Layer {
+    fn run(self, seed: u64, config: &SimConfig) -> Result<(), SimFailure> {
+        match self {
+            Layer::Shards => sim::run(seed, config).map(drop),
+            Layer::Streams => streams::run(seed, config).map(drop),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Layer::Shards => "shards",
+            Layer::Streams => "streams",
+        }
+    }
+}
 
 pub struct Args {
     pub seeds: u64,
@@ -31,17 +57,26 @@ pub fn simulate(args: &Args) -> Result<()> {
     let mut failures = 0u64;
     let mut restarts = 0u64;
     let mut durable_acks = 0u64;
+    let mut stream_events = 0u64;
     let mut last_progress = Instant::now();
     for seed in args.first_seed..args.first_seed + args.seeds {
-        match sim::run(seed, &config) {
+        let failed = match sim::run(seed, &config) {
             Ok(outcome) => {
                 restarts += outcome.restarts;
                 durable_acks += outcome.durable_acks;
+                match streams::run(seed, &config) {
+                    Ok(outcome) => {
+                        stream_events += outcome.events;
+                        None
+                    }
+                    Err(failure) => Some((Layer::Streams, failure)),
+                }
             }
-            Err(failure) => {
-                failures += 1;
-                report(&failure, &config, args)?;
-            }
+            Err(failure) => Some((Layer::Shards, failure)),
+        };
+        if let Some((layer, failure)) = failed {
+            failures += 1;
+            report(layer, &failure, &config, args)?;
         }
         if last_progress.elapsed().as_secs() >= 10 {
             last_progress = Instant::now();
@@ -54,7 +89,7 @@ pub fn simulate(args: &Args) -> Result<()> {
         }
     }
     println!(
-        "# {} shard(s), faults: {}; {restarts} restarts, {durable_acks} durable acks checked; {:.1} s",
+        "# {} shard(s), faults: {}; {restarts} restarts, {durable_acks} durable acks, {stream_events} streamed events checked; {:.1} s",
         args.shards,
         fault_names(&args.faults),
         started.elapsed().as_secs_f64()
@@ -82,9 +117,9 @@ fn fault_names(faults: &[Fault]) -> String {
 
 /// Prints the failure and its replay command, shrinks it to the fewest fault
 /// kinds that still break an invariant, and writes that run's trace.
-fn report(failure: &SimFailure, config: &SimConfig, args: &Args) -> Result<()> {
-    println!("FAILED {failure}");
-    let (shrunk, faults) = shrink(failure, config);
+fn report(layer: Layer, failure: &SimFailure, config: &SimConfig, args: &Args) -> Result<()> {
+    println!("FAILED ({}) {failure}", layer.name());
+    let (shrunk, faults) = shrink(layer, failure, config);
     println!(
         "  replay: ringfeed-bench simulate --seed {} --steps {} --shards {} --faults {}",
         shrunk.seed,
@@ -116,7 +151,7 @@ fn report(failure: &SimFailure, config: &SimConfig, args: &Args) -> Result<()> {
 /// Drops fault kinds one at a time while the seed still fails (any
 /// invariant), and keeps the run to its failing step: the same seed with
 /// fewer kinds of fault is a shorter, plainer story.
-fn shrink(failure: &SimFailure, config: &SimConfig) -> (SimFailure, Vec<Fault>) {
+fn shrink(layer: Layer, failure: &SimFailure, config: &SimConfig) -> (SimFailure, Vec<Fault>) {
     let mut best = failure.clone();
     let mut faults = config.faults.clone();
     let mut i = 0;
@@ -128,7 +163,7 @@ fn shrink(failure: &SimFailure, config: &SimConfig) -> (SimFailure, Vec<Fault>) 
             steps: best.step + 1,
             ..config.clone()
         };
-        match sim::run(failure.seed, &trial) {
+        match layer.run(failure.seed, &trial) {
             Err(smaller) => {
                 best = smaller;
                 faults = fewer;

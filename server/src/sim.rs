@@ -405,7 +405,9 @@ impl World {
             let epoch = self.clients[c].epoch;
             let id = self.clients[c].id;
             for stream in self.draining.iter_mut().filter(|s| s.client == id) {
-                stream.may_fail.push((Code::Cancelled, epoch));
+                if !stream.may_fail.contains(&(Code::Cancelled, epoch)) {
+                    stream.may_fail.push((Code::Cancelled, epoch));
+                }
             }
         }
         Ok(registered)
