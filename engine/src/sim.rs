@@ -2,38 +2,54 @@
 //!
 //! One thread, one seed: [`run`] drives `shards` [`ShardCore`]s, the same
 //! state machine the glommio shards run, over their logs on [`MemStorage`],
-//! with idempotent and plain producers, durable and memory acks, flush I/O
-//! one operation at a time (so appends land between a round's write and its
-//! sync), and a fault plan: process crashes, power loss that keeps an
-//! arbitrary subset of unsynced blocks, failed and torn writes, failed syncs,
-//! clock steps both ways, producer retries with the same producer id and
-//! sequence. After every step an oracle checks the invariants of DESIGN.md
-//! section 2 that a shard keeps; after every restart it checks what recovery
-//! kept against every acknowledgement given. The same seed replays the same
-//! run: each run's [`SimOutcome::digest`] is a hash of everything it saw.
+//! with idempotent and plain producers, durable and memory acks, appends
+//! queued per shard and taken in order (waiting for room as the command loop
+//! does), flush I/O one operation at a time (so appends land between a
+//! round's write and its sync), and a fault plan: process crashes, power
+//! loss that keeps an arbitrary subset of unsynced blocks, failed and torn
+//! writes, failed and stalled syncs, clock steps both ways, producer retries
+//! with the same producer id and sequence, callers that give up on queued
+//! appends. After every step an oracle checks the invariants of DESIGN.md
+//! section 2 that the shards keep; after every restart it checks what
+//! recovery kept against every acknowledgement given. The same seed replays
+//! the same run: each run's [`SimOutcome::digest`] is a hash of everything
+//! it saw. [`Sim`] lets a caller step the same shards with subscribers of
+//! its own: the server's stream simulation (`ringfeed_server::sim`) checks
+//! 2.10 through the server's real stream code that way.
 //!
 //! Each check's message starts with the number of the DESIGN.md section 2
-//! invariant it holds the shards to: 2.1 (dense offsets, increasing stamps,
-//! at every stage and after every recovery), 2.2 (flush before evict;
-//! unflushed bytes bounded), 2.3 (durable acks only after the covering
-//! fdatasync; the flushed watermark likewise; acked events survive crashes
-//! and power loss), 2.4 (the committed watermark covers exactly what one
-//! step staged), 2.6 (an offset lost to a crash comes back only in another
-//! generation), 2.9 (recovery keeps a prefix of what was written, and it
-//! verifies), 2.11 (ring memory bounded), 2.12 (a retry stores nothing new,
-//! also after a restart, and gets its original positions).
+//! invariant it holds the shards to, and a comment beside it says why:
+//! - 2.1 dense offsets, increasing stamps, at staging and after recovery;
+//! - 2.2 flush before evict; unflushed bytes bounded;
+//! - 2.3 durable acks only after the covering fdatasync, the flushed
+//!   watermark likewise; acked events survive crashes and power loss;
+//! - 2.4 the committed watermark covers exactly what one step staged;
+//! - 2.5 merged deliveries in `(ts, source)` order (claims answered by the
+//!   core's own rule);
+//! - 2.6 each delivery is the next (selected) event of its shard; a cursor
+//!   is exactly what was delivered (filtered: it passes only unselected
+//!   events); after a restart it resumes only if nothing it covers was lost,
+//!   else it is refused as truncated; a lost offset comes back only in
+//!   another generation;
+//! - 2.7 a cursor below the retained range is refused naming the oldest
+//!   retained offset; from the beginning means from there; recovery never
+//!   loses retained segments;
+//! - 2.8 an append waits only because of unflushed bytes, never a reader,
+//!   and subscribers that fall behind the ring read from disk (counted);
+//! - 2.9 recovery keeps exactly a verified prefix of what was written;
+//! - 2.10 (the engine's part) a subscription's error is final;
+//! - 2.11 ring memory and the bytes queued for a shard stay within their
+//!   budgets; an append whose caller is gone is not applied;
+//! - 2.12 a retry stores nothing new, also after a restart, and gets its
+//!   original positions;
+//! - 2.13 (the core's part) a durable waiter always has a flush due or
+//!   under way: the flusher never sleeps while someone waits on it.
 //!
-//! Subscribers (merged, per shard, chunk mode) poll, disconnect and resume:
-//! 2.5 (merged deliveries in `(ts, source)` order, claims answered by the
-//! core as the real ticker does) and 2.6 (each delivery is the next event of
-//! its shard; a cursor is exactly what was delivered; after a restart it
-//! resumes only if nothing it covers was lost, else it is refused as
-//! truncated). The run ends with faults stopped and every subscriber caught
-//! up (liveness).
-//!
-//! Not covered yet (issue 17 goes on): 2.7 (retention), 2.8 (a shard never
-//! waits on a reader), filters; 2.10 and 2.13 belong to the server and the
-//! runtime. Nor stalled syncs or cancelled appends.
+//! Six subscribers (merged, per shard, chunk mode, filtered, and two that
+//! rarely read) poll, disconnect and resume; the run ends with faults
+//! stopped and every subscriber caught up (liveness). The server's part of
+//! 2.10 and the glommio runtime's part of 2.13 are checked elsewhere:
+//! `ringfeed_server::sim` and `engine/tests/executor_never_parks_with_work.rs`.
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
