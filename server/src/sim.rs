@@ -115,7 +115,7 @@ pub fn run(seed: u64, config: &SimConfig) -> Result<StreamOutcome, SimFailure> {
 }
 
 /// One stream as its client reads it.
-struct Stream1 {
+struct ClientStream {
     /// Its client's id.
     client: u64,
     responses: Responses,
@@ -149,7 +149,7 @@ struct Client {
     pace: u64,
     /// Reads one response in 30 steps, whatever its pace.
     paused: bool,
-    stream: Option<Stream1>,
+    stream: Option<ClientStream>,
     /// Where it resumes: the last cursor it received (none yet: the beginning).
     cursor: Option<Cursor>,
     /// It ended clean at its until_ns: it does not reconnect.
@@ -164,7 +164,7 @@ struct World {
     clients: Vec<Client>,
     /// Streams whose client moved on (superseded, shut down), still read to
     /// their end: each must end with its final error.
-    draining: Vec<Stream1>,
+    draining: Vec<ClientStream>,
     digest: DefaultHasher,
     outcome: StreamOutcome,
 }
@@ -266,11 +266,9 @@ impl World {
         match self.sim.below(1000) {
             // The paused client keeps its stream, so it meets retention.
             _ if paused => {}
-            0..=29 => {
-                // A disconnect: the client drops its stream; it resumes later.
-                if self.clients[c].stream.take().is_some() {
-                    self.sim.note(format!("client {c} disconnects"));
-                }
+            // A disconnect: the client drops its stream; it resumes later.
+            0..=29 if self.clients[c].stream.take().is_some() => {
+                self.sim.note(format!("client {c} disconnects"));
             }
             30..=79 => {
                 let pace = match self.sim.below(3) {
@@ -419,7 +417,7 @@ impl World {
         sub: Subscription,
         until_ns: Option<i64>,
         registered: Registered,
-    ) -> Stream1 {
+    ) -> ClientStream {
         let client = &self.clients[c];
         let cursor = sub.cursor();
         let options = StreamOptions {
@@ -430,7 +428,7 @@ impl World {
         let responses = self
             .streams
             .start(sub, options, registered, self.shutdown.subscribe());
-        Stream1 {
+        ClientStream {
             client: client.id,
             responses,
             ordering: client.ordering,
@@ -512,7 +510,7 @@ impl World {
     }
 
     /// Reads up to `max` responses: `Some` once the stream has ended.
-    fn read(&mut self, s: &mut Stream1, max: u64, who: &str) -> Result<Option<End>, Broken> {
+    fn read(&mut self, s: &mut ClientStream, max: u64, who: &str) -> Result<Option<End>, Broken> {
         let mut cx = Context::from_waker(Waker::noop());
         let mut read = 0;
         while read < max {
@@ -558,17 +556,17 @@ impl World {
     /// A response: its item checked, then its cursor.
     fn response(
         &mut self,
-        s: &mut Stream1,
+        s: &mut ClientStream,
         response: RawSubscribeResponse,
         who: &str,
     ) -> Result<(), Broken> {
         let Some(item) = response.item else {
-            return Err(("every response carries an item", format!("{who}")));
+            return Err(("every response carries an item", who.to_string()));
         };
         match item {
             RawItem::Event(e) => {
                 let payload = e.event.unwrap_or_default();
-                self.event(s, e.shard, e.offset, e.ts_ns, &payload, who, true)?;
+                self.event(s, (e.shard, e.offset, e.ts_ns), &payload, who, true)?;
             }
             RawItem::Batch(batch) => {
                 if batch.events.is_empty() {
@@ -576,7 +574,7 @@ impl World {
                 }
                 for e in batch.events {
                     let payload = e.event.unwrap_or_default();
-                    self.event(s, e.shard, e.offset, e.ts_ns, &payload, who, true)?;
+                    self.event(s, (e.shard, e.offset, e.ts_ns), &payload, who, true)?;
                 }
             }
             RawItem::Chunk(chunk) => self.chunk(s, &chunk, who)?,
@@ -590,7 +588,7 @@ impl World {
                 if !s.chunk_mode || s.chunks_ended {
                     return Err((
                         "2.10 the chunk-mode marker comes once, in chunk mode",
-                        format!("{who}"),
+                        who.to_string(),
                     ));
                 }
                 s.chunks_ended = true;
@@ -615,18 +613,18 @@ impl World {
 
     fn chunk(
         &mut self,
-        s: &mut Stream1,
+        s: &mut ClientStream,
         chunk: &v1::ChunkMessage,
         who: &str,
     ) -> Result<(), Broken> {
         if !s.chunk_mode || s.chunks_ended {
             return Err((
                 "2.10 chunks come only in chunk mode, before its marker",
-                format!("{who}"),
+                who.to_string(),
             ));
         }
         if crc32c::crc32c(&chunk.records) != chunk.crc32c {
-            return Err(("a chunk's checksum covers its records", format!("{who}")));
+            return Err(("a chunk's checksum covers its records", who.to_string()));
         }
         let bad = |e: record::RecordError| ("chunks hold whole records", format!("{who}: {e}"));
         let mut at = 0;
@@ -645,21 +643,21 @@ impl World {
                 ));
             }
             // Chunks go out by run, not merged event by event.
-            self.event(s, chunk.shard, offset, ts, payload, who, false)?;
+            self.event(s, (chunk.shard, offset, ts), payload, who, false)?;
             at += len;
         }
         if at != chunk.records.len() {
-            return Err(("a chunk holds exactly its records", format!("{who}")));
+            return Err(("a chunk holds exactly its records", who.to_string()));
         }
         Ok(())
     }
 
+    /// One delivered event at `(shard, offset, ts)`; `in_order` when it
+    /// came as an event rather than inside a chunk (chunks go out by run).
     fn event(
         &mut self,
-        s: &mut Stream1,
-        shard: u32,
-        offset: u64,
-        ts: i64,
+        s: &mut ClientStream,
+        (shard, offset, ts): (u32, u64, i64),
         payload: &[u8],
         who: &str,
         in_order: bool,
@@ -715,7 +713,7 @@ impl World {
     }
 
     /// The stream's final error: one it was given cause for.
-    fn final_error(&mut self, s: &Stream1, status: &Status, who: &str) -> Result<(), Broken> {
+    fn final_error(&mut self, s: &ClientStream, status: &Status, who: &str) -> Result<(), Broken> {
         status.code().hash(&mut self.digest);
         if status.code() == Code::OutOfRange {
             // 2.7: only a stream whose next event retention removed.
@@ -757,7 +755,7 @@ impl World {
     }
 
     /// A clean end: only at until_ns, with every event up to it delivered.
-    fn clean_end(&mut self, s: &Stream1, who: &str) -> Result<(), Broken> {
+    fn clean_end(&mut self, s: &ClientStream, who: &str) -> Result<(), Broken> {
         let Some(until) = s.until_ns else {
             return Err((
                 "2.10 a stream's final error is never turned into a clean end",
