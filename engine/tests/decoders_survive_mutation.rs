@@ -13,42 +13,9 @@ use ringfeed_engine::record::{self, Kind, ProducerStamp, Record, Signatures};
 use ringfeed_engine::segment::SegmentHeader;
 use ringfeed_engine::Cursor;
 
-/// One edit of a byte string.
-#[derive(Clone, Debug)]
-enum Edit {
-    Flip { at: usize, bits: u8 },
-    Set { at: usize, to: u8 },
-    Cut { at: usize },
-    Grow { by: Vec<u8> },
-}
+mod mutation;
+use mutation::{apply, edits};
 
-fn edits() -> impl Strategy<Value = Vec<Edit>> {
-    let edit = prop_oneof![
-        (any::<usize>(), 1u8..).prop_map(|(at, bits)| Edit::Flip { at, bits }),
-        (any::<usize>(), any::<u8>()).prop_map(|(at, to)| Edit::Set { at, to }),
-        any::<usize>().prop_map(|at| Edit::Cut { at }),
-        prop::collection::vec(any::<u8>(), 1..64).prop_map(|by| Edit::Grow { by }),
-    ];
-    prop::collection::vec(edit, 1..6)
-}
-
-fn apply(bytes: &mut Vec<u8>, edits: &[Edit]) {
-    for edit in edits {
-        match edit {
-            Edit::Flip { at, bits } if !bytes.is_empty() => {
-                let i = at % bytes.len();
-                bytes[i] ^= bits;
-            }
-            Edit::Set { at, to } if !bytes.is_empty() => {
-                let i = at % bytes.len();
-                bytes[i] = *to;
-            }
-            Edit::Cut { at } => bytes.truncate(at % (bytes.len() + 1)),
-            Edit::Grow { by } => bytes.extend_from_slice(by),
-            _ => {}
-        }
-    }
-}
 
 fn sample(i: u64, producer: bool) -> (String, String, Vec<u8>, Option<ProducerStamp>) {
     (

@@ -62,7 +62,7 @@ pub fn stream_faults(faults: &[Fault]) -> Vec<Fault> {
 const QUIESCE_ROUNDS: usize = 64;
 
 /// What a run that held every invariant did.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StreamOutcome {
     /// Streams opened.
     pub streams: u64,
@@ -223,16 +223,7 @@ impl World {
             clients,
             draining: Vec::new(),
             digest: DefaultHasher::new(),
-            outcome: StreamOutcome {
-                streams: 0,
-                events: 0,
-                heartbeats: 0,
-                cancelled: 0,
-                unavailable: 0,
-                out_of_range: 0,
-                clean_ends: 0,
-                digest: 0,
-            },
+            outcome: StreamOutcome::default(),
         }
     }
 

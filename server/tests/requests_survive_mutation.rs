@@ -40,6 +40,10 @@ use ringfeed_server::append_budget::{AppendBudget, Budgeted};
 use ringfeed_server::service::{Service, START_CURSOR_METADATA};
 use tokio::sync::watch;
 
+#[path = "../../engine/tests/mutation/mod.rs"]
+mod mutation;
+use mutation::{apply, edits, Edit};
+
 /// What the append handlers refuse with: an invalid event or batch, a
 /// request over the batch limit at its length prefix (INVALID_ARGUMENT), a
 /// producer's sequence gap (FAILED_PRECONDITION), a full append budget or
@@ -401,49 +405,6 @@ fn check_unary<M: Message + Default>(
 
 // ---- edits (as engine/tests/decoders_survive_mutation.rs, plus insertions) ----
 
-/// One edit of a byte string.
-#[derive(Clone, Debug)]
-enum Edit {
-    Flip { at: usize, bits: u8 },
-    Set { at: usize, to: u8 },
-    Insert { at: usize, bytes: Vec<u8> },
-    Cut { at: usize },
-    Grow { by: Vec<u8> },
-}
-
-fn edits() -> impl Strategy<Value = Vec<Edit>> {
-    let edit = prop_oneof![
-        (any::<usize>(), 1u8..).prop_map(|(at, bits)| Edit::Flip { at, bits }),
-        (any::<usize>(), any::<u8>()).prop_map(|(at, to)| Edit::Set { at, to }),
-        (any::<usize>(), vec(any::<u8>(), 1..16))
-            .prop_map(|(at, bytes)| Edit::Insert { at, bytes }),
-        any::<usize>().prop_map(|at| Edit::Cut { at }),
-        vec(any::<u8>(), 1..64).prop_map(|by| Edit::Grow { by }),
-    ];
-    vec(edit, 1..6)
-}
-
-fn apply(bytes: &mut Vec<u8>, edits: &[Edit]) {
-    for edit in edits {
-        match edit {
-            Edit::Flip { at, bits } if !bytes.is_empty() => {
-                let i = at % bytes.len();
-                bytes[i] ^= bits;
-            }
-            Edit::Set { at, to } if !bytes.is_empty() => {
-                let i = at % bytes.len();
-                bytes[i] = *to;
-            }
-            Edit::Insert { at, bytes: new } => {
-                let i = at % (bytes.len() + 1);
-                bytes.splice(i..i, new.iter().copied());
-            }
-            Edit::Cut { at } => bytes.truncate(at % (bytes.len() + 1)),
-            Edit::Grow { by } => bytes.extend_from_slice(by),
-            _ => {}
-        }
-    }
-}
 
 /// Re-checksums a cursor (its last 4 bytes are the CRC of what precedes them).
 fn rechecksum_cursor(bytes: &mut [u8]) {

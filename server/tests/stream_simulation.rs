@@ -21,16 +21,7 @@ fn config() -> SimConfig {
 
 #[test]
 fn every_stream_ends_as_it_must() {
-    let mut total = sim::StreamOutcome {
-        streams: 0,
-        events: 0,
-        heartbeats: 0,
-        cancelled: 0,
-        unavailable: 0,
-        out_of_range: 0,
-        clean_ends: 0,
-        digest: 0,
-    };
+    let mut total = sim::StreamOutcome::default();
     for seed in 0..SEEDS {
         let outcome = sim::run(seed, &config()).unwrap_or_else(|failure| {
             panic!(
