@@ -8,7 +8,11 @@
 //! - fdatasync latency: a 4 KiB O_DIRECT write + fdatasync, repeated;
 //! - memcpy bandwidth (64 MiB buffers; bytes copied, memory traffic is 2×);
 //! - a bare tonic server stream of empty messages over loopback: the most
-//!   messages per second gRPC carries here, with nothing of ringfeed in it.
+//!   messages per second gRPC carries here, with nothing of ringfeed in it;
+//! - a bare tonic unary echo (a 220-byte message, about one event's append
+//!   request) from 8 closed-loop producers, each on its own connection: calls
+//!   per second and the server's CPU per call, the floor a unary append
+//!   stands on (issue 18).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -35,6 +39,8 @@ pub struct Sizes {
     pub copies: usize,
     /// Messages of the bare gRPC stream.
     pub messages: u64,
+    /// How long the unary echo runs.
+    pub echo: Duration,
 }
 
 pub fn ceiling(dir: &Path, sizes: Sizes) -> Result<Run> {
@@ -56,6 +62,7 @@ pub fn ceiling(dir: &Path, sizes: Sizes) -> Result<Run> {
     run.rows.extend(disk);
     run.rows.push(memcpy(sizes.copies));
     run.rows.push(grpc_stream(sizes.messages)?);
+    run.rows.push(grpc_echo(sizes.echo)?);
     let _ = std::fs::remove_dir_all(dir);
     Ok(run)
 }
@@ -195,6 +202,13 @@ struct Streamer;
 
 #[tonic::async_trait]
 impl pb::ceiling_server::Ceiling for Streamer {
+    async fn echo(
+        &self,
+        request: tonic::Request<pb::Blob>,
+    ) -> Result<tonic::Response<pb::Blob>, tonic::Status> {
+        Ok(tonic::Response::new(request.into_inner()))
+    }
+
     type StreamStream =
         tokio_stream::Iter<std::iter::Take<std::iter::Repeat<Result<pb::Empty, tonic::Status>>>>;
 
@@ -207,6 +221,123 @@ impl pb::ceiling_server::Ceiling for Streamer {
             std::iter::repeat(Ok(pb::Empty {})).take(n),
         )))
     }
+}
+
+/// Producers of the unary echo, each with its own connection.
+const ECHO_PRODUCERS: usize = 8;
+/// The echo's message: about one 200-byte event's append request.
+const ECHO_BYTES: usize = 220;
+/// The echo server's threads, by name, for their CPU time.
+const ECHO_SERVER_THREAD: &str = "echo-server";
+
+/// The bare unary floor: a tonic server answering each message with itself,
+/// on its own 2-thread runtime (as `ringfeed serve`'s network threads), and 8
+/// closed-loop producers on another, over loopback with Nagle off on both
+/// sides. Server CPU is the server runtime's threads' own (user + system),
+/// from /proc, over the measured seconds.
+fn grpc_echo(seconds: Duration) -> Result<Row> {
+    let server = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(ECHO_SERVER_THREAD)
+        .enable_all()
+        .build()?;
+    let listener = server.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+    let addr = listener.local_addr()?;
+    server.spawn(
+        tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .add_service(pb::ceiling_server::CeilingServer::new(Streamer))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let clients = crate::util::runtime()?;
+    let (calls, cpu, elapsed) = clients.block_on(async {
+        let mut producers = Vec::new();
+        for _ in 0..ECHO_PRODUCERS {
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+                .tcp_nodelay(true)
+                .connect()
+                .await?;
+            producers.push(pb::ceiling_client::CeilingClient::new(channel));
+        }
+        // Warm up every connection, then measure.
+        for client in &mut producers {
+            client
+                .echo(pb::Blob {
+                    data: vec![7; ECHO_BYTES],
+                })
+                .await?;
+        }
+        let cpu_before = threads_cpu(ECHO_SERVER_THREAD)?;
+        let started = Instant::now();
+        let deadline = started + seconds;
+        let tasks: Vec<_> = producers
+            .into_iter()
+            .map(|mut client| {
+                tokio::spawn(async move {
+                    let mut calls = 0u64;
+                    while Instant::now() < deadline {
+                        let blob = pb::Blob {
+                            data: vec![7; ECHO_BYTES],
+                        };
+                        let answer = client.echo(blob).await?.into_inner();
+                        if answer.data.len() != ECHO_BYTES {
+                            return Err(anyhow!("the echo answered {} bytes", answer.data.len()));
+                        }
+                        calls += 1;
+                    }
+                    Ok::<u64, anyhow::Error>(calls)
+                })
+            })
+            .collect();
+        let mut calls = 0;
+        for task in tasks {
+            calls += task.await??;
+        }
+        let elapsed = started.elapsed();
+        let cpu = threads_cpu(ECHO_SERVER_THREAD)? - cpu_before;
+        Ok::<_, anyhow::Error>((calls, cpu, elapsed))
+    })?;
+    drop(server);
+    let mut row = Row::new(
+        Kind::Machine,
+        "tonic unary echo, 220-byte message, 8 producers",
+        "loopback",
+    );
+    row.figure("calls/s", calls as f64 / elapsed.as_secs_f64())
+        .figure(
+            "server CPU us per call",
+            cpu.as_secs_f64() * 1e6 / calls.max(1) as f64,
+        );
+    Ok(row)
+}
+
+/// CPU time (user + system) of this process's threads named `name`.
+fn threads_cpu(name: &str) -> Result<Duration> {
+    // /proc counts in USER_HZ ticks, fixed at 100 by Linux's ABI.
+    const TICKS_PER_SECOND: u64 = 100;
+    let mut ticks = 0u64;
+    for task in std::fs::read_dir("/proc/self/task")? {
+        let path = task?.path();
+        let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
+        // Fields after the ")" that ends the command name: utime is the 12th
+        // and stime the 13th of them (fields 14 and 15 of the line).
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let field = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        ticks += field(11) + field(12);
+    }
+    Ok(Duration::from_millis(ticks * 1000 / TICKS_PER_SECOND))
 }
 
 fn grpc_stream(messages: u64) -> Result<Row> {

@@ -183,6 +183,9 @@ pub struct CeilingArgs {
     /// Messages of the bare gRPC stream [default: 2000000; quick: 20000].
     #[arg(long)]
     pub messages: Option<u64>,
+    /// Seconds of the bare unary echo [default: 5; quick: 1].
+    #[arg(long)]
+    pub echo_seconds: Option<u64>,
 }
 
 /// The scenarios, as subcommands (top level and under `compare`).
@@ -379,6 +382,7 @@ pub fn ceiling(args: &CeilingArgs) -> Result<Run> {
             syncs: pick(args.syncs, 100, 2_000).max(1),
             copies: if args.quick { 3 } else { 20 },
             messages: pick(args.messages, 20_000, 2_000_000).max(1),
+            echo: Duration::from_secs(pick(args.echo_seconds, 1, 5).max(1)),
         },
     )?;
     println!("# ceiling ({})", crate::util::machine());

@@ -66,6 +66,7 @@ pub fn compare_all(args: &AllArgs) -> Result<()> {
         write_mib: None,
         syncs: None,
         messages: None,
+        echo_seconds: None,
     })?;
     let live = LiveArgs {
         common: common.clone(),
