@@ -405,7 +405,6 @@ fn check_unary<M: Message + Default>(
 
 // ---- edits (as engine/tests/decoders_survive_mutation.rs, plus insertions) ----
 
-
 /// Re-checksums a cursor (its last 4 bytes are the CRC of what precedes them).
 fn rechecksum_cursor(bytes: &mut [u8]) {
     if bytes.len() < 4 {
