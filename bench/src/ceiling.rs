@@ -12,12 +12,18 @@
 //! - a bare tonic unary echo (a 220-byte message, about one event's append
 //!   request) from 8 closed-loop producers, each on its own connection: calls
 //!   per second and the server's CPU per call, the floor a unary append
-//!   stands on (issue 18).
+//!   stands on (issue 18);
+//! - the same echo served by hyper's HTTP/2 on glommio executors (two, one
+//!   per core, accepting on one port with SO_REUSEPORT): issue 18's option 1
+//!   spike, the floor a per-core server would stand on.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Context, Result};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
 use glommio::io::DmaFile;
 use hdrhistogram::Histogram;
 use serde_json::json;
@@ -63,6 +69,7 @@ pub fn ceiling(dir: &Path, sizes: Sizes) -> Result<Run> {
     run.rows.push(memcpy(sizes.copies));
     run.rows.push(grpc_stream(sizes.messages)?);
     run.rows.push(grpc_echo(sizes.echo)?);
+    run.rows.push(grpc_echo_glommio(sizes.echo)?);
     let _ = std::fs::remove_dir_all(dir);
     Ok(run)
 }
@@ -249,8 +256,106 @@ fn grpc_echo(seconds: Duration) -> Result<Row> {
             .add_service(pb::ceiling_server::CeilingServer::new(Streamer))
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
+    let load = echo_load(addr, seconds, ECHO_SERVER_THREAD)?;
+    drop(server);
+    Ok(load.row("tonic unary echo, 220-byte message, 8 producers"))
+}
+
+/// The glommio echo's executors, by thread name prefix.
+const ECHO_GLOMMIO_THREAD: &str = "echo-glommio";
+
+/// The same echo on hyper's HTTP/2 and tonic's generated service, served by
+/// two glommio executors (one per core, unpinned) that accept on one port
+/// (glommio binds with SO_REUSEPORT, so the kernel spreads connections).
+fn grpc_echo_glommio(seconds: Duration) -> Result<Row> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (port_tx, port_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let mut executors = Vec::new();
+    for i in 0..2 {
+        let stop = stop.clone();
+        let port_tx = port_tx.clone();
+        let done_tx = done_tx.clone();
+        let port = if i == 0 { 0 } else { port_rx.recv()? };
+        let executor = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .name(ECHO_GLOMMIO_THREAD)
+            .spawn(move || async move {
+                let listener = match glommio::net::TcpListener::bind(("127.0.0.1", port)) {
+                    Ok(listener) => listener,
+                    Err(e) => {
+                        let _ = port_tx.send(0);
+                        return Err(anyhow!("binding the glommio echo: {e}"));
+                    }
+                };
+                let bound = listener.local_addr().map_err(|e| anyhow!("{e}"))?.port();
+                let _ = port_tx.send(bound);
+                let service = pb::ceiling_server::CeilingServer::new(Streamer);
+                crate::hyper_glommio::serve(listener, service, stop).await;
+                let _ = done_tx.send(());
+                Ok::<(), anyhow::Error>(())
+            })
+            .map_err(|e| anyhow!("starting a glommio executor: {e}"))?;
+        executors.push(executor);
+    }
+    let port = port_rx.recv()?;
+    if port == 0 {
+        bail!("the glommio echo did not bind");
+    }
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let load = echo_load(addr, seconds, ECHO_GLOMMIO_THREAD);
+    // Stop: each executor's accept loop sees the flag at its next connection.
+    // The kernel picks the listener of each connection by its addresses, so
+    // connect until both executors have seen one.
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut stopped = 0;
+    while stopped < executors.len() {
+        stopped += done_rx.try_iter().count();
+        if Instant::now() > deadline {
+            bail!("the glommio echo's executors did not stop within 10 s");
+        }
+        if stopped < executors.len() {
+            let _ = std::net::TcpStream::connect(addr);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    for executor in executors {
+        executor
+            .join()
+            .map_err(|e| anyhow!("a glommio executor: {e}"))??;
+    }
+    Ok(load?.row("hyper HTTP/2 on glommio, unary echo, 220-byte message, 8 producers"))
+}
+
+/// What an echo load measured.
+struct EchoLoad {
+    calls: u64,
+    server_cpu: Duration,
+    elapsed: Duration,
+}
+
+impl EchoLoad {
+    fn row(&self, name: &str) -> Row {
+        let mut row = Row::new(Kind::Machine, name, "loopback");
+        row.figure("calls/s", self.calls as f64 / self.elapsed.as_secs_f64())
+            .figure(
+                "server CPU us per call",
+                self.server_cpu.as_secs_f64() * 1e6 / self.calls.max(1) as f64,
+            );
+        row
+    }
+}
+
+/// 8 closed-loop producers, each on its own connection (Nagle off), call the
+/// echo at `addr` for `seconds`; the server's CPU is that of this process's
+/// threads whose names start with `server_threads`.
+fn echo_load(
+    addr: std::net::SocketAddr,
+    seconds: Duration,
+    server_threads: &str,
+) -> Result<EchoLoad> {
     let clients = crate::util::runtime()?;
-    let (calls, cpu, elapsed) = clients.block_on(async {
+    clients.block_on(async {
         let mut producers = Vec::new();
         for _ in 0..ECHO_PRODUCERS {
             let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
@@ -267,7 +372,7 @@ fn grpc_echo(seconds: Duration) -> Result<Row> {
                 })
                 .await?;
         }
-        let cpu_before = threads_cpu(ECHO_SERVER_THREAD)?;
+        let cpu_before = threads_cpu(server_threads)?;
         let started = Instant::now();
         let deadline = started + seconds;
         let tasks: Vec<_> = producers
@@ -294,24 +399,17 @@ fn grpc_echo(seconds: Duration) -> Result<Row> {
             calls += task.await??;
         }
         let elapsed = started.elapsed();
-        let cpu = threads_cpu(ECHO_SERVER_THREAD)? - cpu_before;
-        Ok::<_, anyhow::Error>((calls, cpu, elapsed))
-    })?;
-    drop(server);
-    let mut row = Row::new(
-        Kind::Machine,
-        "tonic unary echo, 220-byte message, 8 producers",
-        "loopback",
-    );
-    row.figure("calls/s", calls as f64 / elapsed.as_secs_f64())
-        .figure(
-            "server CPU us per call",
-            cpu.as_secs_f64() * 1e6 / calls.max(1) as f64,
-        );
-    Ok(row)
+        let server_cpu = threads_cpu(server_threads)? - cpu_before;
+        Ok(EchoLoad {
+            calls,
+            server_cpu,
+            elapsed,
+        })
+    })
 }
 
-/// CPU time (user + system) of this process's threads named `name`.
+/// CPU time (user + system) of this process's threads whose names start
+/// with `name`.
 fn threads_cpu(name: &str) -> Result<Duration> {
     // /proc counts in USER_HZ ticks, fixed at 100 by Linux's ABI.
     const TICKS_PER_SECOND: u64 = 100;
@@ -319,7 +417,7 @@ fn threads_cpu(name: &str) -> Result<Duration> {
     for task in std::fs::read_dir("/proc/self/task")? {
         let path = task?.path();
         let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-        if comm.trim_end() != name {
+        if !comm.starts_with(name) {
             continue;
         }
         let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();

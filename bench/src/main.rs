@@ -21,6 +21,7 @@ mod cli;
 mod delivery;
 mod flood;
 mod grpc;
+mod hyper_glommio;
 mod idle;
 mod micro;
 mod producer_open;
