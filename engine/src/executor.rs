@@ -4,6 +4,12 @@
 //! One `LocalExecutor` per shard, on its own thread, pinned only when the
 //! configuration names CPUs (tests run unbound), with a preempt timer short
 //! enough that a busy command queue cannot hold finished I/O back.
+//!
+//! Where it bites: each time an executor goes to sleep, glommio issues
+//! `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, an IPI to every CPU running
+//! a thread of this process; on a VM that is a VM exit per CPU. A shard that
+//! sleeps between single-event appends pays it per append (docs/engine.md,
+//! "glommio behaviours that bite"; issue 18).
 
 use std::future::Future;
 use std::time::Duration;
