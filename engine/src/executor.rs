@@ -5,11 +5,11 @@
 //! configuration names CPUs (tests run unbound), with a preempt timer short
 //! enough that a busy command queue cannot hold finished I/O back.
 //!
-//! Where it bites: each time an executor goes to sleep, glommio issues
+//! Where it bit: each time an executor went to sleep, stock glommio issued
 //! `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, an IPI to every CPU running
-//! a thread of this process; on a VM that is a VM exit per CPU. A shard that
-//! sleeps between single-event appends pays it per append (docs/engine.md,
-//! "glommio behaviours that bite"; issue 18).
+//! a thread of this process (a VM exit per CPU on a VM), so a shard sleeping
+//! between single-event appends paid it per append. The vendored glommio uses
+//! a fence pair instead (engine/vendor/PATCHES.md, patch 2).
 
 use std::future::Future;
 use std::time::Duration;

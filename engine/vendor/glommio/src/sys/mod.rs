@@ -306,6 +306,11 @@ impl SleepNotifier {
     }
 
     pub(crate) fn notify(&self, force: bool) {
+        // ringfeed patch 2 (engine/vendor/PATCHES.md): the sender's half of
+        // the fence pair with `Reactor::sleep`. The work this notification
+        // announces (a queued waker, a channel slot) is published before it,
+        // `should_notify` is read after it.
+        std::sync::atomic::fence(Ordering::SeqCst);
         if self
             .should_notify
             .compare_exchange(true, false, Ordering::Relaxed, Ordering::Relaxed)

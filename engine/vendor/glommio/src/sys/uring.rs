@@ -37,7 +37,7 @@ use crate::{
         self,
         blocking::{BlockingThreadOp, BlockingThreadPool},
         dma_buffer::{BufferStorage, DmaBuffer},
-        membarrier, DirectIo, EnqueuedSource, EnqueuedStatus, InnerSource, IoBuffer,
+        DirectIo, EnqueuedSource, EnqueuedStatus, InnerSource, IoBuffer,
         PollableStatus, Source, SourceType, Statx, TimeSpec64,
     },
     uring_sys::{self, IoRingOp},
@@ -1860,10 +1860,14 @@ impl Reactor {
             // last time until now it could be that something happened in a remote executor
             // that opened up room. If it did we bail on sleep and go process it.
             self.notifier.prepare_to_sleep();
-            // See https://www.scylladb.com/2018/02/15/memory-barriers-seastar-linux/ for
-            // details. This translates to `sys_membarrier()` /
-            // `MEMBARRIER_CMD_PRIVATE_EXPEDITED`
-            membarrier::heavy();
+            // ringfeed patch 2 (engine/vendor/PATCHES.md): a SeqCst fence,
+            // paired with the one in `SleepNotifier::notify`, instead of
+            // `membarrier::heavy()` (`MEMBARRIER_CMD_PRIVATE_EXPEDITED`, an IPI
+            // to every CPU running a thread of the process at every sleep; a
+            // VM exit each on a virtual machine). Either the sender's fence
+            // comes first and this thread sees its work below, or this fence
+            // does and the sender sees `should_notify` and writes the eventfd.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
             let events = process_remote_channels() + self.flush_syscall_thread();
             if events == 0 {
                 if self.eventfd_src.is_installed().unwrap() {
