@@ -411,31 +411,18 @@ fn echo_load(
 /// CPU time (user + system) of this process's threads whose names start
 /// with `name`.
 fn threads_cpu(name: &str) -> Result<Duration> {
-    // /proc counts in USER_HZ ticks, fixed at 100 by Linux's ABI.
-    const TICKS_PER_SECOND: u64 = 100;
     let mut ticks = 0u64;
     for task in std::fs::read_dir("/proc/self/task")? {
         let path = task?.path();
         let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-        if !comm.starts_with(name) {
-            continue;
+        if comm.starts_with(name) {
+            let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
+            ticks += crate::util::stat_cpu_ticks(&stat);
         }
-        let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
-        // Fields after the ")" that ends the command name: utime is the 12th
-        // and stime the 13th of them (fields 14 and 15 of the line).
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let field = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|f| f.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        ticks += field(11) + field(12);
     }
-    Ok(Duration::from_millis(ticks * 1000 / TICKS_PER_SECOND))
+    Ok(Duration::from_millis(
+        ticks * 1000 / crate::util::CLOCK_TICKS_PER_SECOND,
+    ))
 }
 
 fn grpc_stream(messages: u64) -> Result<Row> {

@@ -48,3 +48,23 @@ pub(crate) fn machine() -> String {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     format!("{cores} cores, kernel {}", kernel.trim())
 }
+
+/// Clock ticks per second of `/proc/.../stat` times (USER_HZ, fixed at 100 by
+/// Linux's ABI).
+pub(crate) const CLOCK_TICKS_PER_SECOND: u64 = 100;
+
+/// User plus system CPU of a `/proc/PID/stat` or `/proc/PID/task/TID/stat`
+/// line, in clock ticks; 0 for a line that does not parse.
+pub(crate) fn stat_cpu_ticks(stat: &str) -> u64 {
+    // Fields after the ")" that ends the command name: utime is the 12th
+    // and stime the 13th of them (fields 14 and 15 of the line).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    field(11) + field(12)
+}

@@ -8,10 +8,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 
-/// Linux reports process CPU time in USER_HZ ticks, 100 per second on every
-/// architecture's user-space ABI.
-const TICKS_PER_SECOND: f64 = 100.0;
-
 pub struct Process {
     pub name: String,
     child: Child,
@@ -89,17 +85,8 @@ impl Process {
 
     /// User plus system CPU seconds the process has used so far.
     pub fn cpu_seconds(&self) -> f64 {
-        let stat = self.proc_file("stat");
-        // Fields after the parenthesised command name; utime and stime are 14 and 15.
-        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|f| f.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        (ticks(11) + ticks(12)) / TICKS_PER_SECOND
+        let ticks = crate::util::stat_cpu_ticks(&self.proc_file("stat"));
+        ticks as f64 / crate::util::CLOCK_TICKS_PER_SECOND as f64
     }
 
     /// A `/proc/PID/status` memory line (`VmRSS`, `VmHWM`) in bytes.
