@@ -16,7 +16,6 @@ use ringfeed_engine::Cursor;
 mod mutation;
 use mutation::{apply, edits};
 
-
 fn sample(i: u64, producer: bool) -> (String, String, Vec<u8>, Option<ProducerStamp>) {
     (
         format!("/dir/{}", i % 7),
