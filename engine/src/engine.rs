@@ -332,8 +332,12 @@ impl Engine {
 
     /// Opens a subscription over every shard (see [`Subscription`]).
     pub fn subscribe(&self, request: SubscribeRequest) -> Result<Subscription, SubscribeError> {
-        let shards: Vec<Arc<ShardShared>> = self.shards.iter().map(|s| s.shared.clone()).collect();
-        Subscription::open(&shards, request)
+        Subscription::open(&self.shards(), request)
+    }
+
+    /// What readers see of every shard, in id order.
+    pub fn shards(&self) -> Vec<Arc<ShardShared>> {
+        self.shards.iter().map(|s| s.shared.clone()).collect()
     }
 
     /// The shard a directory's events go to. Stable across restarts.

@@ -231,7 +231,7 @@ impl Sim {
     pub fn step(&mut self, step: u64) -> Result<(), SimFailure> {
         self.world.step = step;
         let result = self.world.step();
-        self.failed(step, result)
+        self.check(step, result)
     }
 
     /// Faults stop and everything is flushed; the simulator's own
@@ -239,17 +239,19 @@ impl Sim {
     pub fn quiesce(&mut self, step: u64) -> Result<(), SimFailure> {
         self.world.step = step;
         let result = self.world.quiesce();
-        self.failed(step, result)
+        self.check(step, result)
     }
 
     /// After [`Sim::quiesce`]: one more round in which every shard takes its
     /// queue, flushes and answers claims (for the caller's subscribers).
     pub fn settle(&mut self, step: u64) -> Result<(), SimFailure> {
         let result = self.world.settle();
-        self.failed(step, result)
+        self.check(step, result)
     }
 
-    fn failed(&mut self, step: u64, result: Result<(), Broken>) -> Result<(), SimFailure> {
+    /// A check's outcome at `step`: a broken invariant (this simulation's or
+    /// a caller's) becomes a failure of this seed, with the run's trace.
+    pub fn check<T>(&mut self, step: u64, result: Result<T, Broken>) -> Result<T, SimFailure> {
         result.map_err(|(invariant, detail)| SimFailure {
             seed: self.seed,
             step,
@@ -257,10 +259,6 @@ impl Sim {
             detail,
             trace: std::mem::take(&mut self.world.trace),
         })
-    }
-
-    pub fn seed(&self) -> u64 {
-        self.seed
     }
 
     /// The shards as readers see them now (new ones after every restart).
@@ -290,19 +288,9 @@ impl Sim {
         Some((e.event, e.ts))
     }
 
-    /// Whether the event with this id is under `/sim/1` (see [`frame`]).
-    pub fn under_sim_1(event: u64) -> bool {
-        event % 3 == 1
-    }
-
     /// Adds a line to the trace a failure prints.
     pub fn note(&mut self, line: String) {
         self.world.note(line);
-    }
-
-    /// The trace so far (for a failure found by the caller).
-    pub fn take_trace(&mut self) -> Vec<String> {
-        std::mem::take(&mut self.world.trace)
     }
 
     /// A random number from the run's generator: the caller's choices come
@@ -327,7 +315,8 @@ impl Sim {
     }
 }
 
-type Broken = (&'static str, String);
+/// A broken invariant: its DESIGN.md name and what was seen.
+pub type Broken = (&'static str, String);
 
 /// xorshift64*: small, fast, and the same on every machine.
 struct Rng(u64);
@@ -428,7 +417,7 @@ struct Sub {
 impl Sub {
     /// Whether its filter selects the event (see [`frame`]'s directories).
     fn wants(&self, event: u64) -> bool {
-        !self.filtered || Sim::under_sim_1(event)
+        !self.filtered || event % 3 == 1
     }
 }
 

@@ -74,9 +74,7 @@ impl Service {
     ) -> Service {
         let limits = Arc::new(limits);
         let streams = Arc::new(Streams {
-            shards: (0..engine.shard_count())
-                .map(|id| engine.shard(id).clone())
-                .collect(),
+            shards: engine.shards().into(),
             limits: limits.clone(),
             admission: Arc::new(Admission::new(&limits, metrics.clone())),
             metrics: metrics.clone(),

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use ringfeed_engine::sim::{Fault, Sim, SimConfig, SimFailure};
+use ringfeed_engine::sim::{Broken, Fault, Sim, SimConfig, SimFailure};
 use ringfeed_engine::{
     record, Cursor, Ordering, Start, SubscribeError, SubscribeRequest, Subscription,
 };
@@ -79,8 +79,6 @@ pub struct StreamOutcome {
     pub digest: u64,
 }
 
-type Broken = (&'static str, String);
-
 /// Runs the stream simulation of one seed over `config.shards` simulated
 /// shards for `config.steps` steps (only the faults [`stream_faults`] keeps).
 pub fn run(seed: u64, config: &SimConfig) -> Result<StreamOutcome, SimFailure> {
@@ -98,18 +96,18 @@ pub fn run(seed: u64, config: &SimConfig) -> Result<StreamOutcome, SimFailure> {
         for step in 0..config.steps {
             world.sim.step(step)?;
             let result = world.step().await;
-            world.failed(step, result)?;
+            world.sim.check(step, result)?;
         }
         world.sim.quiesce(config.steps)?;
         for _round in 0..QUIESCE_ROUNDS {
             world.sim.settle(config.steps)?;
             let result = world.quiesce_round().await;
-            if world.failed(config.steps, result)? {
+            if world.sim.check(config.steps, result)? {
                 return Ok(world.outcome());
             }
         }
         let result = world.stuck();
-        world.failed(config.steps, result.map(|()| false))?;
+        world.sim.check(config.steps, result)?;
         Ok(world.outcome())
     })
 }
@@ -225,17 +223,6 @@ impl World {
             digest: DefaultHasher::new(),
             outcome: StreamOutcome::default(),
         }
-    }
-
-    /// A broken invariant of the streams, with the shared trace.
-    fn failed<T>(&mut self, step: u64, result: Result<T, Broken>) -> Result<T, SimFailure> {
-        result.map_err(|(invariant, detail)| SimFailure {
-            seed: self.sim.seed(),
-            step,
-            invariant,
-            detail,
-            trace: self.sim.take_trace(),
-        })
     }
 
     fn outcome(&self) -> StreamOutcome {
