@@ -15,7 +15,13 @@
 //!   stands on (issue 18);
 //! - the same echo served by hyper's HTTP/2 on glommio executors (two, one
 //!   per core, accepting on one port with SO_REUSEPORT): issue 18's option 1
-//!   spike, the floor a per-core server would stand on.
+//!   spike, the floor a per-core server would stand on;
+//! - a single-event unary append (memory acks) to an in-process 2-shard
+//!   engine from the same 8 producers, served as `ringfeed serve` serves it
+//!   (tonic on 2 tokio threads, each append crossing to its shard's thread
+//!   and back) and as option 1 would (hyper's HTTP/2 on the shards' own
+//!   executors, `Engine::run_on_shard`): the spike's verdict, in one run
+//!   with the floors it is judged against.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -27,6 +33,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use glommio::io::DmaFile;
 use hdrhistogram::Histogram;
 use serde_json::json;
+
+use ringfeed_proto::{v1, RingFeedClient, RingFeedServer};
+use ringfeed_server::service::Service;
 
 use crate::results::{Row, Run, Unit};
 use crate::systems::Kind;
@@ -70,6 +79,12 @@ pub fn ceiling(dir: &Path, sizes: Sizes) -> Result<Run> {
     run.rows.push(grpc_stream(sizes.messages)?);
     run.rows.push(grpc_echo(sizes.echo)?);
     run.rows.push(grpc_echo_glommio(sizes.echo)?);
+    run.rows
+        .push(grpc_append_tokio(&dir.join("append-tokio"), sizes.echo)?);
+    run.rows.push(grpc_append_on_shards(
+        &dir.join("append-shards"),
+        sizes.echo,
+    )?);
     let _ = std::fs::remove_dir_all(dir);
     Ok(run)
 }
@@ -256,7 +271,7 @@ fn grpc_echo(seconds: Duration) -> Result<Row> {
             .add_service(pb::ceiling_server::CeilingServer::new(Streamer))
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
-    let load = echo_load(addr, seconds, ECHO_SERVER_THREAD)?;
+    let load = closed_loop(addr, seconds, &[ECHO_SERVER_THREAD], echo_call())?;
     drop(server);
     Ok(load.row("tonic unary echo, 220-byte message, 8 producers"))
 }
@@ -302,29 +317,163 @@ fn grpc_echo_glommio(seconds: Duration) -> Result<Row> {
         bail!("the glommio echo did not bind");
     }
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let load = echo_load(addr, seconds, ECHO_GLOMMIO_THREAD);
-    // Stop: each executor's accept loop sees the flag at its next connection.
-    // The kernel picks the listener of each connection by its addresses, so
-    // connect until both executors have seen one.
-    stop.store(true, std::sync::atomic::Ordering::Release);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut stopped = 0;
-    while stopped < executors.len() {
-        stopped += done_rx.try_iter().count();
-        if Instant::now() > deadline {
-            bail!("the glommio echo's executors did not stop within 10 s");
-        }
-        if stopped < executors.len() {
-            let _ = std::net::TcpStream::connect(addr);
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
+    let load = closed_loop(addr, seconds, &[ECHO_GLOMMIO_THREAD], echo_call());
+    stop_accepting(addr, &stop, &done_rx, executors.len())?;
     for executor in executors {
         executor
             .join()
             .map_err(|e| anyhow!("a glommio executor: {e}"))??;
     }
     Ok(load?.row("hyper HTTP/2 on glommio, unary echo, 220-byte message, 8 producers"))
+}
+
+/// The engine's shard threads, by name prefix.
+const SHARD_THREAD: &str = "ringfeed-shard";
+/// The tokio threads serving the in-process engine.
+const APPEND_TOKIO_THREAD: &str = "append-tokio";
+/// The appended event's payload.
+const APPEND_EVENT_BYTES: usize = 200;
+
+/// One single-event unary append (memory acks) of a 200-byte event, its
+/// directory one of 64, so the producers' events spread over the shards.
+fn append_call() -> Call {
+    Arc::new(|channel, n| {
+        Box::pin(async move {
+            let request = v1::AppendRequest {
+                events: vec![crate::systems::ringfeed_event(n, APPEND_EVENT_BYTES)],
+                ..Default::default()
+            };
+            let answer = RingFeedClient::new(channel)
+                .append(request)
+                .await?
+                .into_inner();
+            if answer.positions.len() != 1 {
+                bail!("an append answered {} positions", answer.positions.len());
+            }
+            Ok(())
+        })
+    })
+}
+
+/// Today's layout, in this process: a 2-shard engine over `dir` served by
+/// tonic on a 2-thread tokio runtime (as `ringfeed serve`), so each append
+/// crosses from a tokio thread to its shard's and back. Server CPU is the
+/// tokio and shard threads'.
+fn grpc_append_tokio(dir: &Path, seconds: Duration) -> Result<Row> {
+    crate::util::fresh_dir(dir)?;
+    let engine = crate::grpc::open_engine(dir)?;
+    let server = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(APPEND_TOKIO_THREAD)
+        .enable_all()
+        .build()?;
+    let listener = server.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+    let addr = listener.local_addr()?;
+    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+    let service = Service::new(engine.clone(), stop_rx, Default::default());
+    server.spawn(
+        tonic::transport::Server::builder()
+            .add_service(RingFeedServer::new(service))
+            .serve_with_incoming(ringfeed_server::incoming(listener)),
+    );
+    let load = closed_loop(
+        addr,
+        seconds,
+        &[APPEND_TOKIO_THREAD, SHARD_THREAD],
+        append_call(),
+    )?;
+    drop(server);
+    Ok(load.row("ringfeed unary append, 200-byte event, memory acks, 8 producers: tonic on 2 tokio threads, 2 shards"))
+}
+
+/// Issue 18's option 1 spike: the same engine and service, served by hyper's
+/// HTTP/2 on the shards' own glommio executors (one listener per shard, one
+/// port, SO_REUSEPORT), so an append for the shard that accepted its
+/// connection never leaves that thread, and one for another shard crosses
+/// once each way. Server CPU is the shard threads'.
+fn grpc_append_on_shards(dir: &Path, seconds: Duration) -> Result<Row> {
+    crate::util::fresh_dir(dir)?;
+    let engine = crate::grpc::open_engine(dir)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (_stop_streams, stop_rx) = tokio::sync::watch::channel(false);
+    let (port_tx, port_rx) = std::sync::mpsc::channel::<Result<u16, String>>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let mut port = 0;
+    for shard in 0..engine.shard_count() {
+        let service = RingFeedServer::new(Service::new(
+            engine.clone(),
+            stop_rx.clone(),
+            Default::default(),
+        ));
+        let (stop, port_tx, done_tx) = (stop.clone(), port_tx.clone(), done_tx.clone());
+        engine
+            .run_on_shard(shard, move || {
+                glommio::spawn_local(async move {
+                    let listener = match glommio::net::TcpListener::bind(("127.0.0.1", port)) {
+                        Ok(listener) => listener,
+                        Err(e) => {
+                            let _ = port_tx.send(Err(e.to_string()));
+                            return;
+                        }
+                    };
+                    let _ = port_tx.send(
+                        listener
+                            .local_addr()
+                            .map(|a| a.port())
+                            .map_err(|e| e.to_string()),
+                    );
+                    crate::hyper_glommio::serve(listener, service, stop).await;
+                    let _ = done_tx.send(());
+                })
+                .detach();
+            })
+            .map_err(|e| anyhow!("starting the server on shard {shard}: {e}"))?;
+        port = port_rx
+            .recv_timeout(Duration::from_secs(10))
+            .context("a shard did not report its listener")?
+            .map_err(|e| anyhow!("listening on shard {shard}: {e}"))?;
+    }
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let load = closed_loop(addr, seconds, &[SHARD_THREAD], append_call());
+    stop_accepting(addr, &stop, &done_rx, engine.shard_count() as usize)?;
+    // The connections' tasks hold the service, and so the engine, until their
+    // clients hang up (the producers have, with their runtime); the engine's
+    // last reference must go here: dropped on a shard, it would join that
+    // shard's thread from itself.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Arc::strong_count(&engine) > 1 {
+        if Instant::now() > deadline {
+            bail!("the shard servers' connections still hold the engine after 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(load?.row("ringfeed unary append, 200-byte event, memory acks, 8 producers: hyper HTTP/2 on the 2 shards' glommio executors (spike)"))
+}
+
+/// Stops `servers` accept loops of [`crate::hyper_glommio::serve`] on `addr`
+/// sharing `stop`, each of which sends on `done` when it ends: each sees the
+/// flag at its next connection, and the kernel picks the listener of each
+/// connection by its addresses, so this connects until all have seen one.
+fn stop_accepting(
+    addr: std::net::SocketAddr,
+    stop: &AtomicBool,
+    done: &std::sync::mpsc::Receiver<()>,
+    servers: usize,
+) -> Result<()> {
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut stopped = 0;
+    while stopped < servers {
+        stopped += done.try_iter().count();
+        if Instant::now() > deadline {
+            bail!("the glommio servers' accept loops did not stop within 10 s");
+        }
+        if stopped < servers {
+            let _ = std::net::TcpStream::connect(addr);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    Ok(())
 }
 
 /// What an echo load measured.
@@ -346,13 +495,41 @@ impl EchoLoad {
     }
 }
 
-/// 8 closed-loop producers, each on its own connection (Nagle off), call the
-/// echo at `addr` for `seconds`; the server's CPU is that of this process's
-/// threads whose names start with `server_threads`.
-fn echo_load(
+/// One call of a closed-loop producer over its channel (`n`: the calls it
+/// made before this one).
+type Call = Arc<
+    dyn Fn(tonic::transport::Channel, u64) -> futures_util::future::BoxFuture<'static, Result<()>>
+        + Send
+        + Sync,
+>;
+
+/// The echo's call: 220 bytes out, the same back.
+fn echo_call() -> Call {
+    Arc::new(|channel, _| {
+        Box::pin(async move {
+            let blob = pb::Blob {
+                data: vec![7; ECHO_BYTES],
+            };
+            let answer = pb::ceiling_client::CeilingClient::new(channel)
+                .echo(blob)
+                .await?
+                .into_inner();
+            if answer.data.len() != ECHO_BYTES {
+                bail!("the echo answered {} bytes", answer.data.len());
+            }
+            Ok(())
+        })
+    })
+}
+
+/// 8 closed-loop producers, each on its own connection (Nagle off), make
+/// `call` at `addr` for `seconds`; the server's CPU is that of this process's
+/// threads whose names start with any of `server_threads`.
+fn closed_loop(
     addr: std::net::SocketAddr,
     seconds: Duration,
-    server_threads: &str,
+    server_threads: &[&str],
+    call: Call,
 ) -> Result<EchoLoad> {
     let clients = crate::util::runtime()?;
     clients.block_on(async {
@@ -362,32 +539,23 @@ fn echo_load(
                 .tcp_nodelay(true)
                 .connect()
                 .await?;
-            producers.push(pb::ceiling_client::CeilingClient::new(channel));
+            producers.push(channel);
         }
         // Warm up every connection, then measure.
-        for client in &mut producers {
-            client
-                .echo(pb::Blob {
-                    data: vec![7; ECHO_BYTES],
-                })
-                .await?;
+        for channel in &producers {
+            call(channel.clone(), 0).await?;
         }
         let cpu_before = threads_cpu(server_threads)?;
         let started = Instant::now();
         let deadline = started + seconds;
         let tasks: Vec<_> = producers
             .into_iter()
-            .map(|mut client| {
+            .map(|channel| {
+                let call = call.clone();
                 tokio::spawn(async move {
                     let mut calls = 0u64;
                     while Instant::now() < deadline {
-                        let blob = pb::Blob {
-                            data: vec![7; ECHO_BYTES],
-                        };
-                        let answer = client.echo(blob).await?.into_inner();
-                        if answer.data.len() != ECHO_BYTES {
-                            return Err(anyhow!("the echo answered {} bytes", answer.data.len()));
-                        }
+                        call(channel.clone(), calls + 1).await?;
                         calls += 1;
                     }
                     Ok::<u64, anyhow::Error>(calls)
@@ -409,13 +577,13 @@ fn echo_load(
 }
 
 /// CPU time (user + system) of this process's threads whose names start
-/// with `name`.
-fn threads_cpu(name: &str) -> Result<Duration> {
+/// with any of `names`.
+fn threads_cpu(names: &[&str]) -> Result<Duration> {
     let mut ticks = 0u64;
     for task in std::fs::read_dir("/proc/self/task")? {
         let path = task?.path();
         let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-        if comm.starts_with(name) {
+        if names.iter().any(|name| comm.starts_with(name)) {
             let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
             ticks += crate::util::stat_cpu_ticks(&stat);
         }

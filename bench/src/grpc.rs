@@ -20,7 +20,7 @@ use crate::util::{fresh_dir, machine};
 type Client = RingFeedClient<Channel>;
 
 /// A 2-shard engine with the default configuration over `dir`.
-fn open_engine(dir: &Path) -> Result<Arc<Engine>> {
+pub(crate) fn open_engine(dir: &Path) -> Result<Arc<Engine>> {
     let config = EngineConfig {
         data_dir: dir.to_path_buf(),
         shards: 2,

@@ -597,6 +597,22 @@ impl Engine {
         Ok(())
     }
 
+    /// Runs `start` on shard `shard`'s thread, inside its glommio executor,
+    /// between two commands: it may `glommio::spawn_local` tasks, which run
+    /// beside the shard's own until the shard stops (their futures are then
+    /// dropped). A task there reaches its own shard without crossing threads.
+    /// `start` must not block, and nothing running there may drop the last
+    /// `Arc` of this engine (that would join the shard's thread from itself).
+    /// `ShutDown` if the shard has stopped; panics if there is no such shard.
+    pub fn run_on_shard(
+        &self,
+        shard: u32,
+        start: impl FnOnce() + Send + 'static,
+    ) -> Result<(), AppendError> {
+        assert!(shard < self.shard_count(), "no shard {shard}");
+        self.send(shard as usize, Command::Run(Box::new(start)))
+    }
+
     fn send(&self, shard: usize, command: Command) -> Result<(), AppendError> {
         let tx = self.shards[shard]
             .commands

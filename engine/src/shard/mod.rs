@@ -48,6 +48,9 @@ pub(crate) enum Command {
     Flush {
         reply: Reply<Result<(), AppendError>>,
     },
+    /// Run on the shard's thread, inside its executor (see
+    /// [`crate::Engine::run_on_shard`]).
+    Run(Box<dyn FnOnce() + Send>),
 }
 
 /// One shard's part of an append.
@@ -362,6 +365,7 @@ pub(crate) async fn run<S: Storage + 'static>(
                 glommio::yield_if_needed().await;
             }
             Command::Flush { reply } => driver.flush(reply),
+            Command::Run(start) => start(),
         }
     }
     driver.core.borrow_mut().close();
