@@ -89,6 +89,12 @@ pub struct AppendArgs {
     /// [default: memory,durable].
     #[arg(long, value_delimiter = ',', value_parser = ["memory", "durable"])]
     pub durability: Option<Vec<String>>,
+    /// Pipelined cases: single-event requests with up to N in flight per
+    /// producer, each acknowledged (ringfeed on AppendStream, NATS with async
+    /// acked publishes; etcd and SeaweedFS do not run them). 0 runs none
+    /// [default: 1024; quick: 16].
+    #[arg(long, value_name = "N", value_delimiter = ',')]
+    pub pipeline: Option<Vec<usize>>,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -239,6 +245,11 @@ impl ScenarioCmd {
                         .iter()
                         .map(|d| d == "durable")
                         .collect(),
+                    pipeline: c
+                        .pick(&a.pipeline, vec![16], vec![1024])
+                        .into_iter()
+                        .filter(|&n| n > 0)
+                        .collect(),
                 }
             }
             ScenarioCmd::Catchup(a) => {
@@ -297,6 +308,7 @@ fn validate(s: &Scenario) -> Result<()> {
             batches,
             event_bytes,
             durable,
+            ..
         } => {
             *events > 0
                 && !producers.is_empty()

@@ -83,6 +83,7 @@ pub fn compare_all(args: &AllArgs) -> Result<()> {
             batches: None,
             event_bytes: None,
             durability: None,
+            pipeline: None,
         }),
         ScenarioCmd::Catchup(CatchupArgs {
             common: common.clone(),

@@ -52,6 +52,9 @@ pub enum Scenario {
         /// Durabilities to run ringfeed with (`true` = durable); the other
         /// systems have one, their own, and run once.
         durable: Vec<bool>,
+        /// Pipelined cases: single-event requests, up to this many in flight
+        /// per producer, each acked (systems whose adapter pipelines).
+        pipeline: Vec<usize>,
     },
     Catchup {
         events: u64,
@@ -96,9 +99,10 @@ impl Scenario {
                 batches,
                 event_bytes,
                 durable,
+                pipeline,
             } => json!({
                 "events_per_case": events, "producers": producers, "batches": batches,
-                "event_bytes": event_bytes,
+                "event_bytes": event_bytes, "pipeline": pipeline,
                 "ringfeed_durability": durable.iter().map(|d| variant_of(*d)).collect::<Vec<_>>(),
             }),
             Scenario::Catchup {
@@ -182,7 +186,18 @@ impl Scenario {
                 batches,
                 event_bytes,
                 durable,
-            } => append(system, *events, producers, batches, event_bytes, durable).await,
+                pipeline,
+            } => {
+                let cases = AppendCases {
+                    events: *events,
+                    producers,
+                    batches,
+                    sizes: event_bytes,
+                    durabilities: durable,
+                    pipeline,
+                };
+                append(system, &cases).await
+            }
             Scenario::Catchup {
                 events,
                 subscribers,
@@ -282,33 +297,66 @@ fn server_figures(row: &mut Row, system: &dyn System, cpu_s: f64) {
     }
 }
 
-async fn append(
-    system: &mut dyn System,
+/// The cases of an `append` run.
+struct AppendCases<'a> {
     events: u64,
-    producers: &[usize],
-    batches: &[usize],
-    sizes: &[usize],
-    durabilities: &[bool],
-) -> Result<Vec<Row>> {
+    producers: &'a [usize],
+    batches: &'a [usize],
+    sizes: &'a [usize],
+    durabilities: &'a [bool],
+    pipeline: &'a [usize],
+}
+
+/// How one append case sends: closed-loop requests of `batch` events, or
+/// single-event requests with up to `window` in flight.
+#[derive(Clone, Copy)]
+enum Sending {
+    Batch(usize),
+    Pipeline(usize),
+}
+
+async fn append(system: &mut dyn System, cases: &AppendCases<'_>) -> Result<Vec<Row>> {
     let kind = system.kind();
+    let events = cases.events;
     let mut rows = Vec::new();
     let mut next = 0u64;
-    for &p in producers {
-        for &batch in batches {
+    for &p in cases.producers {
+        let sendings = cases
+            .batches
+            .iter()
+            .map(|&b| Sending::Batch(b))
+            .chain(cases.pipeline.iter().map(|&w| Sending::Pipeline(w)));
+        for sending in sendings {
             // Only ringfeed appends batches; the others run the batch-1 case.
-            if kind != Kind::Ringfeed && batch != 1 {
+            if kind != Kind::Ringfeed && matches!(sending, Sending::Batch(b) if b != 1) {
                 continue;
             }
-            for &size in sizes {
-                for &durable in durabilities {
+            for &size in cases.sizes {
+                for &durable in cases.durabilities {
                     if kind != Kind::Ringfeed && !durable {
                         continue;
                     }
                     let cpu0 = cpu(system);
                     let started = Instant::now();
-                    let acks = system
-                        .append(next..next + events, size, p, batch, durable)
-                        .await?;
+                    let range = next..next + events;
+                    let (acks, case) = match sending {
+                        Sending::Batch(batch) => (
+                            system.append(range, size, p, batch, durable).await?,
+                            format!("{p} producers × batch {batch} × {size} B"),
+                        ),
+                        Sending::Pipeline(window) => {
+                            match system
+                                .append_pipelined(range, size, p, window, durable)
+                                .await
+                            {
+                                Some(acks) => (
+                                    acks?,
+                                    format!("{p} producers × pipeline {window} × {size} B"),
+                                ),
+                                None => continue,
+                            }
+                        }
+                    };
                     let secs = started.elapsed().as_secs_f64();
                     let cpu_s = cpu(system) - cpu0;
                     next += events;
@@ -317,11 +365,7 @@ async fn append(
                     } else {
                         system.durability(true).to_owned()
                     };
-                    let mut row = Row::new(
-                        kind,
-                        format!("{p} producers × batch {batch} × {size} B"),
-                        variant,
-                    );
+                    let mut row = Row::new(kind, case, variant);
                     row.figure("events", events as f64)
                         .figure("s", secs)
                         .figure("events/s", events as f64 / secs)

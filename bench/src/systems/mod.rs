@@ -172,6 +172,23 @@ pub trait System: Send + Sync {
         durable: bool,
     ) -> Result<Histogram<u64>>;
 
+    /// Appends the events numbered `events`, one event per request, with
+    /// `producers` concurrent producers, each keeping up to `window` requests
+    /// in flight, each acknowledged on its own ([`pipelined_loop`]): ringfeed
+    /// on `AppendStream`, NATS with async acked publishes. Returns each
+    /// event's ack latency in µs; `None` for a system whose adapter does not
+    /// pipeline (etcd, SeaweedFS: the case is not run for them).
+    async fn append_pipelined(
+        &self,
+        _events: Range<u64>,
+        _payload: usize,
+        _producers: usize,
+        _window: usize,
+        _durable: bool,
+    ) -> Option<Result<Histogram<u64>>> {
+        None
+    }
+
     /// A cheap, shareable handle appending single events (open-loop producers).
     fn appender(&self) -> Arc<dyn Appender>;
 
@@ -390,6 +407,74 @@ where
                         lowest = Some(lowest.map_or(position, |l| l.min(position)));
                     }
                 }
+            }
+            Ok::<_, anyhow::Error>((latencies, lowest))
+        }));
+    }
+    let mut all = Histogram::<u64>::new(3)?;
+    let mut lowest: Option<u64> = None;
+    for task in tasks {
+        let (latencies, low) = task.await??;
+        all.add(&latencies)?;
+        if let Some(l) = low {
+            lowest = Some(lowest.map_or(l, |a| a.min(l)));
+        }
+    }
+    Ok((all, lowest))
+}
+
+/// The pipelined loop of every system's `append_pipelined`: `producers`
+/// tasks, each with a client of its own from `connect`, sending its share of
+/// `events` (dealt round-robin, one event per request) with up to `window`
+/// requests in flight. `send` sends event `index`'s request and returns its
+/// ack, a future that completes when the system acknowledges it (with the
+/// event's position, for a system that numbers events). Acks are awaited in
+/// send order, each once the window is full, so a latency (from the request's
+/// send) includes at most the time to send one more request past its
+/// arrival. Returns every ack's latency (µs) and the lowest position.
+pub(super) async fn pipelined_loop<C, Conn, ConnFut, Send, SendFut, AckFut>(
+    events: Range<u64>,
+    producers: usize,
+    window: usize,
+    mut connect: Conn,
+    send: Send,
+) -> Result<(Histogram<u64>, Option<u64>)>
+where
+    C: std::marker::Send + 'static,
+    Conn: FnMut() -> ConnFut,
+    ConnFut: std::future::Future<Output = Result<C>>,
+    Send: Fn(&C, u64) -> SendFut + Clone + std::marker::Send + 'static,
+    SendFut: std::future::Future<Output = Result<AckFut>> + std::marker::Send,
+    AckFut: std::future::Future<Output = Result<Option<u64>>> + std::marker::Send + 'static,
+{
+    let producers = producers.max(1) as u64;
+    let window = window.max(1);
+    let mut tasks = Vec::new();
+    for p in 0..producers {
+        let client = connect().await?;
+        let mine = producer_batches(events.clone(), producers, 1, p);
+        let send = send.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Histogram::<u64>::new(3)?;
+            let mut lowest: Option<u64> = None;
+            let mut in_flight = std::collections::VecDeque::with_capacity(window);
+            let mut settle = |sent: std::time::Instant, position: Option<u64>| {
+                if let Some(position) = position {
+                    lowest = Some(lowest.map_or(position, |l| l.min(position)));
+                }
+                latencies.record(sent.elapsed().as_micros() as u64)
+            };
+            for request in mine {
+                if in_flight.len() >= window {
+                    let (sent, ack): (std::time::Instant, AckFut) =
+                        in_flight.pop_front().expect("the window is full");
+                    settle(sent, ack.await?)?;
+                }
+                let sent = std::time::Instant::now();
+                in_flight.push_back((sent, send(&client, request.start).await?));
+            }
+            while let Some((sent, ack)) = in_flight.pop_front() {
+                settle(sent, ack.await?)?;
             }
             Ok::<_, anyhow::Error>((latencies, lowest))
         }));

@@ -19,8 +19,8 @@ use serde_json::{json, Value};
 
 use self::client::{new_inbox, wait_reply, Msg, Op, Reader, Requester, Writer, REPLY_TIMEOUT};
 use super::{
-    closed_loop, free_ports, stamp, unstamp, wait_ready, Ack, Delivered, Durability, From, Kind,
-    Process, ResumePoints, READY_TIMEOUT,
+    closed_loop, free_ports, pipelined_loop, stamp, unstamp, wait_ready, Ack, Delivered,
+    Durability, From, Kind, Process, ResumePoints, READY_TIMEOUT,
 };
 use crate::util::now_ns;
 
@@ -228,6 +228,40 @@ impl super::System for Nats {
             self.resume.record(first, lowest);
         }
         Ok(acks)
+    }
+
+    /// Async acked publishes: each publish is a request whose reply is its
+    /// JetStream ack, up to `window` unanswered per producer.
+    async fn append_pipelined(
+        &self,
+        events: Range<u64>,
+        payload: usize,
+        producers: usize,
+        window: usize,
+        _durable: bool,
+    ) -> Option<Result<Histogram<u64>>> {
+        let (first, addr) = (events.start, self.addr.clone());
+        let acks = pipelined_loop(
+            events,
+            producers,
+            window,
+            || async { Requester::connect(&addr).await.map(Arc::new) },
+            move |connection: &Arc<Requester>, index| {
+                let connection = connection.clone();
+                async move {
+                    let sent = connection.send_all([event(index, payload)]).await;
+                    let reply = sent?.into_iter().next().expect("one request, one reply");
+                    Ok(async move { Ok(Some(ack_seq(&wait_reply(reply).await?)?)) })
+                }
+            },
+        )
+        .await;
+        Some(acks.map(|(acks, lowest)| {
+            if let Some(lowest) = lowest {
+                self.resume.record(first, lowest);
+            }
+            acks
+        }))
     }
 
     fn appender(&self) -> Arc<dyn super::Appender> {

@@ -15,7 +15,8 @@ use ringfeed_proto::{v1, RingFeedClient};
 use ringfeed_server::client::{Backoff, Follower};
 
 use super::{
-    closed_loop, stamp, unstamp, Ack, Delivered, Durability, From, Kind, Process, RingfeedOptions,
+    closed_loop, pipelined_loop, stamp, unstamp, Ack, Delivered, Durability, From, Kind, Process,
+    RingfeedOptions,
 };
 use crate::util::now_ns;
 
@@ -129,6 +130,45 @@ impl super::System for Ringfeed {
         Ok(acks)
     }
 
+    async fn append_pipelined(
+        &self,
+        events: Range<u64>,
+        payload: usize,
+        producers: usize,
+        window: usize,
+        durable: bool,
+    ) -> Option<Result<Histogram<u64>>> {
+        let addr = self.addr.clone();
+        let acks = pipelined_loop(
+            events,
+            producers,
+            window,
+            || open_append_stream(&addr),
+            move |stream: &AppendStream, index| {
+                let request = v1::AppendRequest {
+                    events: vec![event(index, payload)],
+                    durability: durability(durable),
+                    ..Default::default()
+                };
+                let (ack, acked) = tokio::sync::oneshot::channel();
+                let sent = stream
+                    .send((request, ack))
+                    .map_err(|_| anyhow!("the append stream has ended"));
+                async move {
+                    sent?;
+                    Ok(async move {
+                        acked.await.map_err(|_| {
+                            anyhow!("the append stream ended before event {index} was acknowledged")
+                        })??;
+                        Ok(None)
+                    })
+                }
+            },
+        )
+        .await;
+        Some(acks.map(|(acks, _)| acks))
+    }
+
     fn appender(&self) -> Arc<dyn super::Appender> {
         Arc::new(Appender {
             addr: self.addr.clone(),
@@ -170,20 +210,20 @@ pub struct Appender {
 
 /// The sending half of an open `AppendStream`: requests go out in the order
 /// they are queued, with the sender of their ack.
-type AppendStream =
-    tokio::sync::mpsc::UnboundedSender<(v1::AppendRequest, tokio::sync::oneshot::Sender<()>)>;
+/// An `AppendStream` call: each request goes with where its answer goes,
+/// `Err` if the server stored it only in part (the response's failure).
+type AppendStream = tokio::sync::mpsc::UnboundedSender<(v1::AppendRequest, AckSender)>;
+type AckSender = tokio::sync::oneshot::Sender<Result<()>>;
 
 async fn open_append_stream(addr: &str) -> Result<AppendStream> {
     use std::collections::VecDeque;
     use std::sync::{Arc, Mutex};
     let mut client = connect(addr).await?;
-    let (queue, mut queued) = tokio::sync::mpsc::unbounded_channel::<(
-        v1::AppendRequest,
-        tokio::sync::oneshot::Sender<()>,
-    )>();
+    let (queue, mut queued) =
+        tokio::sync::mpsc::unbounded_channel::<(v1::AppendRequest, AckSender)>();
     let (requests, outgoing) = tokio::sync::mpsc::unbounded_channel();
     // Acks come back in request order: each pops the oldest waiting sender.
-    let waiting: Arc<Mutex<VecDeque<tokio::sync::oneshot::Sender<()>>>> = Arc::default();
+    let waiting: Arc<Mutex<VecDeque<AckSender>>> = Arc::default();
     let forward = waiting.clone();
     tokio::spawn(async move {
         while let Some((request, ack)) = queued.recv().await {
@@ -202,10 +242,13 @@ async fn open_append_stream(addr: &str) -> Result<AppendStream> {
         .into_inner();
     tokio::spawn(async move {
         // A failed stream drops the waiting senders: their appends then fail.
-        while let Ok(Some(_)) = responses.message().await {
+        while let Ok(Some(response)) = responses.message().await {
             let ack = waiting.lock().expect("ack queue").pop_front();
             if let Some(ack) = ack {
-                let _ = ack.send(());
+                let _ = ack.send(match response.failure {
+                    None => Ok(()),
+                    Some(f) => Err(anyhow!("stored in part: {}", f.message)),
+                });
             }
         }
         waiting.lock().expect("ack queue").clear();
@@ -231,7 +274,7 @@ impl super::Appender for Appender {
             .map_err(|_| anyhow!("the append stream has ended"))?;
         acked
             .await
-            .map_err(|_| anyhow!("the append stream ended before event {index} was acknowledged"))
+            .map_err(|_| anyhow!("the append stream ended before event {index} was acknowledged"))?
     }
 }
 
