@@ -411,16 +411,7 @@ where
             Ok::<_, anyhow::Error>((latencies, lowest))
         }));
     }
-    let mut all = Histogram::<u64>::new(3)?;
-    let mut lowest: Option<u64> = None;
-    for task in tasks {
-        let (latencies, low) = task.await??;
-        all.add(&latencies)?;
-        if let Some(l) = low {
-            lowest = Some(lowest.map_or(l, |a| a.min(l)));
-        }
-    }
-    Ok((all, lowest))
+    join_producers(tasks).await
 }
 
 /// The pipelined loop of every system's `append_pipelined`: `producers`
@@ -479,6 +470,14 @@ where
             Ok::<_, anyhow::Error>((latencies, lowest))
         }));
     }
+    join_producers(tasks).await
+}
+
+/// One producer task's ack latencies and the lowest position its acks carried.
+type ProducerAcks = tokio::task::JoinHandle<Result<(Histogram<u64>, Option<u64>)>>;
+
+/// Every producer's latencies together, and the lowest position of all.
+async fn join_producers(tasks: Vec<ProducerAcks>) -> Result<(Histogram<u64>, Option<u64>)> {
     let mut all = Histogram::<u64>::new(3)?;
     let mut lowest: Option<u64> = None;
     for task in tasks {
