@@ -99,6 +99,9 @@ pub struct Log<S: Storage> {
     pub(crate) segments: Vec<Segment<S::File>>,
     write_pos: u64,
     synced_pos: u64,
+    /// Every byte of the active segment below this has been written (chunks,
+    /// or zeros written ahead); at least `write_pos`, when above it.
+    zeroed_to: u64,
     next_offset: u64,
     synced_offset: u64,
     last_ts: Option<i64>,
@@ -168,6 +171,7 @@ impl<S: Storage> Log<S> {
             segments: Vec::new(),
             write_pos: 0,
             synced_pos: 0,
+            zeroed_to: 0,
             next_offset: 0,
             synced_offset: 0,
             last_ts: None,
@@ -400,10 +404,12 @@ impl<S: Storage> Log<S> {
             .expect("the log always has a segment");
         let (buf, header, len) = chunk.finish(self.synced_pos, active.header.alignment as usize);
         let position = self.write_pos;
-        if let Err(source) = active.file.write_at(buf, len, position).await {
-            return Err(self.latch("writing a chunk", source));
-        }
+        self.write_at_end(buf, len, "writing a chunk").await?;
         let entry = ChunkEntry::new(&header, position, len);
+        let active = self
+            .segments
+            .last_mut()
+            .expect("the log always has a segment");
         active.index.push(entry);
         self.write_pos += len as u64;
         self.next_offset = header.end_offset();
@@ -481,9 +487,8 @@ impl<S: Storage> Log<S> {
                 entries.push(ChunkEntry::new(&h, position + at as u64, len));
                 at += len;
             }
-            if let Err(source) = active.file.write_at(buf, total as usize, position).await {
-                return Err(self.latch("writing chunks", source));
-            }
+            self.write_at_end(buf, total as usize, "writing chunks")
+                .await?;
             let active = self
                 .segments
                 .last_mut()
@@ -496,6 +501,46 @@ impl<S: Storage> Log<S> {
             self.write_pos += total;
             i = end;
         }
+        Ok(())
+    }
+
+    /// Writes the first `len` bytes of `buf` at the end of the active segment
+    /// (`write_pos`, which the caller then moves), and beside them, when the
+    /// medium asks for it ([`StorageFile::zero_ahead`]), zeros ahead of them;
+    /// latches on failure (`what` says which write).
+    async fn write_at_end(
+        &mut self,
+        buf: <S::File as StorageFile>::Buf,
+        len: usize,
+        what: &'static str,
+    ) -> Result<(), LogError> {
+        let position = self.write_pos;
+        let round = position..position + len as u64;
+        let active = self.active();
+        let zeros = zeros_ahead(
+            active.file.zero_ahead() as u64,
+            self.zeroed_to,
+            round.clone(),
+            active.header.segment_bytes,
+        );
+        let write = active.file.write_at(buf, len, position);
+        let written = match zeros.clone() {
+            // Beside the round, so it waits for the longer of the two
+            // writes, not for both in turn.
+            Some(ahead) => {
+                let zeros_len = (ahead.end - ahead.start) as usize;
+                let mut zeros = active.file.alloc(zeros_len);
+                zeros.as_mut()[..zeros_len].fill(0);
+                let ahead = active.file.write_at(zeros, zeros_len, ahead.start);
+                let (round, ahead) = futures_lite::future::zip(write, ahead).await;
+                round.and(ahead)
+            }
+            None => write.await,
+        };
+        if let Err(source) = written {
+            return Err(self.latch(what, source));
+        }
+        self.zeroed_to = zeros.map_or(round.end, |z| z.end).max(self.zeroed_to);
         Ok(())
     }
 
@@ -745,8 +790,28 @@ impl<S: Storage> Log<S> {
         });
         self.write_pos = SEGMENT_HEADER_BLOCK as u64;
         self.synced_pos = self.write_pos;
+        self.zeroed_to = self.write_pos;
         Ok(())
     }
+}
+
+/// The range to write zeros over beside a round written at `round`, every
+/// byte below `zeroed` being written already: the next `step` bytes past
+/// both, within the segment, when the round is small (a quarter of `step` or
+/// less: a larger one spreads its own extent conversion over enough bytes)
+/// and fewer than half of `step` written bytes are left past its end.
+fn zeros_ahead(
+    step: u64,
+    zeroed: u64,
+    round: std::ops::Range<u64>,
+    segment_bytes: u64,
+) -> Option<std::ops::Range<u64>> {
+    let from = zeroed.max(round.end);
+    if step == 0 || round.end - round.start > step / 4 || from - round.end >= step / 2 {
+        return None;
+    }
+    let to = (from + step).min(segment_bytes);
+    (from < to).then_some(from..to)
 }
 
 /// Writes zeros over `[from, to)` (aligned) and syncs, so residue of a torn
@@ -763,4 +828,56 @@ async fn zero_range<F: StorageFile>(file: &F, from: u64, to: u64) -> std::io::Re
         pos += len as u64;
     }
     file.sync().await
+}
+
+#[cfg(test)]
+mod zeros_ahead_tests {
+    use super::zeros_ahead;
+
+    const STEP: u64 = 256 << 10;
+    const SEGMENT: u64 = 1 << 20;
+
+    #[test]
+    fn a_small_round_near_the_written_end_zeros_the_next_step() {
+        assert_eq!(
+            zeros_ahead(STEP, 4096, 4096..8192, SEGMENT),
+            Some(8192..8192 + STEP)
+        );
+        // Written bytes left ahead, but fewer than half a step: from there on.
+        let zeroed = 8192 + STEP / 2 - 4096;
+        assert_eq!(
+            zeros_ahead(STEP, zeroed, 4096..8192, SEGMENT),
+            Some(zeroed..zeroed + STEP)
+        );
+    }
+
+    #[test]
+    fn nothing_while_half_a_step_is_written_ahead() {
+        assert_eq!(
+            zeros_ahead(STEP, 8192 + STEP / 2, 4096..8192, SEGMENT),
+            None
+        );
+    }
+
+    #[test]
+    fn nothing_beside_a_large_round_or_when_the_medium_does_not_need_it() {
+        assert_eq!(
+            zeros_ahead(STEP, 4096, 4096..4096 + STEP / 4 + 4096, SEGMENT),
+            None
+        );
+        assert_eq!(zeros_ahead(0, 4096, 4096..8192, SEGMENT), None);
+    }
+
+    #[test]
+    fn never_past_the_segment() {
+        let end = SEGMENT - 4096;
+        assert_eq!(
+            zeros_ahead(STEP, end, end - 4096..end, SEGMENT),
+            Some(end..SEGMENT)
+        );
+        assert_eq!(
+            zeros_ahead(STEP, SEGMENT, SEGMENT - 4096..SEGMENT, SEGMENT),
+            None
+        );
+    }
 }

@@ -478,7 +478,19 @@ impl World {
                 round_bytes: 8 << 10,
             },
             clock_ns: 1_000_000_000,
-            storages: (0..shards).map(|_| MemStorage::new()).collect(),
+            storages: (0..shards)
+                .map(|shard| {
+                    // Zeros written ahead beside small rounds (as on a file
+                    // system, `StorageFile::zero_ahead`), their writes under
+                    // the same faults: none, every round, or rounds of
+                    // 4 KiB or less, by seed and shard.
+                    let storage = MemStorage::new();
+                    storage.set_zero_ahead(
+                        [0, 4 << 10, 16 << 10][(seed as usize + shard as usize) % 3],
+                    );
+                    storage
+                })
+                .collect(),
             nodes: Vec::new(),
             model: (0..shards).map(|_| BTreeMap::new()).collect(),
             pending: BTreeMap::new(),

@@ -3,7 +3,9 @@
 //! is present after reopen, in order, with contiguous offsets; reopening ten
 //! more times gives identical segment files (each open only starts a new
 //! generation in the `generations` file). The workload rotates segments, so crashes
-//! land inside rotations too.
+//! land inside rotations too. Half the seeds run with zeros written ahead of
+//! the log's end (`MemStorage::set_zero_ahead`), so crashes land amid those
+//! writes too.
 
 mod common;
 
@@ -44,6 +46,22 @@ fn workload(storage: &MemStorage, rng: &mut Rng, steps: u32, halt_after: Option<
     acked
 }
 
+/// Zeros written ahead by `seed`'s runs: 4 KiB (small rounds get them) or none.
+fn zero_ahead(seed: u64) -> usize {
+    if seed % 2 == 0 {
+        4 << 10
+    } else {
+        0
+    }
+}
+
+/// A fresh storage writing zeros ahead as `seed`'s runs do.
+fn storage_for(seed: u64) -> MemStorage {
+    let storage = MemStorage::new();
+    storage.set_zero_ahead(zero_ahead(seed));
+    storage
+}
+
 fn snapshot(storage: &MemStorage) -> Vec<(String, Vec<u8>)> {
     storage
         .names()
@@ -65,16 +83,26 @@ fn synced_records_survive_power_loss() {
     for seed in seeds(40) {
         let mut rng = Rng::new(seed);
         // A fault-free run of the same workload says how many operations it makes.
-        let probe = MemStorage::new();
+        let probe = storage_for(seed);
         let mut probe_rng = Rng::new(seed);
         workload(&probe, &mut probe_rng, 60, None);
         let total_ops = probe.ops();
+        if zero_ahead(seed) > 0 {
+            // The same workload without them: the zeros were written.
+            let plain = MemStorage::new();
+            workload(&plain, &mut Rng::new(seed), 60, None);
+            assert!(
+                total_ops > plain.ops(),
+                "seed {seed}: no zeros written ahead ({total_ops} operations, {} without)",
+                plain.ops()
+            );
+        }
 
         let halt = rng.below(total_ops);
         // Both fault models: every unsynced byte lost, and a seeded subset of
         // the unsynced blocks kept (what real disks do).
         for keeping in [false, true] {
-            let storage = MemStorage::new();
+            let storage = storage_for(seed);
             let mut work_rng = Rng::new(seed);
             let acked = workload(&storage, &mut work_rng, 60, Some(halt));
             if keeping {

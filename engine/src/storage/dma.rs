@@ -215,4 +215,17 @@ impl StorageFile for DmaFileHandle {
     async fn len(&self) -> io::Result<u64> {
         self.file.file_size().await.map_err(to_io)
     }
+
+    fn zero_ahead(&self) -> usize {
+        // ext4 on this project's machine (2 vCPU KVM, virtio disk): a 4 KiB
+        // O_DIRECT write + fdatasync took 171-190 us (p50) into fallocated
+        // extents and 106-109 us over written blocks; 8 durable single-event
+        // producers got 18-38 % more acks per second and used 17-25 % less
+        // server CPU per event with segments written ahead (issue 18).
+        ZERO_AHEAD
+    }
 }
+
+/// See [`DmaFileHandle::zero_ahead`]: written ahead at a time, so one
+/// extent conversion (and journal commit) serves 64 rounds of 4 KiB.
+const ZERO_AHEAD: usize = 256 << 10;

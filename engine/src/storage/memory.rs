@@ -64,6 +64,8 @@ struct State {
     halted: bool,
     syncs_stalled: bool,
     stalled: Vec<Waker>,
+    /// What [`StorageFile::zero_ahead`] answers (0 unless set).
+    zero_ahead: usize,
 }
 
 impl State {
@@ -119,6 +121,14 @@ impl MemStorage {
         s.writes = 0;
         s.syncs = 0;
         s.ops = 0;
+    }
+
+    /// Makes the log write `bytes` of zeros ahead of its end beside small
+    /// rounds, as on a real file system (a multiple of 512; 0: never), so
+    /// simulations and tests cover those writes and their faults.
+    pub fn set_zero_ahead(&self, bytes: usize) {
+        assert_eq!(bytes % MEM_ALIGNMENT, 0, "zero-ahead is whole blocks");
+        self.lock().zero_ahead = bytes;
     }
 
     /// While stalled, every sync waits (the disk hangs); un-stalling releases them.
@@ -381,6 +391,10 @@ impl StorageFile for MemFile {
 
     fn alignment(&self) -> usize {
         MEM_ALIGNMENT
+    }
+
+    fn zero_ahead(&self) -> usize {
+        lock(&self.state).zero_ahead
     }
 
     fn alloc(&self, len: usize) -> Vec<u8> {

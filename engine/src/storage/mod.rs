@@ -77,4 +77,14 @@ pub trait StorageFile {
     /// Reserves space up to `len` bytes (fallocate); the new range reads as zeros.
     async fn allocate(&self, len: u64) -> io::Result<()>;
     async fn len(&self) -> io::Result<u64>;
+    /// How many bytes the log should write as zeros ahead of its end at a
+    /// time, beside a small flush round, so later rounds overwrite written
+    /// blocks instead of allocated ones (aligned; 0: it does not pay here).
+    /// On a file system, a write into an allocated but never-written extent
+    /// must also convert the extent, and the fdatasync after it must then
+    /// commit that metadata through the journal; over written blocks the
+    /// fdatasync only flushes data (see `DmaFileHandle`'s figures).
+    fn zero_ahead(&self) -> usize {
+        0
+    }
 }
