@@ -172,6 +172,16 @@ fn load(path: &Path) -> Result<Option<Loaded>> {
     Ok(Some(Loaded { run, doc }))
 }
 
+/// The append case of issue 18's single-event goals.
+const SINGLE_EVENT_CASE: &str = "8 producers × batch 1 × 200 B";
+
+/// A ratio's bound in a goal.
+#[derive(Clone, Copy)]
+enum Limit {
+    AtMost(f64),
+    AtLeast(f64),
+}
+
 /// A goal's verdict line.
 struct Goal {
     goal: String,
@@ -209,7 +219,7 @@ fn goals(runs: &[(&str, Option<Loaded>)], ceiling: Option<&Loaded>) -> Vec<Goal>
     let mut goals = Vec::new();
     // Each goal: ringfeed's best variant against each other system's figure.
     let mut versus = |run: Option<&Run>,
-                      case: &str,
+                      (case, variant): (&str, Option<&str>),
                       key: &str,
                       higher: bool,
                       targets: &[(Kind, f64)],
@@ -222,7 +232,7 @@ fn goals(runs: &[(&str, Option<Loaded>)], ceiling: Option<&Loaded>) -> Vec<Goal>
             });
             return;
         };
-        let ours = best(&find(run, Kind::Ringfeed, case, None), key, higher);
+        let ours = best(&find(run, Kind::Ringfeed, case, variant), key, higher);
         for &(kind, need) in targets {
             let theirs = find(run, kind, case, None).first().and_then(|r| r.get(key));
             // A need of 1 means "better than": strictly above 1.
@@ -273,7 +283,7 @@ fn goals(runs: &[(&str, Option<Loaded>)], ceiling: Option<&Loaded>) -> Vec<Goal>
         .map_or("K=1".to_owned(), |r| r.case.clone());
     versus(
         catchup,
-        &catch_case,
+        (&catch_case, None),
         "events/s",
         true,
         &[
@@ -289,7 +299,7 @@ fn goals(runs: &[(&str, Option<Loaded>)], ceiling: Option<&Loaded>) -> Vec<Goal>
         .map_or("-".to_owned(), |r| r.case.clone());
     versus(
         tail,
-        &tail_case,
+        (&tail_case, None),
         "latency p99 ms",
         false,
         &[(Kind::Seaweedfs, 5.0), (Kind::Etcd, 5.0), (Kind::Nats, 5.0)],
@@ -314,13 +324,103 @@ fn goals(runs: &[(&str, Option<Loaded>)], ceiling: Option<&Loaded>) -> Vec<Goal>
         ] {
             versus(
                 storm,
-                case,
+                (case, None),
                 key,
                 false,
                 &[(Kind::Seaweedfs, 1.0), (Kind::Etcd, 1.0), (Kind::Nats, 1.0)],
                 &format!("{what} ({case}), lower"),
             );
         }
+    }
+    // Issue 18's append goals against the other systems: pipelined single
+    // events against NATS's async acked publishes (5× the events/s at a
+    // fifth of the CPU each), durable single events against etcd.
+    let append = get("append");
+    let pipelined = append
+        .and_then(|r| r.rows.iter().find(|row| row.case.contains("pipeline")))
+        .map_or("-".to_owned(), |r| r.case.clone());
+    versus(
+        append,
+        (&pipelined, Some("memory")),
+        "events/s",
+        true,
+        &[(Kind::Nats, 5.0)],
+        &format!("pipelined single-event appends/s ({pipelined})"),
+    );
+    versus(
+        append,
+        (&pipelined, Some("memory")),
+        "server CPU µs/event",
+        false,
+        &[(Kind::Nats, 5.0)],
+        &format!("pipelined appends' server CPU per event ({pipelined}), lower"),
+    );
+    versus(
+        append,
+        (SINGLE_EVENT_CASE, Some("durable")),
+        "events/s",
+        true,
+        &[(Kind::Etcd, 3.0)],
+        &format!("durable single-event appends/s ({SINGLE_EVENT_CASE})"),
+    );
+    // And against the floors `ceiling` measured on the same machine.
+    let floor = |case: &str, key: &str| {
+        ceiling.and_then(|c| {
+            c.run
+                .rows
+                .iter()
+                .find(|r| r.case.starts_with(case))
+                .and_then(|r| r.get(key))
+        })
+    };
+    let single = |variant: &str, key: &str| {
+        append
+            .and_then(|run| find(run, Kind::Ringfeed, SINGLE_EVENT_CASE, Some(variant)).first().copied())
+            .and_then(|r| r.get(key))
+    };
+    let echo = "tonic unary echo";
+    for (goal, ours, floor, limit) in [
+        (
+            "single-event unary append server CPU ≤ 1.3 × the bare tonic unary echo's per call",
+            single("memory", "server CPU µs/event"),
+            floor(echo, "server CPU us per call"),
+            Limit::AtMost(1.3),
+        ),
+        (
+            "single-event unary appends/s ≥ 0.9 × the bare tonic unary echo's calls/s",
+            single("memory", "events/s"),
+            floor(echo, "calls/s"),
+            Limit::AtLeast(0.9),
+        ),
+        (
+            "durable single-event ack p99 ≤ 2 × the 4 KiB write + fdatasync p99 (ceiling)",
+            single("durable", "ack p99 ms"),
+            floor("4 KiB O_DIRECT write + fdatasync", "write+sync p99 us").map(|us| us / 1e3),
+            Limit::AtMost(2.0),
+        ),
+    ] {
+        goals.push(match (ours, floor) {
+            (Some(ours), Some(floor)) => {
+                let ratio = ours / floor;
+                Goal {
+                    goal: goal.into(),
+                    measured: format!(
+                        "{ratio:.2} ({} vs {})",
+                        format_figure(ours),
+                        format_figure(floor)
+                    ),
+                    met: Some(match limit {
+                        Limit::AtMost(l) => ratio <= l,
+                        Limit::AtLeast(l) => ratio >= l,
+                    }),
+                }
+            }
+            _ => Goal {
+                goal: goal.into(),
+                measured: "not run".into(),
+                met: None,
+            },
+        });
     }
     // Durable append MB/s against the disk's raw O_DIRECT write bandwidth.
     let raw = ceiling.and_then(|c| {
@@ -330,7 +430,7 @@ fn goals(runs: &[(&str, Option<Loaded>)], ceiling: Option<&Loaded>) -> Vec<Goal>
             .find(|r| r.case.starts_with("O_DIRECT write 1 MiB, one fdatasync"))
             .and_then(|r| r.get("MB/s"))
     });
-    let durable = get("append").and_then(|run| {
+    let durable = append.and_then(|run| {
         run.rows
             .iter()
             .filter(|r| r.system == Kind::Ringfeed && r.variant == "durable")
