@@ -375,7 +375,11 @@ fn goals(runs: &[(&str, Option<Loaded>)], ceiling: Option<&Loaded>) -> Vec<Goal>
     };
     let single = |variant: &str, key: &str| {
         append
-            .and_then(|run| find(run, Kind::Ringfeed, SINGLE_EVENT_CASE, Some(variant)).first().copied())
+            .and_then(|run| {
+                find(run, Kind::Ringfeed, SINGLE_EVENT_CASE, Some(variant))
+                    .first()
+                    .copied()
+            })
             .and_then(|r| r.get(key))
     };
     let echo = "tonic unary echo";
