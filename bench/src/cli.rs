@@ -77,7 +77,8 @@ pub struct AppendArgs {
     #[arg(long, value_delimiter = ',')]
     pub producers: Option<Vec<usize>>,
     /// Batch sizes (events per append request). Only ringfeed batches: the
-    /// other systems run the batch-1 cases [default: 1,64,1024; quick: 1,64].
+    /// other systems run the batch-1 cases. 0 runs none (e.g. to run only
+    /// the pipelined cases) [default: 1,64,1024; quick: 1,64].
     #[arg(long, value_delimiter = ',')]
     pub batches: Option<Vec<usize>>,
     /// Event payload sizes in bytes (each event also has its path, ~20 B)
@@ -234,7 +235,11 @@ impl ScenarioCmd {
                 Scenario::Append {
                     events: c.pick(&a.events, 2_000, 100_000),
                     producers: c.pick(&a.producers, vec![2], vec![8]),
-                    batches: c.pick(&a.batches, vec![1, 64], vec![1, 64, 1024]),
+                    batches: c
+                        .pick(&a.batches, vec![1, 64], vec![1, 64, 1024])
+                        .into_iter()
+                        .filter(|&n| n > 0)
+                        .collect(),
                     event_bytes: c.pick(&a.event_bytes, vec![200], vec![200, 4096]),
                     durable: c
                         .pick(
@@ -308,13 +313,12 @@ fn validate(s: &Scenario) -> Result<()> {
             batches,
             event_bytes,
             durable,
-            ..
+            pipeline,
         } => {
             *events > 0
                 && !producers.is_empty()
                 && !producers.contains(&0)
-                && !batches.is_empty()
-                && !batches.contains(&0)
+                && !(batches.is_empty() && pipeline.is_empty())
                 && !event_bytes.is_empty()
                 && !durable.is_empty()
         }
