@@ -116,23 +116,6 @@ async fn append_load(
     Ok((total, started.elapsed().as_secs_f64(), hist))
 }
 
-/// Fetches /metrics over a fresh connection, as a scraper would; returns the body size.
-async fn scrape(at: std::net::SocketAddr) -> Result<usize> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut conn = tokio::net::TcpStream::connect(at).await?;
-    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
-        .await?;
-    let mut response = Vec::new();
-    conn.read_to_end(&mut response).await?;
-    if !response.starts_with(b"HTTP/1.1 200") {
-        return Err(anyhow!(
-            "metrics endpoint: {}",
-            String::from_utf8_lossy(&response)
-        ));
-    }
-    Ok(response.len())
-}
-
 /// `median (min-max)` of runs' events/s: the spread says how much of a ratio is noise.
 fn spread(runs: &[f64]) -> String {
     let min = runs.iter().copied().fold(f64::INFINITY, f64::min);
@@ -189,7 +172,7 @@ pub fn metrics_cost(
                         while took.len() as f64 * scrape_every.as_secs_f64() < seconds {
                             every.tick().await;
                             let t = Instant::now();
-                            bytes = scrape(at).await?;
+                            bytes = crate::util::scrape_metrics(at).await?.len();
                             took.push(t.elapsed().as_secs_f64() * 1e6);
                         }
                         Ok::<_, anyhow::Error>((took, bytes))

@@ -2,8 +2,9 @@
 //! the same workload on every system: the same numbered events of the same
 //! size, the same producers, the same subscribers and start points.
 //!
-//! - `append`: producers × batch × event size × durability; events/s, MB/s,
-//!   ack latency.
+//! - `append`: producers × batch × event size × durability, and pipelined
+//!   single events; events/s, MB/s, ack latency, and for a system that
+//!   counts its fdatasyncs (ringfeed), acks per fdatasync.
 //! - `catchup`: N events pre-loaded, then K subscribers from the beginning;
 //!   events/s, MB/s, server CPU, time to caught up.
 //! - `tail` and `fanout`: K live subscribers while one producer appends at a
@@ -336,6 +337,10 @@ async fn append(system: &mut dyn System, cases: &AppendCases<'_>) -> Result<Vec<
                     if kind != Kind::Ringfeed && !durable {
                         continue;
                     }
+                    let syncs0 = match durable {
+                        true => system.syncs().await.transpose()?,
+                        false => None,
+                    };
                     let cpu0 = cpu(system);
                     let started = Instant::now();
                     let range = next..next + events;
@@ -373,6 +378,17 @@ async fn append(system: &mut dyn System, cases: &AppendCases<'_>) -> Result<Vec<
                         .hist("ack", acks, Unit::MicrosAsMs);
                     if !system.processes().is_empty() {
                         row.figure("server CPU µs/event", cpu_s * 1e6 / events as f64);
+                    }
+                    // Group commit: the acknowledgements each fdatasync served.
+                    if let (true, Some(before)) = (durable, syncs0) {
+                        let syncs = system.syncs().await.transpose()?.unwrap_or(before) - before;
+                        let acks = match sending {
+                            Sending::Batch(batch) => events.div_ceil(batch as u64),
+                            Sending::Pipeline(_) => events,
+                        };
+                        if syncs > 0 {
+                            row.figure("acks per fdatasync", acks as f64 / syncs as f64);
+                        }
                     }
                     server_figures(&mut row, system, cpu_s);
                     rows.push(row);

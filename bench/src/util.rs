@@ -68,3 +68,31 @@ pub(crate) fn stat_cpu_ticks(stat: &str) -> u64 {
     };
     field(11) + field(12)
 }
+
+/// Fetches `/metrics` from `at` over a fresh connection, as a scraper would;
+/// returns the whole response (status line, headers, body).
+pub async fn scrape_metrics(at: std::net::SocketAddr) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(at).await?;
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+        .await?;
+    let mut response = Vec::new();
+    conn.read_to_end(&mut response).await?;
+    let response = String::from_utf8_lossy(&response).into_owned();
+    if !response.starts_with("HTTP/1.1 200") {
+        anyhow::bail!("metrics endpoint: {response}");
+    }
+    Ok(response)
+}
+
+/// The sum of a metric's samples over all its label sets in a scrape.
+pub fn metric_sum(scrape: &str, name: &str) -> f64 {
+    scrape
+        .lines()
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

@@ -189,6 +189,12 @@ pub trait System: Send + Sync {
         None
     }
 
+    /// fdatasyncs the system has made so far, for a system that counts them
+    /// and was started by the bench (ringfeed: its metrics); `None` otherwise.
+    async fn syncs(&self) -> Option<Result<u64>> {
+        None
+    }
+
     /// A cheap, shareable handle appending single events (open-loop producers).
     fn appender(&self) -> Arc<dyn Appender>;
 

@@ -27,6 +27,8 @@ pub struct Ringfeed {
     /// the server may hold older events that are not the bench's.
     beginning_ns: Option<i64>,
     processes: Vec<Process>,
+    /// The metrics endpoint of the server the bench started.
+    metrics: Option<std::net::SocketAddr>,
 }
 
 /// The request's durability field for memory and durable acks.
@@ -68,14 +70,23 @@ impl Ringfeed {
                 chunk_mode: options.chunk_mode,
                 beginning_ns: Some(now_ns()),
                 processes: Vec::new(),
+                metrics: None,
             });
         }
-        let (process, addr) = spawn_server(&dir.join("data"), options.shards.max(1))?;
+        // A port that was free a moment ago: another process could take it
+        // first, and the server then fails to start and says so.
+        let metrics = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        let (process, addr) = spawn_server_with(
+            &dir.join("data"),
+            options.shards.max(1),
+            &["--metrics-listen", &metrics.to_string()],
+        )?;
         Ok(Ringfeed {
             addr,
             chunk_mode: options.chunk_mode,
             beginning_ns: None,
             processes: vec![process],
+            metrics: Some(metrics),
         })
     }
 }
@@ -128,6 +139,15 @@ impl super::System for Ringfeed {
         )
         .await?;
         Ok(acks)
+    }
+
+    async fn syncs(&self) -> Option<Result<u64>> {
+        let at = self.metrics?;
+        Some(
+            crate::util::scrape_metrics(at)
+                .await
+                .map(|m| crate::util::metric_sum(&m, "ringfeed_shard_fsync_seconds_count") as u64),
+        )
     }
 
     async fn append_pipelined(
