@@ -229,9 +229,8 @@ pub struct Appender {
 }
 
 /// The sending half of an open `AppendStream`: requests go out in the order
-/// they are queued, with the sender of their ack.
-/// An `AppendStream` call: each request goes with where its answer goes,
-/// `Err` if the server stored it only in part (the response's failure).
+/// they are queued, each with where its ack goes (`Err` if the server stored
+/// it only in part: the response's failure).
 type AppendStream = tokio::sync::mpsc::UnboundedSender<(v1::AppendRequest, AckSender)>;
 type AckSender = tokio::sync::oneshot::Sender<Result<()>>;
 
