@@ -100,7 +100,9 @@ pub struct Log<S: Storage> {
     write_pos: u64,
     synced_pos: u64,
     /// Every byte of the active segment below this has been written (chunks,
-    /// or zeros written ahead); at least `write_pos`, when above it.
+    /// or zeros written ahead). Only ever raised, and only by this log's own
+    /// writes: after an open it is 0 until the first write, so it may lag
+    /// `write_pos`, which bounds it from below where it is used.
     zeroed_to: u64,
     next_offset: u64,
     synced_offset: u64,

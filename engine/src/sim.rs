@@ -482,8 +482,9 @@ impl World {
                 .map(|shard| {
                     // Zeros written ahead beside small rounds (as on a file
                     // system, `StorageFile::zero_ahead`), their writes under
-                    // the same faults: none, every round, or rounds of
-                    // 4 KiB or less, by seed and shard.
+                    // the same faults, by seed and shard: none, 4 KiB beside
+                    // rounds of 1 KiB or less, or 16 KiB beside rounds of
+                    // 4 KiB or less.
                     let storage = MemStorage::new();
                     storage.set_zero_ahead(
                         [0, 4 << 10, 16 << 10][(seed as usize + shard as usize) % 3],
