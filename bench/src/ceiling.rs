@@ -287,34 +287,18 @@ fn grpc_echo_glommio(seconds: Duration) -> Result<Row> {
     let (port_tx, port_rx) = std::sync::mpsc::channel();
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     let mut executors = Vec::new();
-    for i in 0..2 {
-        let stop = stop.clone();
-        let port_tx = port_tx.clone();
-        let done_tx = done_tx.clone();
-        let port = if i == 0 { 0 } else { port_rx.recv()? };
+    let mut port = 0;
+    for _ in 0..2 {
+        let (stop, port_tx, done_tx) = (stop.clone(), port_tx.clone(), done_tx.clone());
         let executor = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
             .name(ECHO_GLOMMIO_THREAD)
             .spawn(move || async move {
-                let listener = match glommio::net::TcpListener::bind(("127.0.0.1", port)) {
-                    Ok(listener) => listener,
-                    Err(e) => {
-                        let _ = port_tx.send(0);
-                        return Err(anyhow!("binding the glommio echo: {e}"));
-                    }
-                };
-                let bound = listener.local_addr().map_err(|e| anyhow!("{e}"))?.port();
-                let _ = port_tx.send(bound);
                 let service = pb::ceiling_server::CeilingServer::new(Streamer);
-                crate::hyper_glommio::serve(listener, service, stop).await;
-                let _ = done_tx.send(());
-                Ok::<(), anyhow::Error>(())
+                crate::hyper_glommio::serve(port, service, stop, port_tx, done_tx).await;
             })
             .map_err(|e| anyhow!("starting a glommio executor: {e}"))?;
         executors.push(executor);
-    }
-    let port = port_rx.recv()?;
-    if port == 0 {
-        bail!("the glommio echo did not bind");
+        port = bound_port(&port_rx, "the glommio echo")?;
     }
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let load = closed_loop(addr, seconds, &[ECHO_GLOMMIO_THREAD], echo_call());
@@ -322,7 +306,7 @@ fn grpc_echo_glommio(seconds: Duration) -> Result<Row> {
     for executor in executors {
         executor
             .join()
-            .map_err(|e| anyhow!("a glommio executor: {e}"))??;
+            .map_err(|e| anyhow!("a glommio executor: {e}"))?;
     }
     Ok(load?.row("hyper HTTP/2 on glommio, unary echo, 220-byte message, 8 producers"))
 }
@@ -408,30 +392,13 @@ fn grpc_append_on_shards(dir: &Path, seconds: Duration) -> Result<Row> {
         let (stop, port_tx, done_tx) = (stop.clone(), port_tx.clone(), done_tx.clone());
         engine
             .run_on_shard(shard, move || {
-                glommio::spawn_local(async move {
-                    let listener = match glommio::net::TcpListener::bind(("127.0.0.1", port)) {
-                        Ok(listener) => listener,
-                        Err(e) => {
-                            let _ = port_tx.send(Err(e.to_string()));
-                            return;
-                        }
-                    };
-                    let _ = port_tx.send(
-                        listener
-                            .local_addr()
-                            .map(|a| a.port())
-                            .map_err(|e| e.to_string()),
-                    );
-                    crate::hyper_glommio::serve(listener, service, stop).await;
-                    let _ = done_tx.send(());
-                })
+                glommio::spawn_local(crate::hyper_glommio::serve(
+                    port, service, stop, port_tx, done_tx,
+                ))
                 .detach();
             })
             .map_err(|e| anyhow!("starting the server on shard {shard}: {e}"))?;
-        port = port_rx
-            .recv_timeout(Duration::from_secs(10))
-            .context("a shard did not report its listener")?
-            .map_err(|e| anyhow!("listening on shard {shard}: {e}"))?;
+        port = bound_port(&port_rx, &format!("the server on shard {shard}"))?;
     }
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let load = closed_loop(addr, seconds, &[SHARD_THREAD], append_call());
@@ -448,6 +415,15 @@ fn grpc_append_on_shards(dir: &Path, seconds: Duration) -> Result<Row> {
         std::thread::sleep(Duration::from_millis(5));
     }
     Ok(load?.row("ringfeed unary append, 200-byte event, memory acks, 8 producers: hyper HTTP/2 on the 2 shards' glommio executors (spike)"))
+}
+
+/// The port a [`crate::hyper_glommio::serve`] reported on `bound` (`who`
+/// names it in errors), waiting at most 10 s.
+fn bound_port(bound: &std::sync::mpsc::Receiver<Result<u16, String>>, who: &str) -> Result<u16> {
+    bound
+        .recv_timeout(Duration::from_secs(10))
+        .with_context(|| format!("{who} did not report its listener"))?
+        .map_err(|e| anyhow!("{who}: listening: {e}"))
 }
 
 /// Stops `servers` accept loops of [`crate::hyper_glommio::serve`] on `addr`

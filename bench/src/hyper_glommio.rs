@@ -11,6 +11,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -87,10 +88,18 @@ where
     }
 }
 
-/// Serves `service` over HTTP/2 on every connection `listener` accepts,
-/// until `stop` is set (and one more connection arrives to wake the accept).
-pub async fn serve<S, B>(listener: TcpListener, service: S, stop: Arc<AtomicBool>)
-where
+/// Listens on 127.0.0.1:`port` (0: a free one; glommio binds with
+/// SO_REUSEPORT, so executors can share a port) and says on `bound` which
+/// port, or why it could not; then serves `service` over HTTP/2 on every
+/// connection accepted until `stop` is set (and one more connection arrives
+/// to wake the accept), and says so on `done`.
+pub async fn serve<S, B>(
+    port: u16,
+    service: S,
+    stop: Arc<AtomicBool>,
+    bound: Sender<Result<u16, String>>,
+    done: Sender<()>,
+) where
     S: tower_service::Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
         + Clone
         + 'static,
@@ -99,6 +108,19 @@ where
     B: http_body::Body + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let listener = match TcpListener::bind(("127.0.0.1", port)) {
+        Ok(listener) => listener,
+        Err(e) => {
+            let _ = bound.send(Err(e.to_string()));
+            return;
+        }
+    };
+    let _ = bound.send(
+        listener
+            .local_addr()
+            .map(|a| a.port())
+            .map_err(|e| e.to_string()),
+    );
     while !stop.load(Ordering::Acquire) {
         let Ok(stream) = listener.accept().await else {
             continue;
@@ -112,4 +134,5 @@ where
         })
         .detach();
     }
+    let _ = done.send(());
 }

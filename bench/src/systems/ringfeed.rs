@@ -165,23 +165,10 @@ impl super::System for Ringfeed {
             window,
             || open_append_stream(&addr),
             move |stream: &AppendStream, index| {
-                let request = v1::AppendRequest {
-                    events: vec![event(index, payload)],
-                    durability: durability(durable),
-                    ..Default::default()
-                };
-                let (ack, acked) = tokio::sync::oneshot::channel();
-                let sent = stream
-                    .send((request, ack))
-                    .map_err(|_| anyhow!("the append stream has ended"));
+                let acked = send_one(stream, index, payload, durable);
                 async move {
-                    sent?;
-                    Ok(async move {
-                        acked.await.map_err(|_| {
-                            anyhow!("the append stream ended before event {index} was acknowledged")
-                        })??;
-                        Ok(None)
-                    })
+                    let acked = acked?;
+                    Ok(async move { acked.await.map(|()| None) })
                 }
             },
         )
@@ -234,6 +221,30 @@ pub struct Appender {
 type AppendStream = tokio::sync::mpsc::UnboundedSender<(v1::AppendRequest, AckSender)>;
 type AckSender = tokio::sync::oneshot::Sender<Result<()>>;
 
+/// Queues event `index` (a `payload`-byte one) as a request of its own on
+/// `stream`; the future it returns completes with the request's ack.
+fn send_one(
+    stream: &AppendStream,
+    index: u64,
+    payload: usize,
+    durable: bool,
+) -> Result<impl std::future::Future<Output = Result<()>> + Send + 'static> {
+    let (ack, acked) = tokio::sync::oneshot::channel();
+    let request = v1::AppendRequest {
+        events: vec![event(index, payload)],
+        durability: durability(durable),
+        ..Default::default()
+    };
+    stream
+        .send((request, ack))
+        .map_err(|_| anyhow!("the append stream has ended"))?;
+    Ok(async move {
+        acked
+            .await
+            .map_err(|_| anyhow!("the append stream ended before event {index} was acknowledged"))?
+    })
+}
+
 async fn open_append_stream(addr: &str) -> Result<AppendStream> {
     use std::collections::VecDeque;
     use std::sync::{Arc, Mutex};
@@ -282,18 +293,7 @@ impl super::Appender for Appender {
             .stream
             .get_or_try_init(|| open_append_stream(&self.addr))
             .await?;
-        let (ack, acked) = tokio::sync::oneshot::channel();
-        let request = v1::AppendRequest {
-            events: vec![event(index, payload)],
-            durability: durability(false),
-            ..Default::default()
-        };
-        stream
-            .send((request, ack))
-            .map_err(|_| anyhow!("the append stream has ended"))?;
-        acked
-            .await
-            .map_err(|_| anyhow!("the append stream ended before event {index} was acknowledged"))?
+        send_one(stream, index, payload, false)?.await
     }
 }
 
