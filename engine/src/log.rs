@@ -21,6 +21,8 @@ use crate::segment::{
 };
 use crate::storage::{Storage, StorageFile};
 
+use std::rc::Rc;
+
 /// How a shard's log is laid out on disk.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogConfig {
@@ -89,7 +91,29 @@ pub(crate) struct Segment<F> {
     pub(crate) name: String,
     pub(crate) header: SegmentHeader,
     pub(crate) index: SegmentIndex,
-    pub(crate) file: F,
+    /// Shared with a [`SyncTicket`] while a sync of it runs.
+    pub(crate) file: Rc<F>,
+}
+
+/// A sync of the active segment begun with [`Log::begin_sync`]: it covers
+/// every write completed before it began. It runs without the log
+/// ([`SyncTicket::run`]), so the log can write its next round meanwhile, and
+/// its outcome goes back through [`Log::finish_sync`].
+pub struct SyncTicket<F> {
+    file: Rc<F>,
+    /// The segment synced, by its first offset.
+    segment: u64,
+    /// Bytes of the segment written when the sync began.
+    pos: u64,
+    /// Offset of the first record not written when the sync began.
+    offset: u64,
+}
+
+impl<F: StorageFile> SyncTicket<F> {
+    /// The fdatasync.
+    pub async fn run(&self) -> std::io::Result<()> {
+        self.file.sync().await
+    }
 }
 
 /// One shard's log. The last segment is the one being written.
@@ -257,7 +281,7 @@ impl<S: Storage> Log<S> {
                 name,
                 header,
                 index: scanned.index,
-                file,
+                file: Rc::new(file),
             });
         }
         report.removed.sort();
@@ -573,14 +597,45 @@ impl<S: Storage> Log<S> {
     /// fdatasync of the active segment. Returns the offset below which every
     /// record is durable.
     pub async fn sync(&mut self) -> Result<u64, LogError> {
+        let ticket = self.begin_sync()?;
+        let result = ticket.run().await;
+        self.finish_sync(ticket, result)
+    }
+
+    /// Begins a sync of what has been written so far; run it with
+    /// [`SyncTicket::run`] and hand its outcome to [`Log::finish_sync`].
+    /// Writes may go on meanwhile: they are not covered by it, and the bound
+    /// on bytes written past a sync still counts from the last completed one.
+    pub fn begin_sync(&self) -> Result<SyncTicket<S::File>, LogError> {
         self.check_latched()?;
-        if self.write_pos > self.synced_pos {
-            if let Err(source) = self.active().file.sync().await {
-                return Err(self.latch("syncing", source));
-            }
-            self.synced_pos = self.write_pos;
-            self.synced_offset = self.next_offset;
+        let active = self.active();
+        Ok(SyncTicket {
+            file: active.file.clone(),
+            segment: active.header.first_offset,
+            pos: self.write_pos,
+            offset: self.next_offset,
+        })
+    }
+
+    /// A sync begun with [`Log::begin_sync`] returned: on success every record
+    /// written before it began is durable; returns the offset below which
+    /// every record is. A failure latches the log; so does one that came
+    /// first (a write that failed while the sync ran).
+    pub fn finish_sync(
+        &mut self,
+        ticket: SyncTicket<S::File>,
+        result: std::io::Result<()>,
+    ) -> Result<u64, LogError> {
+        self.check_latched()?;
+        if let Err(source) = result {
+            return Err(self.latch("syncing", source));
         }
+        if ticket.segment == self.active().header.first_offset {
+            self.synced_pos = self.synced_pos.max(ticket.pos);
+        }
+        // Otherwise the log rotated meanwhile, and rotating synced that
+        // segment in full: nothing of the active one is covered.
+        self.synced_offset = self.synced_offset.max(ticket.offset);
         Ok(self.synced_offset)
     }
 
@@ -788,7 +843,7 @@ impl<S: Storage> Log<S> {
             name,
             header,
             index: SegmentIndex::default(),
-            file,
+            file: Rc::new(file),
         });
         self.write_pos = SEGMENT_HEADER_BLOCK as u64;
         self.synced_pos = self.write_pos;

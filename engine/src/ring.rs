@@ -57,15 +57,24 @@ struct Slot {
     len: usize,
     next_offset: u64,
     last_ts: i64,
+    /// Bytes durable on disk (a round's sync returned).
     flushed_len: usize,
-    flushed_next: u64,
-    /// Stamp of the first record at `flushed_len` (meaningful while `len > flushed_len`).
-    unflushed_first_ts: i64,
+    /// Bytes handed to the flusher in a round (being written, written, or
+    /// syncing): `flushed_len <= planned_len <= len`. A round is planned while
+    /// the previous one syncs, so the two differ.
+    planned_len: usize,
+    planned_next: u64,
+    /// Stamp of the first record at `planned_len` (meaningful while `len > planned_len`).
+    unplanned_first_ts: i64,
 }
 
 impl Slot {
     fn unflushed(&self) -> usize {
         self.len - self.flushed_len
+    }
+
+    fn unplanned(&self) -> usize {
+        self.len - self.planned_len
     }
 }
 
@@ -92,6 +101,7 @@ pub(crate) struct Ring {
     budget: usize,
     capacity: usize,
     unflushed: usize,
+    unplanned: usize,
     /// Offset the next record gets.
     next_offset: u64,
 }
@@ -105,6 +115,7 @@ impl Ring {
             budget,
             capacity: 0,
             unflushed: 0,
+            unplanned: 0,
             next_offset,
         }
     }
@@ -114,9 +125,15 @@ impl Ring {
         self.next_offset
     }
 
-    /// Bytes of records not yet flushed.
+    /// Bytes of records not yet flushed (durable).
     pub fn unflushed_bytes(&self) -> usize {
         self.unflushed
+    }
+
+    /// Bytes of records not yet handed to the flusher in a round
+    /// ([`Ring::mark_planned`]).
+    pub fn unplanned_bytes(&self) -> usize {
+        self.unplanned
     }
 
     /// Bytes of window memory the ring holds.
@@ -141,13 +158,14 @@ impl Ring {
         let slot = self.slots.back_mut().expect("a window was just opened");
         let writer = slot.writer.as_mut().expect("the last window is active");
         writer.stage_encoded(encoded, offset, ts);
-        if slot.len == slot.flushed_len {
-            slot.unflushed_first_ts = ts;
+        if slot.len == slot.planned_len {
+            slot.unplanned_first_ts = ts;
         }
         slot.len += len;
         slot.next_offset = offset + 1;
         slot.last_ts = ts;
         self.unflushed += len;
+        self.unplanned += len;
         self.next_offset = offset + 1;
         offset
     }
@@ -176,63 +194,87 @@ impl Ring {
             next_offset: self.next_offset,
             last_ts: 0,
             flushed_len: 0,
-            flushed_next: self.next_offset,
-            unflushed_first_ts: 0,
+            planned_len: 0,
+            planned_next: self.next_offset,
+            unplanned_first_ts: 0,
         });
         self.view.lock().push_back(window);
     }
 
-    /// The unflushed suffixes of the windows, oldest first, up to about `max_bytes`.
+    /// The unplanned suffixes of the windows (not yet in a round), oldest
+    /// first, up to about `max_bytes`. The caller hands them out as a round
+    /// and marks them with [`Ring::mark_planned`].
     pub fn flush_plan(&self, shard: u32, max_bytes: usize) -> Vec<FlushRange> {
         let mut plan = Vec::new();
         let mut total = 0;
-        for slot in self.slots.iter().filter(|s| s.unflushed() > 0) {
-            if total > 0 && total + slot.unflushed() > max_bytes {
+        for slot in self.slots.iter().filter(|s| s.unplanned() > 0) {
+            if total > 0 && total + slot.unplanned() > max_bytes {
                 break;
             }
-            total += slot.unflushed();
+            total += slot.unplanned();
             plan.push(FlushRange {
                 window: slot.window.clone(),
-                from: slot.flushed_len,
+                from: slot.planned_len,
                 to: slot.len,
                 description: ChunkDescription {
                     shard,
                     generation: 0, // the log writes its own
-                    first_offset: slot.flushed_next,
-                    record_count: (slot.next_offset - slot.flushed_next) as u32,
-                    first_ts: slot.unflushed_first_ts,
+                    first_offset: slot.planned_next,
+                    record_count: (slot.next_offset - slot.planned_next) as u32,
+                    first_ts: slot.unplanned_first_ts,
                     last_ts: slot.last_ts,
-                    body_len: slot.unflushed(),
+                    body_len: slot.unplanned(),
                 },
             });
         }
         plan
     }
 
-    /// Records that `plan` is durable. Call [`Ring::evict`] only after the
-    /// flushed watermark covering it is published: a reader that finds an
-    /// offset gone from the ring must find it on disk.
+    /// Records that `plan` (from [`Ring::flush_plan`]) was handed out as a
+    /// round: the next plan starts after it.
+    pub fn mark_planned(&mut self, plan: &[FlushRange]) {
+        for range in plan {
+            let slot = self.slot_of(range);
+            debug_assert_eq!(slot.planned_len, range.from);
+            slot.planned_len = range.to;
+            slot.planned_next =
+                range.description.first_offset + u64::from(range.description.record_count);
+            let next_first_ts = (slot.len > slot.planned_len).then(|| {
+                // Records were staged after the plan was made: the next
+                // range starts at the first of them.
+                record::peek_position(&slot.window.committed()[slot.planned_len..])
+                    .expect("committed window bytes are records the shard framed")
+                    .2
+            });
+            if let Some(ts) = next_first_ts {
+                slot.unplanned_first_ts = ts;
+            }
+            self.unplanned -= range.to - range.from;
+        }
+    }
+
+    /// Records that `plan` is durable (rounds become durable in the order they
+    /// were planned). Call [`Ring::evict`] only after the flushed watermark
+    /// covering it is published: a reader that finds an offset gone from the
+    /// ring must find it on disk.
     pub fn mark_flushed(&mut self, plan: &[FlushRange]) {
         for range in plan {
-            let slot = self
-                .slots
-                .iter_mut()
-                .find(|s| Arc::ptr_eq(&s.window, &range.window))
-                .expect("a window with unflushed data is never evicted");
+            let slot = self.slot_of(range);
             debug_assert_eq!(slot.flushed_len, range.from);
+            debug_assert!(
+                range.to <= slot.planned_len,
+                "only a planned range is flushed"
+            );
             slot.flushed_len = range.to;
-            slot.flushed_next =
-                range.description.first_offset + u64::from(range.description.record_count);
             self.unflushed -= range.to - range.from;
-            if slot.len > slot.flushed_len {
-                // Records were appended while this range was being written: the
-                // next range starts at the first of them.
-                let (_, _, ts) =
-                    record::peek_position(&slot.window.committed()[slot.flushed_len..])
-                        .expect("committed window bytes are records the shard framed");
-                slot.unflushed_first_ts = ts;
-            }
         }
+    }
+
+    fn slot_of(&mut self, range: &FlushRange) -> &mut Slot {
+        self.slots
+            .iter_mut()
+            .find(|s| Arc::ptr_eq(&s.window, &range.window))
+            .expect("a window with unflushed data is never evicted")
     }
 
     /// Evicts sealed, flushed windows while the ring is over its budget.
@@ -287,11 +329,12 @@ mod tests {
         }
         ring.publish();
         let first = ring.flush_plan(0, 1 << 20);
-        for i in 3..5 {
-            stage(&mut ring, &rec(i, 100 + i as i64));
-        }
+        // Staged between the plan and its hand-out.
+        stage(&mut ring, &rec(3, 103));
         ring.publish();
-        ring.mark_flushed(&first);
+        ring.mark_planned(&first);
+        stage(&mut ring, &rec(4, 104));
+        ring.publish();
         let second = ring.flush_plan(0, 1 << 20);
         assert_eq!(second.len(), 1);
         let d = second[0].description;
@@ -299,6 +342,46 @@ mod tests {
             (d.first_offset, d.record_count, d.first_ts, d.last_ts),
             (3, 2, 103, 104)
         );
+        ring.mark_flushed(&first);
+    }
+
+    /// A round is planned while the one before it is still being synced (the
+    /// flusher overlaps the next write with the running fdatasync): it starts
+    /// where the planned one ends, and the bytes stay unflushed, holding the
+    /// window in the ring, until each round's sync marks them flushed.
+    #[test]
+    fn a_round_planned_while_the_last_syncs_follows_it_and_stays_unflushed() {
+        let mut ring = Ring::new(4096, 0, 0, Arc::new(RingView::default()));
+        for i in 0..3 {
+            stage(&mut ring, &rec(i, 100 + i as i64));
+        }
+        ring.publish();
+        let first = ring.flush_plan(0, 1 << 20);
+        ring.mark_planned(&first);
+        let first_bytes = ring.unflushed_bytes();
+        assert_eq!(ring.unplanned_bytes(), 0);
+        assert!(
+            ring.flush_plan(0, 1 << 20).is_empty(),
+            "nothing is planned twice"
+        );
+        for i in 3..5 {
+            stage(&mut ring, &rec(i, 100 + i as i64));
+        }
+        ring.publish();
+        let second = ring.flush_plan(0, 1 << 20);
+        ring.mark_planned(&second);
+        let d = second[0].description;
+        assert_eq!(
+            (second[0].from, d.first_offset, d.record_count),
+            (first[0].to, 3, 2)
+        );
+        let second_bytes = second[0].to - second[0].from;
+        assert_eq!(ring.unplanned_bytes(), 0);
+        assert_eq!(ring.unflushed_bytes(), first_bytes + second_bytes);
+        ring.mark_flushed(&first);
+        assert_eq!(ring.unflushed_bytes(), second_bytes);
+        ring.mark_flushed(&second);
+        assert_eq!(ring.unflushed_bytes(), 0);
     }
 
     #[test]
@@ -316,6 +399,8 @@ mod tests {
         assert!(view.windows().len() >= 3, "several windows opened");
         assert_eq!(ring.evicted_below(), 0, "nothing flushed, nothing evicted");
         let plan = ring.flush_plan(0, 1 << 20);
+        ring.mark_planned(&plan);
+        assert_eq!(ring.evict(), 0, "planned but not flushed, nothing evicted");
         ring.mark_flushed(&plan);
         let evicted = ring.evict();
         assert!(evicted > 0 && ring.capacity_bytes() <= 8192 + 4096);

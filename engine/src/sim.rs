@@ -57,12 +57,12 @@ use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 
 use crate::event::{AppendError, Stored};
-use crate::log::{Log, LogConfig};
+use crate::log::{Log, LogConfig, SyncTicket};
 use crate::record::{Kind, ProducerStamp, Record, Signatures};
 use crate::retention::RetentionPolicy;
 use crate::shard::core::{chunk_images, Admit, CoreLimits, FlushIo, Judged, Replies, ShardCore};
 use crate::shard::ShardShared;
-use crate::storage::{block_on, Faults, MemStorage};
+use crate::storage::{block_on, Faults, MemFile, MemStorage};
 use crate::subscribe::{
     Cursor, Filter, Ordering as SubOrdering, Start, Step, SubscribeError, SubscribeRequest,
     Subscription,
@@ -173,6 +173,8 @@ pub struct SimOutcome {
     /// Deliveries read from disk below the ring: the shard had evicted them
     /// without waiting for that subscriber (2.8).
     pub behind_ring: u64,
+    /// Rounds written while the round before them was being synced.
+    pub writes_beside_sync: u64,
     /// A hash of every step's outcome: the same seed gives the same digest.
     pub digest: u64,
 }
@@ -310,6 +312,7 @@ impl Sim {
             delivered: world.delivered,
             retention_skips: world.retention_skips,
             behind_ring: world.behind_ring,
+            writes_beside_sync: world.writes_beside_sync,
             digest: world.digest.finish(),
         }
     }
@@ -383,7 +386,15 @@ struct Node {
     storage: MemStorage,
     log: Log<MemStorage>,
     core: ShardCore<u64>,
+    /// The sync the core handed out, begun (it covers the writes before it)
+    /// and not yet returned: the next round may be written meanwhile.
+    sync: Option<RunningSync>,
 }
+
+/// A [`FlushIo::Sync`] under way: its ticket's fdatasync, polled once.
+type RunningSync = std::pin::Pin<
+    Box<dyn std::future::Future<Output = (SyncTicket<MemFile>, std::io::Result<()>)>>,
+>;
 
 /// A durable append waiting for its ack.
 struct Pending {
@@ -441,6 +452,7 @@ struct World {
     delivered: u64,
     /// Deliveries read from below the ring (2.8: the shard had moved on).
     behind_ring: u64,
+    writes_beside_sync: u64,
     /// Per shard: events below this were removed by retention.
     retained: Vec<u64>,
     retention_skips: u64,
@@ -520,6 +532,7 @@ impl World {
             .collect(),
             delivered: 0,
             behind_ring: 0,
+            writes_beside_sync: 0,
             retained: vec![0; shards as usize],
             retention_skips: 0,
             producers: (1..=4)
@@ -574,7 +587,12 @@ impl World {
                 log.generations().clone(),
             );
             let (core, _heads) = ShardCore::over_opened_log(shared, self.limits, &mut log);
-            self.nodes.push(Node { storage, log, core });
+            self.nodes.push(Node {
+                storage,
+                log,
+                core,
+                sync: None,
+            });
         }
         Ok(())
     }
@@ -971,20 +989,32 @@ impl World {
     }
 
     /// One flush I/O on `shard`, if its core has one to do: whether it had.
+    /// A running sync may return now (unless stalled) or go on while the
+    /// next round is written.
     fn flush_io_on(&mut self, shard: usize) -> Result<bool, Broken> {
-        let node = &mut self.nodes[shard];
-        let next = node.core.next_io();
-        if matches!(next, FlushIo::Sync) && self.stalled[shard] > 0 {
-            // The fdatasync is under way and has not returned.
-            self.stalled[shard] -= 1;
-            return Ok(false);
+        if self.nodes[shard].sync.is_some() {
+            if self.stalled[shard] > 0 {
+                // The fdatasync is under way and has not returned.
+                self.stalled[shard] -= 1;
+            } else if self.rng.chance(50) {
+                return self.sync_returns(shard).map(|()| true);
+            }
         }
-        let replies = match next {
+        let node = &mut self.nodes[shard];
+        let replies = match node.core.next_io() {
             FlushIo::Write(plan) => {
                 let result = block_on(node.log.append_chunks(&chunk_images(&plan)));
+                if node.sync.is_some() && result.is_ok() {
+                    self.writes_beside_sync += 1;
+                }
                 let line = format!(
-                    "write shard {shard} {} chunk(s): {}",
+                    "write shard {shard} {} chunk(s){}: {}",
                     plan.len(),
+                    if node.sync.is_some() {
+                        " beside a running sync"
+                    } else {
+                        ""
+                    },
                     result
                         .as_ref()
                         .map_or_else(|e| e.to_string(), |_| "ok".into())
@@ -994,22 +1024,45 @@ impl World {
                 self.note(line);
                 replies
             }
-            FlushIo::Sync => {
-                let result = block_on(node.log.sync());
-                let line = format!(
-                    "sync shard {shard}: {}",
-                    result
-                        .as_ref()
-                        .map_or_else(|e| e.to_string(), |n| format!("through {n}"))
-                );
-                let replies = node.core.synced(result, &node.log);
-                self.note(line);
-                replies
-            }
+            FlushIo::Sync => match node.log.begin_sync() {
+                Ok(ticket) => {
+                    let mut sync: RunningSync = Box::pin(async move {
+                        let result = ticket.run().await;
+                        (ticket, result)
+                    });
+                    // Its first poll fixes what it covers.
+                    let first = block_on(futures_lite::future::poll_once(&mut sync));
+                    assert!(first.is_none(), "a sync returns at a later poll");
+                    node.sync = Some(sync);
+                    self.note(format!("sync shard {shard} begins"));
+                    return Ok(true);
+                }
+                Err(e) => node.core.synced(Err(e), &node.log),
+            },
             FlushIo::Retention => return self.retention(shard).map(|()| true),
+            FlushIo::Wait if node.sync.is_some() && self.stalled[shard] == 0 => {
+                return self.sync_returns(shard).map(|()| true)
+            }
             FlushIo::Wait | FlushIo::Stop => return Ok(false),
         };
         self.answer(replies).map(|()| true)
+    }
+
+    /// The running sync of `shard` returns.
+    fn sync_returns(&mut self, shard: usize) -> Result<(), Broken> {
+        let node = &mut self.nodes[shard];
+        let sync = node.sync.take().expect("a sync runs");
+        let (ticket, result) = block_on(sync);
+        let flushed = node.log.finish_sync(ticket, result);
+        let line = format!(
+            "sync shard {shard}: {}",
+            flushed
+                .as_ref()
+                .map_or_else(|e| e.to_string(), |n| format!("through {n}"))
+        );
+        let replies = node.core.synced(flushed, &node.log);
+        self.note(line);
+        self.answer(replies)
     }
 
     fn answer(&mut self, replies: Replies<u64>) -> Result<(), Broken> {

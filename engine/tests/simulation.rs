@@ -22,6 +22,7 @@ fn config(faults: Vec<Fault>) -> SimConfig {
 fn every_invariant_holds_under_every_fault() {
     let config = config(Fault::ALL.to_vec());
     let (mut restarts, mut durable, mut delivered, mut skips, mut behind) = (0, 0, 0, 0, 0);
+    let mut beside_sync = 0;
     for seed in 0..SEEDS {
         match sim::run(seed, &config) {
             Ok(outcome) => {
@@ -30,6 +31,7 @@ fn every_invariant_holds_under_every_fault() {
                 delivered += outcome.delivered;
                 skips += outcome.retention_skips;
                 behind += outcome.behind_ring;
+                beside_sync += outcome.writes_beside_sync;
             }
             Err(failure) => panic!(
                 "{failure}\nreplay: ringfeed-bench simulate --seed {seed} --steps {STEPS} --faults all\nlast steps:\n{}",
@@ -51,6 +53,12 @@ fn every_invariant_holds_under_every_fault() {
     assert!(skips > 0, "no subscriber ever met the retention boundary");
     // 2.8 is checked only if some subscriber fell behind the ring.
     assert!(behind > 0, "no subscriber ever read from below the ring");
+    // A round written while the last one syncs is what power loss must not
+    // find acknowledged before its own sync.
+    assert!(
+        beside_sync > SEEDS * 10,
+        "only {beside_sync} rounds written beside a running sync"
+    );
 }
 
 /// Without restarts (and the I/O failures that lead to them) a shard lives
@@ -62,10 +70,13 @@ fn every_invariant_holds_under_every_fault() {
 fn every_invariant_holds_over_a_long_life() {
     let faults = Fault::parse_list("clock-step,retry,stalled-sync,cancel").expect("valid names");
     let config = config(faults);
-    let mut delivered = 0;
+    let (mut delivered, mut beside_sync) = (0, 0);
     for seed in 0..SEEDS / 2 {
         match sim::run(seed, &config) {
-            Ok(outcome) => delivered += outcome.delivered,
+            Ok(outcome) => {
+                delivered += outcome.delivered;
+                beside_sync += outcome.writes_beside_sync;
+            }
             Err(failure) => panic!(
                 "{failure}\nreplay: ringfeed-bench simulate --seed {seed} --steps {STEPS} --faults clock-step,retry,stalled-sync,cancel\nlast steps:\n{}",
                 failure.trace[failure.trace.len().saturating_sub(40)..].join("\n")
@@ -75,6 +86,10 @@ fn every_invariant_holds_over_a_long_life() {
     assert!(
         delivered > SEEDS / 2 * 1000,
         "only {delivered} deliveries checked"
+    );
+    assert!(
+        beside_sync > SEEDS / 2 * 10,
+        "only {beside_sync} rounds written beside a running sync"
     );
 }
 

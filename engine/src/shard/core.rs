@@ -76,18 +76,22 @@ pub(crate) struct Staged {
     pub first_unflushed: bool,
 }
 
-/// The next I/O the flusher should do.
+/// The next I/O the flusher should start. A round is written, then synced;
+/// the next round's write may run while the last one's sync does (one write
+/// and one sync at a time), so a sync's wait is not added to the next round's.
 pub(crate) enum FlushIo {
     /// Write these window suffixes as chunks (one round), then report
-    /// [`ShardCore::written`].
+    /// [`ShardCore::written`] before asking again. A running sync goes on.
     Write(Vec<FlushRange>),
-    /// Sync what the round wrote, then report [`ShardCore::synced`].
+    /// Start a sync of everything written so far; report
+    /// [`ShardCore::synced`] when it returns. Meanwhile keep asking: the next
+    /// write may be due.
     Sync,
-    /// Apply retention.
+    /// Apply retention (never while a sync runs).
     Retention,
-    /// Nothing to do until woken.
+    /// Nothing to start until woken, or until the running sync returns.
     Wait,
-    /// Closing and nothing left: close the log and stop.
+    /// Closing, nothing left and no sync running: close the log and stop.
     Stop,
 }
 
@@ -112,11 +116,22 @@ struct Waiter<R> {
     reply: R,
 }
 
-enum Round {
+/// The rounds handed to the flusher and not yet durable, oldest last in
+/// each step: they become durable in the order they were planned.
+#[derive(Default)]
+struct Rounds {
     /// Handed out with [`FlushIo::Write`]; its completion is awaited.
-    Writing(Vec<FlushRange>),
-    /// Written; its sync is next.
-    Written(Vec<FlushRange>),
+    writing: Option<Vec<FlushRange>>,
+    /// Written, and no sync covering them started yet.
+    written: Vec<FlushRange>,
+    /// Covered by the sync handed out with [`FlushIo::Sync`], which runs.
+    syncing: Option<Vec<FlushRange>>,
+}
+
+impl Rounds {
+    fn idle(&self) -> bool {
+        self.writing.is_none() && self.written.is_empty() && self.syncing.is_none()
+    }
 }
 
 /// One shard's state and rules. `R` is whatever the driver answers a durable
@@ -132,7 +147,7 @@ pub(crate) struct ShardCore<R> {
     flush_wanted: bool,
     retention_due: bool,
     closing: bool,
-    round: Option<Round>,
+    rounds: Rounds,
 }
 
 impl<R> ShardCore<R> {
@@ -155,7 +170,7 @@ impl<R> ShardCore<R> {
             flush_wanted: false,
             retention_due: false,
             closing: false,
-            round: None,
+            rounds: Rounds::default(),
         }
     }
 
@@ -467,11 +482,11 @@ impl<R> ShardCore<R> {
         self.closing = true;
     }
 
-    /// Whether a flush round should start now: unflushed bytes, not latched,
-    /// and a flush wanted (a durable waiter, back-pressure, the interval),
-    /// closing, or a full window's worth.
+    /// Whether a flush round should start now: bytes in no round yet, not
+    /// latched, and a flush wanted (a durable waiter, back-pressure, the
+    /// interval), closing, or a full window's worth.
     fn flush_due(&self) -> bool {
-        let pending = self.ring.unflushed_bytes();
+        let pending = self.ring.unplanned_bytes();
         self.latched.is_none()
             && pending > 0
             && (self.flush_wanted || self.closing || pending >= self.limits.window_bytes)
@@ -483,28 +498,47 @@ impl<R> ShardCore<R> {
     pub fn parked_with_waiters(&self) -> bool {
         !self.waiters.is_empty()
             && self.latched.is_none()
-            && self.round.is_none()
+            && self.rounds.idle()
             && !self.flush_due()
     }
 
-    /// What the flusher should do next.
+    /// Whether a sync handed out with [`FlushIo::Sync`] is still running.
+    pub fn sync_running(&self) -> bool {
+        self.rounds.syncing.is_some()
+    }
+
+    /// What the flusher should start next.
     pub fn next_io(&mut self) -> FlushIo {
-        match &self.round {
-            Some(Round::Written(_)) => return FlushIo::Sync,
-            Some(Round::Writing(_)) => {
-                unreachable!("the driver reports a round's write before asking again")
-            }
-            None => {}
+        assert!(
+            self.rounds.writing.is_none(),
+            "the driver reports a round's write before asking again"
+        );
+        if self.latched.is_some() {
+            // Nothing more is written or synced; a running sync is awaited.
+            return if self.closing && !self.sync_running() {
+                FlushIo::Stop
+            } else {
+                FlushIo::Wait
+            };
+        }
+        if self.rounds.syncing.is_none() && !self.rounds.written.is_empty() {
+            self.rounds.syncing = Some(std::mem::take(&mut self.rounds.written));
+            return FlushIo::Sync;
         }
         if self.flush_due() {
             self.flush_wanted = false;
             let plan = self
                 .ring
                 .flush_plan(self.shared.id, self.limits.round_bytes);
-            self.round = Some(Round::Writing(plan.clone()));
+            self.ring.mark_planned(&plan);
+            self.rounds.writing = Some(plan.clone());
             return FlushIo::Write(plan);
         }
-        if self.latched.is_none() && self.retention_due {
+        if !self.rounds.idle() {
+            // A sync runs (written rounds would have started one above).
+            return FlushIo::Wait;
+        }
+        if self.retention_due {
             self.retention_due = false;
             return FlushIo::Retention;
         }
@@ -517,20 +551,23 @@ impl<R> ShardCore<R> {
 
     /// The round's write completed. A failure latches the shard.
     pub fn written(&mut self, result: Result<(), LogError>) -> Replies<R> {
-        let Some(Round::Writing(plan)) = self.round.take() else {
-            unreachable!("a write completes only for a round handed out");
-        };
+        let plan = self
+            .rounds
+            .writing
+            .take()
+            .expect("a write completes only for a round handed out");
         match result {
             Ok(()) => {
-                self.round = Some(Round::Written(plan));
+                self.rounds.written.extend(plan);
                 Replies::default()
             }
             Err(e) => self.latch(e.to_string()),
         }
     }
 
-    /// The round's sync completed: on success everything up to `flushed_next`
-    /// is durable. Publishes, in this order, the index, the flushed watermark
+    /// The running sync completed: on success everything up to `flushed_next`
+    /// is durable (the rounds it covered, and maybe more: a write may have
+    /// synced on its own to keep within the unsynced bound). Publishes, in this order, the index, the flushed watermark
     /// and what the ring evicted (a reader that finds an offset gone from the
     /// ring must find it covered by the flushed watermark, and its chunk in the
     /// index), then answers the durable waiters it satisfies. A failure
@@ -540,9 +577,15 @@ impl<R> ShardCore<R> {
         result: Result<u64, LogError>,
         log: &Log<S>,
     ) -> Replies<R> {
-        let Some(Round::Written(plan)) = self.round.take() else {
-            unreachable!("a sync completes only for a round written");
-        };
+        let plan = self
+            .rounds
+            .syncing
+            .take()
+            .expect("a sync completes only once handed out");
+        if self.latched.is_some() {
+            // A write failed while it ran: every waiter has been answered.
+            return Replies::default();
+        }
         let flushed_next = match result {
             Ok(next) => next,
             Err(e) => return self.latch(e.to_string()),

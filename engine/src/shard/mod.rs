@@ -25,7 +25,7 @@ use crate::clock::Clock;
 use crate::event::{AppendError, Durability, Stored};
 use crate::generation::Generations;
 use crate::latency::LatencyHistogram;
-use crate::log::{Log, LogConfig, RecoveryReport};
+use crate::log::{Log, LogConfig, RecoveryReport, SyncTicket};
 use crate::rate_limit::RateLimit;
 use crate::retention::RetentionPolicy;
 use crate::ring::{Ring, RingView};
@@ -133,7 +133,9 @@ pub struct ShardStats {
     pub rounds: std::sync::atomic::AtomicU64,
     /// Record bytes made durable.
     pub bytes: std::sync::atomic::AtomicU64,
-    /// Time spent writing and syncing, in nanoseconds.
+    /// Sum of the flush rounds' durations (first write to the sync that made
+    /// them durable), in nanoseconds. Rounds overlap (the next one writes
+    /// while the last one syncs), so it can exceed the time that passed.
     pub busy_ns: std::sync::atomic::AtomicU64,
     /// Each flush round: its chunk writes and the fdatasync after them.
     pub flush_latency: LatencyHistogram,
@@ -518,8 +520,9 @@ impl Driver {
 
 /// Does the core's flush I/O: writes a round's chunks, syncs, applies
 /// retention, and hands each completion back; sleeps while the core has
-/// nothing to do.
-async fn flusher<S: Storage>(mut log: Log<S>, driver: Rc<Driver>) {
+/// nothing to do. A sync runs as a task of its own beside the flusher, so the
+/// next round's write goes on while the disk syncs the last one.
+async fn flusher<S: Storage + 'static>(mut log: Log<S>, driver: Rc<Driver>) {
     let Driver {
         config,
         core,
@@ -527,33 +530,49 @@ async fn flusher<S: Storage>(mut log: Log<S>, driver: Rc<Driver>) {
         ..
     } = &*driver;
     let shared = core.borrow().shared_arc();
-    let mut round: Option<(Instant, u64)> = None;
+    // Rounds written and not yet covered by a running sync, then those the
+    // running sync covers: (started, bytes), for their figures once durable.
+    let mut written: Vec<(Instant, u64)> = Vec::new();
+    let mut syncing: Option<(Vec<(Instant, u64)>, SyncTask<S>)> = None;
     loop {
         let listener = wake.listen();
+        if let Some((_, task)) = &mut syncing {
+            if let Some(done) = futures_lite::future::poll_once(task).await {
+                let (rounds, _) = syncing.take().expect("checked");
+                synced(core, &mut log, rounds, done);
+            }
+        }
         let next = core.borrow_mut().next_io();
         match next {
             FlushIo::Write(plan) => {
                 let started = Instant::now();
-                round = Some((started, plan.iter().map(|r| (r.to - r.from) as u64).sum()));
+                let bytes = plan.iter().map(|r| (r.to - r.from) as u64).sum();
                 let result = log.append_chunks(&chunk_images(&plan)).await;
                 drop(plan);
                 let failed = result.is_err();
                 answer(core.borrow_mut().written(result));
                 if failed {
-                    end_round(&shared, round.take());
+                    end_round(&shared, started, bytes);
+                } else {
+                    written.push((started, bytes));
                 }
             }
             FlushIo::Sync => {
-                let syncing = Instant::now();
-                let result = log.sync().await;
-                let fsync = syncing.elapsed();
-                shared.stats.fsync_latency.record(fsync);
-                if fsync >= SLOW_FSYNC {
-                    warn_slow_fsync(shared.id, fsync);
+                let rounds = std::mem::take(&mut written);
+                match log.begin_sync() {
+                    Ok(ticket) => {
+                        let task = glommio::spawn_local(async move {
+                            let started = Instant::now();
+                            let result = ticket.run().await;
+                            (ticket, result, started.elapsed())
+                        });
+                        syncing = Some((rounds, task));
+                    }
+                    Err(e) => {
+                        let replies = core.borrow_mut().synced(Err(e), &log);
+                        answer(replies);
+                    }
                 }
-                end_round(&shared, round.take());
-                let replies = core.borrow_mut().synced(result, &log);
-                answer(replies);
             }
             FlushIo::Retention => {
                 let now = crate::clock::now_ns();
@@ -565,7 +584,21 @@ async fn flusher<S: Storage>(mut log: Log<S>, driver: Rc<Driver>) {
                     .retention_passes
                     .fetch_add(1, Ordering::Relaxed);
             }
-            FlushIo::Wait => listener.await,
+            FlushIo::Wait => match syncing.take() {
+                None => listener.await,
+                Some((rounds, mut task)) => {
+                    // Whichever comes first: the sync returns, or work to start.
+                    let done = futures_lite::future::or(async { Some((&mut task).await) }, async {
+                        listener.await;
+                        None
+                    })
+                    .await;
+                    match done {
+                        Some(done) => synced(core, &mut log, rounds, done),
+                        None => syncing = Some((rounds, task)),
+                    }
+                }
+            },
             FlushIo::Stop => break,
         }
     }
@@ -577,11 +610,38 @@ async fn flusher<S: Storage>(mut log: Log<S>, driver: Rc<Driver>) {
     answer(replies);
 }
 
+/// A sync running beside the flusher ([`Log::begin_sync`]).
+type SyncTask<S> = glommio::Task<SyncDone<S>>;
+/// A sync's ticket, outcome and duration.
+type SyncDone<S> = (
+    SyncTicket<<S as Storage>::File>,
+    std::io::Result<()>,
+    Duration,
+);
+
+/// The running sync returned: its figures, then the log's and the core's
+/// account of it, and the durable waiters it satisfies answered.
+fn synced<S: Storage>(
+    core: &RefCell<ShardCore<DurableReply>>,
+    log: &mut Log<S>,
+    rounds: Vec<(Instant, u64)>,
+    (ticket, result, fsync): SyncDone<S>,
+) {
+    let shared = core.borrow().shared_arc();
+    shared.stats.fsync_latency.record(fsync);
+    if fsync >= SLOW_FSYNC {
+        warn_slow_fsync(shared.id, fsync);
+    }
+    for (started, bytes) in rounds {
+        end_round(&shared, started, bytes);
+    }
+    let flushed = log.finish_sync(ticket, result);
+    let replies = core.borrow_mut().synced(flushed, log);
+    answer(replies);
+}
+
 /// A flush round's figures, once it has ended (synced, or failed).
-fn end_round(shared: &ShardShared, round: Option<(Instant, u64)>) {
-    let Some((started, bytes)) = round else {
-        return;
-    };
+fn end_round(shared: &ShardShared, started: Instant, bytes: u64) {
     let stats = &shared.stats;
     stats.flush_latency.record(started.elapsed());
     stats.rounds.fetch_add(1, Ordering::Relaxed);

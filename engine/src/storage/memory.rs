@@ -23,13 +23,27 @@ use std::task::{Context, Poll, Waker};
 
 use super::{Storage, StorageFile};
 
-/// Runs a future that never waits on anything but [`MemStorage`].
+/// Runs a future that never waits on anything but [`MemStorage`]: it may
+/// yield (wake itself and return pending, as a sync does once), never wait.
 pub fn block_on<F: Future>(future: F) -> F::Output {
+    struct Woken(std::sync::atomic::AtomicBool);
+    impl std::task::Wake for Woken {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
     let mut future = pin!(future);
-    let mut cx = Context::from_waker(Waker::noop());
-    match future.as_mut().poll(&mut cx) {
-        Poll::Ready(out) => out,
-        Poll::Pending => panic!("block_on: the future waited on something other than MemStorage"),
+    let woken = Arc::new(Woken(false.into()));
+    let waker = Waker::from(woken.clone());
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        match future.as_mut().poll(&mut cx) {
+            Poll::Ready(out) => return out,
+            Poll::Pending if woken.0.swap(false, std::sync::atomic::Ordering::Relaxed) => {}
+            Poll::Pending => {
+                panic!("block_on: the future waited on something other than MemStorage")
+            }
+        }
     }
 }
 
@@ -50,6 +64,8 @@ pub struct Faults {
 struct FileImage {
     data: Vec<u8>,
     durable: Vec<u8>,
+    /// The storage's `writes_ever` when the sync that made `durable` began.
+    durable_as_of: u64,
 }
 
 #[derive(Default)]
@@ -59,6 +75,8 @@ struct State {
     durable_names: BTreeMap<String, usize>,
     faults: Faults,
     writes: u64,
+    /// Writes ever made (never reset, unlike `writes`): orders syncs.
+    writes_ever: u64,
     syncs: u64,
     ops: u64,
     halted: bool,
@@ -412,6 +430,7 @@ impl StorageFile for MemFile {
         }
         let index = s.writes;
         s.writes += 1;
+        s.writes_ever += 1;
         if s.faults.fail_write == Some(index) {
             return Err(injected("write failed"));
         }
@@ -443,7 +462,16 @@ impl StorageFile for MemFile {
         Ok(data[start..end].to_vec())
     }
 
+    /// Makes durable what was written when it began, not what is written
+    /// while it runs (as a disk may): the writes are copied at its first poll,
+    /// and it returns at a later one. A sync that began later and returned
+    /// first is not undone.
     async fn sync(&self) -> io::Result<()> {
+        let (covered, as_of) = {
+            let s = lock(&self.state);
+            (s.files[self.id].data.clone(), s.writes_ever)
+        };
+        futures_lite::future::yield_now().await;
         SyncGate { state: &self.state }.await;
         let mut s = lock(&self.state);
         s.op()?;
@@ -453,7 +481,10 @@ impl StorageFile for MemFile {
             return Err(injected("sync failed"));
         }
         let file = &mut s.files[self.id];
-        file.durable.clone_from(&file.data);
+        if file.durable_as_of <= as_of {
+            file.durable = covered;
+            file.durable_as_of = as_of;
+        }
         Ok(())
     }
 
