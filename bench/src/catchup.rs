@@ -43,7 +43,7 @@ pub fn subscribe_catchup(
     );
     let engine = Engine::open(config.clone()).map_err(|e| anyhow!("{e}"))?;
     let started = Instant::now();
-    let payload = vec![0x62u8; event_bytes];
+    let payload = ringfeed_proto::bytes::Bytes::from(vec![0x62u8; event_bytes]);
     let mut n = 0u64;
     let mut last_ts = 0;
     while n < events {

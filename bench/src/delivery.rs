@@ -127,7 +127,7 @@ fn produce(engine: &Engine, rate: u64, total: u64, durability: Durability) -> Re
                 .map(|i| NewEvent {
                     directory: format!("/d{}", i % 64),
                     new_name: format!("f{i}"),
-                    payload: vec![0x61; 200],
+                    payload: vec![0x61; 200].into(),
                     ..Default::default()
                 })
                 .collect();

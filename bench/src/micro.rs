@@ -347,7 +347,7 @@ fn run_appends(
     event_bytes: usize,
     durability: ringfeed_engine::Durability,
 ) -> Result<AppendRun> {
-    let payload = vec![0x61u8; event_bytes];
+    let payload = ringfeed_proto::bytes::Bytes::from(vec![0x61u8; event_bytes]);
     let start = Instant::now();
     let results: Vec<Result<(u64, u64, Histogram<u64>)>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..producers)

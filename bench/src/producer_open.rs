@@ -47,7 +47,7 @@ pub fn producer_open(args: &Args<'_>) -> Result<()> {
                 .map(|i| NewEvent {
                     directory: format!("/d{}", i % 64),
                     new_name: format!("f{i}"),
-                    payload: vec![0x61; 100],
+                    payload: vec![0x61; 100].into(),
                     ..Default::default()
                 })
                 .collect();

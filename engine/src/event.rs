@@ -23,8 +23,9 @@ pub struct NewEvent {
     pub new_parent: String,
     /// Producers' signatures (sync tools skip their own events by them).
     pub signatures: Vec<i32>,
-    /// The producer's encoded event, stored verbatim.
-    pub payload: Vec<u8>,
+    /// The producer's encoded event, stored verbatim (shared with the
+    /// request that carried it, not copied out of it).
+    pub payload: bytes::Bytes,
 }
 
 impl NewEvent {
@@ -357,7 +358,7 @@ mod tests {
             ),
             (
                 NewEvent {
-                    payload: vec![0; 2 << 20],
+                    payload: vec![0; 2 << 20].into(),
                     ..create("/a", "x")
                 },
                 "payload",

@@ -64,7 +64,7 @@ fn acked_durable_events_survive() {
                 });
                 assert_eq!(
                     (r.1, &r.2),
-                    (position.ts, payload),
+                    (position.ts, &payload.to_vec()),
                     "{what}: acked {position:?} changed"
                 );
             }

@@ -223,7 +223,10 @@ fn events_a_crash_destroyed_are_stored_again_when_retried() {
         .map(|r| r.2)
         .collect();
     payloads.sort();
-    let mut want: Vec<Vec<u8>> = events(0..20).into_iter().map(|e| e.payload).collect();
+    let mut want: Vec<Vec<u8>> = events(0..20)
+        .into_iter()
+        .map(|e| e.payload.to_vec())
+        .collect();
     want.sort();
     assert_eq!(payloads, want, "each event stored exactly once");
 }

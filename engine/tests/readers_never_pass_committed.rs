@@ -40,7 +40,7 @@ fn no_record_is_delivered_before_it_is_committed() {
                 let batch = (0..100)
                     .map(|i| {
                         let mut e = event("/d", b * 100 + i);
-                        e.payload = vec![b'p'; 300];
+                        e.payload = vec![b'p'; 300].into();
                         e
                     })
                     .collect();

@@ -76,7 +76,7 @@ fn concurrent_readers_see_every_record_once_in_order() {
             .map(|k| event("/a/b", id + k))
             .collect();
         id += batch.len() as u64;
-        let payloads: Vec<_> = batch.iter().map(|e| e.payload.clone()).collect();
+        let payloads: Vec<_> = batch.iter().map(|e| e.payload.to_vec()).collect();
         let positions = engine.append_blocking(batch, Durability::Memory).unwrap();
         appended.extend(
             positions

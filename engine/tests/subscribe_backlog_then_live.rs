@@ -29,7 +29,9 @@ fn every_start_gets_exactly_its_suffix_then_live_events() {
             .map(|_| {
                 id += 1;
                 let mut e = event(&format!("/d{}", id % 3), id);
-                e.payload.resize(size, b'x');
+                let mut payload = e.payload.to_vec();
+                payload.resize(size, b'x');
+                e.payload = payload.into();
                 e
             })
             .collect();

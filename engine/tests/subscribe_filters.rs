@@ -14,7 +14,7 @@ fn create(dir: &str, name: &str) -> NewEvent {
     NewEvent {
         directory: dir.into(),
         new_name: name.into(),
-        payload: format!("create {dir} {name}").into_bytes(),
+        payload: format!("create {dir} {name}").into_bytes().into(),
         ..Default::default()
     }
 }
@@ -25,7 +25,9 @@ fn rename(dir: &str, old: &str, new_parent: &str, new: &str) -> NewEvent {
         old_name: old.into(),
         new_name: new.into(),
         new_parent: new_parent.into(),
-        payload: format!("rename {dir}/{old} -> {new_parent}/{new}").into_bytes(),
+        payload: format!("rename {dir}/{old} -> {new_parent}/{new}")
+            .into_bytes()
+            .into(),
         ..Default::default()
     }
 }
@@ -34,15 +36,16 @@ fn delete(dir: &str, name: &str) -> NewEvent {
     NewEvent {
         directory: dir.into(),
         old_name: name.into(),
-        payload: format!("delete {dir} {name}").into_bytes(),
+        payload: format!("delete {dir} {name}").into_bytes().into(),
         ..Default::default()
     }
 }
 
 fn signed(mut e: NewEvent, signatures: &[i32]) -> NewEvent {
     e.signatures = signatures.to_vec();
-    e.payload
-        .extend_from_slice(format!(" signed {signatures:?}").as_bytes());
+    e.payload = [&e.payload[..], format!(" signed {signatures:?}").as_bytes()]
+        .concat()
+        .into();
     e
 }
 

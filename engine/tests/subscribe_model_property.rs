@@ -71,9 +71,13 @@ fn delivered_streams_equal_the_model() {
                             id += 1;
                             let dir = format!("/p{}/d{}", rng.below(3), rng.below(5));
                             let mut e = event(&dir, id);
-                            e.payload = format!("{dir}#{id}").into_bytes();
+                            e.payload = format!("{dir}#{id}").into_bytes().into();
                             let max = if rng.below(8) == 0 { 14_000 } else { 400 };
-                            e.payload.resize(20 + rng.below(max) as usize, b'.');
+                            e.payload = {
+                                let mut p = e.payload.to_vec();
+                                p.resize(20 + rng.below(max) as usize, b'.');
+                                p.into()
+                            };
                             e
                         })
                         .collect();

@@ -20,8 +20,11 @@ fn resuming_from_the_reported_cursor_yields_exactly_the_rest() {
     let mut all = Vec::new();
     for i in 0..240u64 {
         let mut e = event(&format!("/r{}", i % 5), i);
-        e.payload
-            .resize(if i % 9 == 0 { 12 << 10 } else { 100 }, b'p');
+        e.payload = {
+            let mut p = e.payload.to_vec();
+            p.resize(if i % 9 == 0 { 12 << 10 } else { 100 }, b'p');
+            p.into()
+        };
         all.extend(append_all(&engine, vec![e]));
     }
     let stream = merged_order(all);

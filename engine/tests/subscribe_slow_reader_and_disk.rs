@@ -31,7 +31,11 @@ fn a_subscriber_pushed_off_the_ring_continues_from_disk() {
     // A burst far larger than the ring while the subscriber sleeps.
     for i in 0..300u64 {
         let mut e = event(&format!("/s{}", i % 2), 100 + i);
-        e.payload.resize(12 << 10, b'b');
+        e.payload = {
+            let mut p = e.payload.to_vec();
+            p.resize(12 << 10, b'b');
+            p.into()
+        };
         all.extend(append_all(&engine, vec![e]));
     }
     futures_lite::future::block_on(engine.flush()).unwrap();
@@ -59,7 +63,11 @@ fn o_direct_segments_are_read_through_mappings_before_and_after_restart() {
     let mut all = Vec::new();
     for i in 0..400u64 {
         let mut e = event(&format!("/o{}", i % 5), i);
-        e.payload.resize(if i % 3 == 0 { 9000 } else { 200 }, b'o');
+        e.payload = {
+            let mut p = e.payload.to_vec();
+            p.resize(if i % 3 == 0 { 9000 } else { 200 }, b'o');
+            p.into()
+        };
         all.extend(append_all(&engine, vec![e]));
     }
     futures_lite::future::block_on(engine.flush()).unwrap();

@@ -85,7 +85,11 @@ fn a_cursor_below_retention_names_the_oldest_retained_position() {
         .unwrap();
     for i in 0..400u64 {
         let mut e = event("/big", i);
-        e.payload.resize(15 << 10, b'r');
+        e.payload = {
+            let mut p = e.payload.to_vec();
+            p.resize(15 << 10, b'r');
+            p.into()
+        };
         append_all(&engine, vec![e]);
     }
     futures_lite::future::block_on(engine.flush()).unwrap();

@@ -288,7 +288,7 @@ fn new_event(index: usize, bytes: Bytes) -> Result<NewEvent, Status> {
         new_name: event.new_entry.map(|e| e.name).unwrap_or_default(),
         new_parent: event.new_parent_path,
         signatures: event.signatures,
-        payload: bytes.to_vec(),
+        payload: bytes,
     })
 }
 

@@ -219,7 +219,7 @@ async fn a_follower_cut_off_before_its_first_event_misses_nothing() {
             .map(|i| ringfeed_engine::NewEvent {
                 directory: "/gap".into(),
                 new_name: format!("f{i}"),
-                payload: create("/gap", &format!("f{i}")).encode_to_vec(),
+                payload: create("/gap", &format!("f{i}")).encode_to_vec().into(),
                 ..Default::default()
             })
             .collect();

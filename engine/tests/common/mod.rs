@@ -204,7 +204,7 @@ pub fn event(dir: &str, id: u64) -> NewEvent {
     NewEvent {
         directory: dir.to_string(),
         new_name: format!("f{id}"),
-        payload: format!("payload-{id}").into_bytes(),
+        payload: format!("payload-{id}").into_bytes().into(),
         ..Default::default()
     }
 }
@@ -212,7 +212,7 @@ pub fn event(dir: &str, id: u64) -> NewEvent {
 /// An event in `/d` with an 8 KiB payload.
 pub fn big_event(id: u64) -> NewEvent {
     let mut e = event("/d", id);
-    e.payload = vec![b'x'; 8 << 10];
+    e.payload = vec![b'x'; 8 << 10].into();
     e
 }
 
@@ -329,7 +329,7 @@ pub type Seen = (u32, u64, i64, Vec<u8>);
 /// Appends `events` (memory durability) and returns them as subscribers should
 /// see them, keyed by position.
 pub fn append_all(engine: &Engine, events: Vec<NewEvent>) -> Vec<Seen> {
-    let payloads: Vec<Vec<u8>> = events.iter().map(|e| e.payload.clone()).collect();
+    let payloads: Vec<Vec<u8>> = events.iter().map(|e| e.payload.to_vec()).collect();
     let positions = engine
         .append_blocking(events, ringfeed_engine::Durability::Memory)
         .expect("append");
