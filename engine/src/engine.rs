@@ -448,11 +448,10 @@ impl Engine {
             .collect();
         for (index, (event, &shard)) in events.iter().zip(&routes).enumerate() {
             let (indexes, records) = &mut parts[shard];
-            let at = records.len();
-            records.resize(at + event.record_len() + stamp_len, 0);
             let mut record = event.record(0, 0);
             record.producer = stamp(index);
-            record.encode_into(&mut records[at..])?;
+            // The shard stamps it, and checksums it then.
+            record.frame_unstamped(records)?;
             indexes.push(index);
         }
         drop(events);

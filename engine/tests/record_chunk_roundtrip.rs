@@ -111,6 +111,20 @@ proptest! {
         assert_same(&rec, &back);
     }
 
+    /// A record framed unstamped (after other bytes) and stamped in place is
+    /// byte for byte the record encoded with that offset and stamp.
+    #[test]
+    fn framed_then_stamped_equals_encoded(o in owned(), offset in any::<u64>(), ts in any::<i64>(), before in 0usize..9) {
+        let mut framed = vec![0x55u8; before];
+        let n = view(&o, 0, 0).frame_unstamped(&mut framed).unwrap();
+        prop_assert_eq!(framed.len(), before + n);
+        ringfeed_engine::record::restamp(&mut framed[before..], offset, ts);
+        let rec = view(&o, offset, ts);
+        let mut encoded = vec![0u8; rec.encoded_len()];
+        rec.encode_into(&mut encoded).unwrap();
+        prop_assert_eq!(&framed[before..], &encoded[..]);
+    }
+
     #[test]
     fn chunk_round_trips(records in prop::collection::vec(owned(), 1..12), first in 0u64..1 << 40, shard in any::<u32>()) {
         let capacity: usize = 64 + records.iter().map(|o| view(o, 0, 0).encoded_len()).sum::<usize>();
