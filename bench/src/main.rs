@@ -32,6 +32,7 @@ mod simulate;
 mod since_lookup;
 mod systems;
 mod util;
+mod wakeups;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -174,6 +175,27 @@ enum Command {
         /// The shards' flush interval in ms (the server's default is 10).
         #[arg(long, default_value_t = 10)]
         flush_interval_ms: u64,
+    },
+    /// What waiting subscribers cost a shard's append: K live subscribers
+    /// parked in next() (tokio tasks) and one producer appending single-event
+    /// batches at a fixed rate; the shard's stamp-and-publish time per batch,
+    /// which wakes them (issue 19: it should not grow with K).
+    ShardWakeups {
+        /// Scratch directory on the disk to measure (not tmpfs); removed afterwards.
+        #[arg(long, default_value = "./bench-scratch")]
+        dir: PathBuf,
+        /// Shards.
+        #[arg(long, default_value_t = 2)]
+        shards: u32,
+        /// Live subscriber counts, a row each.
+        #[arg(long, value_delimiter = ',', default_value = "0,100,1000")]
+        subscribers: Vec<usize>,
+        /// Single-event batches per second.
+        #[arg(long, default_value_t = 2_000)]
+        rate: u64,
+        /// Seconds per row.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
     },
     /// What idempotent producers cost at open: the same events with and
     /// without producer stamps, median reopen time of each and the time spent
@@ -432,6 +454,19 @@ fn main() -> Result<()> {
             seconds,
             shards,
             flush_interval_ms,
+        }),
+        Command::ShardWakeups {
+            dir,
+            shards,
+            subscribers,
+            rate,
+            seconds,
+        } => wakeups::run(&wakeups::Args {
+            dir: &dir,
+            shards,
+            subscribers: &subscribers,
+            rate,
+            seconds,
         }),
         Command::ProducerOpen {
             dir,

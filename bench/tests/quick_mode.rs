@@ -227,6 +227,7 @@ fn help_explains_every_scenario_and_flag() {
         "report",
         "log-append",
         "shard-append",
+        "shard-wakeups",
         "log-recovery",
         "subscribe-catchup",
         "metrics-cost",
