@@ -191,7 +191,15 @@ async fn consumer_once(addr: &str, start: Start) -> Result<Option<Subscriber>> {
         };
         match op? {
             Op::Msg(msg) if msg.sid == API_REPLY => {
-                js_reply(&msg).context("creating the consumer")?;
+                let info = js_reply(&msg).context("creating the consumer")?;
+                // Where it starts, as a stream sequence, so a reconnection
+                // before its first delivery resumes there too: the reply's
+                // `delivered.stream_seq` is the sequence before its first
+                // (seen: 0 for "all", the stream's last for "new", N-1 for
+                // "by_start_sequence" N).
+                if let Some(last) = info["delivered"]["stream_seq"].as_u64() {
+                    subscriber.start = Start::At(last + 1);
+                }
                 return Ok(Some(subscriber));
             }
             Op::Msg(msg) => subscriber.early.push_back(msg),
@@ -345,7 +353,8 @@ impl super::Appender for Appender {
 
 pub struct Subscriber {
     addr: String,
-    /// Where its consumer started; after a delivery, the sequence after it.
+    /// Where a consumer created now would resume it: the stream sequence
+    /// after its last delivery (or where its consumer started).
     start: Start,
     reader: Reader,
     writer: Writer,
