@@ -597,6 +597,11 @@ impl<S: Storage> Log<S> {
     /// fdatasync of the active segment. Returns the offset below which every
     /// record is durable.
     pub async fn sync(&mut self) -> Result<u64, LogError> {
+        if self.write_pos <= self.synced_pos {
+            // Nothing written since the last completed sync.
+            self.check_latched()?;
+            return Ok(self.synced_offset);
+        }
         let ticket = self.begin_sync()?;
         let result = ticket.run().await;
         self.finish_sync(ticket, result)

@@ -239,14 +239,12 @@ impl Ring {
             slot.planned_len = range.to;
             slot.planned_next =
                 range.description.first_offset + u64::from(range.description.record_count);
-            let next_first_ts = (slot.len > slot.planned_len).then(|| {
+            if slot.len > slot.planned_len {
                 // Records were staged after the plan was made: the next
                 // range starts at the first of them.
-                record::peek_position(&slot.window.committed()[slot.planned_len..])
-                    .expect("committed window bytes are records the shard framed")
-                    .2
-            });
-            if let Some(ts) = next_first_ts {
+                let (_, _, ts) =
+                    record::peek_position(&slot.window.committed()[slot.planned_len..])
+                        .expect("committed window bytes are records the shard framed");
                 slot.unplanned_first_ts = ts;
             }
             self.unplanned -= range.to - range.from;

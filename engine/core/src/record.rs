@@ -249,7 +249,7 @@ impl<'a> Record<'a> {
         }
         let out = &mut buf[..len];
         let head = len - self.payload.len();
-        self.encode_head(&mut out[..head]);
+        self.encode_head(len, &mut out[..head]);
         out[head..].copy_from_slice(self.payload);
         seal(out);
         Ok(len)
@@ -266,15 +266,16 @@ impl<'a> Record<'a> {
         let len = self.encoded_len();
         let start = out.len();
         out.resize(start + len - self.payload.len(), 0);
-        self.encode_head(&mut out[start..]);
+        self.encode_head(len, &mut out[start..]);
         out.extend_from_slice(self.payload);
         Ok(len)
     }
 
-    /// Everything of the encoded record but its payload and checksum, into
-    /// `out` (exactly that long).
-    fn encode_head(&self, out: &mut [u8]) {
-        out[0..4].copy_from_slice(&(self.encoded_len() as u32).to_le_bytes());
+    /// Everything of the encoded record (`len` bytes, its
+    /// [`Record::encoded_len`]) but its payload and checksum, into `out`
+    /// (exactly that long).
+    fn encode_head(&self, len: usize, out: &mut [u8]) {
+        out[0..4].copy_from_slice(&(len as u32).to_le_bytes());
         out[8..16].copy_from_slice(&self.ts.to_le_bytes());
         out[16..24].copy_from_slice(&self.offset.to_le_bytes());
         out[24] = self.kind as u8

@@ -539,7 +539,7 @@ async fn flusher<S: Storage + 'static>(mut log: Log<S>, driver: Rc<Driver>) {
         if let Some((_, task)) = &mut syncing {
             if let Some(done) = futures_lite::future::poll_once(task).await {
                 let (rounds, _) = syncing.take().expect("checked");
-                synced(core, &mut log, rounds, done);
+                synced(&shared, core, &mut log, rounds, done);
             }
         }
         let next = core.borrow_mut().next_io();
@@ -594,7 +594,7 @@ async fn flusher<S: Storage + 'static>(mut log: Log<S>, driver: Rc<Driver>) {
                     })
                     .await;
                     match done {
-                        Some(done) => synced(core, &mut log, rounds, done),
+                        Some(done) => synced(&shared, core, &mut log, rounds, done),
                         None => syncing = Some((rounds, task)),
                     }
                 }
@@ -622,18 +622,18 @@ type SyncDone<S> = (
 /// The running sync returned: its figures, then the log's and the core's
 /// account of it, and the durable waiters it satisfies answered.
 fn synced<S: Storage>(
+    shared: &ShardShared,
     core: &RefCell<ShardCore<DurableReply>>,
     log: &mut Log<S>,
     rounds: Vec<(Instant, u64)>,
     (ticket, result, fsync): SyncDone<S>,
 ) {
-    let shared = core.borrow().shared_arc();
     shared.stats.fsync_latency.record(fsync);
     if fsync >= SLOW_FSYNC {
         warn_slow_fsync(shared.id, fsync);
     }
     for (started, bytes) in rounds {
-        end_round(&shared, started, bytes);
+        end_round(shared, started, bytes);
     }
     let flushed = log.finish_sync(ticket, result);
     let replies = core.borrow_mut().synced(flushed, log);
