@@ -16,7 +16,7 @@ use hdrhistogram::Histogram;
 use ringfeed_engine::clock::{Clock, SystemClock};
 use ringfeed_engine::{Durability, Engine, EngineConfig, NewEvent, Start, Step, SubscribeRequest};
 
-use crate::util::{fresh_dir, machine};
+use crate::util::{create_event, fresh_dir, machine};
 
 pub struct Args<'a> {
     pub dir: &'a Path,
@@ -123,14 +123,7 @@ fn produce(engine: &Engine, rate: u64, total: u64, durability: Durability) -> Re
     while sent < total {
         let due = ((start.elapsed().as_secs_f64() * rate as f64) as u64).min(total);
         if due > sent {
-            let batch: Vec<NewEvent> = (sent..due)
-                .map(|i| NewEvent {
-                    directory: format!("/d{}", i % 64),
-                    new_name: format!("f{i}"),
-                    payload: vec![0x61; 200].into(),
-                    ..Default::default()
-                })
-                .collect();
+            let batch: Vec<NewEvent> = (sent..due).map(|i| create_event(i, 200)).collect();
             engine
                 .append_blocking(batch, durability)
                 .map_err(|e| anyhow!("append: {e}"))?;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Result};
 use ringfeed_engine::{Durability, Engine, EngineConfig, NewEvent, Producer};
 
-use crate::util::{fresh_dir, machine, median};
+use crate::util::{create_event, fresh_dir, machine, median};
 
 pub struct Args<'a> {
     pub dir: &'a Path,
@@ -43,14 +43,7 @@ pub fn producer_open(args: &Args<'_>) -> Result<()> {
         let mut n = 0u64;
         while n < args.events {
             let count = 1000.min(args.events - n);
-            let batch: Vec<NewEvent> = (n..n + count)
-                .map(|i| NewEvent {
-                    directory: format!("/d{}", i % 64),
-                    new_name: format!("f{i}"),
-                    payload: vec![0x61; 100].into(),
-                    ..Default::default()
-                })
-                .collect();
+            let batch: Vec<NewEvent> = (n..n + count).map(|i| create_event(i, 100)).collect();
             let slot = ((n / 1000) % next.len() as u64) as usize;
             let producer = idempotent.then(|| Producer {
                 id: slot as u64 + 1,

@@ -26,6 +26,17 @@ pub(crate) fn fresh_dir(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
 }
 
+/// Event `i` of an in-process workload: a create of `f{i}` in one of 64
+/// directories, with a `payload_bytes`-byte payload.
+pub(crate) fn create_event(i: u64, payload_bytes: usize) -> ringfeed_engine::NewEvent {
+    ringfeed_engine::NewEvent {
+        directory: format!("/d{}", i % 64),
+        new_name: format!("f{i}"),
+        payload: vec![0x61; payload_bytes].into(),
+        ..Default::default()
+    }
+}
+
 pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
-use ringfeed_engine::{Durability, Engine, EngineConfig, NewEvent, Start, SubscribeRequest};
+use ringfeed_engine::{Durability, Engine, EngineConfig, Start, SubscribeRequest};
 
-use crate::util::{fresh_dir, machine};
+use crate::util::{create_event, fresh_dir, machine};
 
 pub struct Args<'a> {
     pub dir: &'a Path,
@@ -84,14 +84,8 @@ pub fn run(args: &Args<'_>) -> Result<()> {
             if let Some(wait) = due.checked_duration_since(Instant::now()) {
                 std::thread::sleep(wait);
             }
-            let event = NewEvent {
-                directory: format!("/d{}", i % 64),
-                new_name: format!("f{i}"),
-                payload: vec![0x61; 200].into(),
-                ..Default::default()
-            };
             engine
-                .append_blocking(vec![event], Durability::Memory)
+                .append_blocking(vec![create_event(i, 200)], Durability::Memory)
                 .map_err(|e| anyhow!("append: {e}"))?;
         }
         let spent = stamp_ns(&engine) - before;
