@@ -42,6 +42,12 @@ use clap::{Parser, Subcommand};
 
 use crate::util::{on_glommio, runtime};
 
+/// Counts allocations, so client-side figures can say how many they make
+/// per event (a few relaxed atomic adds per allocation, in every system's
+/// client alike).
+#[global_allocator]
+static ALLOCATOR: &stats_alloc::StatsAlloc<std::alloc::System> = &stats_alloc::INSTRUMENTED_SYSTEM;
+
 #[derive(Parser)]
 #[command(
     name = "ringfeed-bench",

@@ -290,6 +290,37 @@ fn memory_mib(system: &dyn System, key: &str) -> f64 {
         / f64::from(1 << 20)
 }
 
+/// What the subscribers' side (this process: the system's client library
+/// and the bench's reading of each event) has used since `now`.
+struct ClientCost {
+    cpu_ticks: u64,
+    allocations: usize,
+}
+
+impl ClientCost {
+    fn now() -> ClientCost {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        ClientCost {
+            cpu_ticks: crate::util::stat_cpu_ticks(&stat),
+            allocations: crate::ALLOCATOR.stats().allocations
+                + crate::ALLOCATOR.stats().reallocations,
+        }
+    }
+
+    /// Client CPU (µs) and allocations per event delivered.
+    fn figures(&self, row: &mut Row, delivered: u64) {
+        let now = ClientCost::now();
+        let events = delivered.max(1) as f64;
+        let cpu_s =
+            (now.cpu_ticks - self.cpu_ticks) as f64 / crate::util::CLOCK_TICKS_PER_SECOND as f64;
+        row.figure("client CPU µs/event", cpu_s * 1e6 / events);
+        row.figure(
+            "client allocs/event",
+            (now.allocations - self.allocations) as f64 / events,
+        );
+    }
+}
+
 /// Adds the server's CPU and memory figures, when the bench started it.
 fn server_figures(row: &mut Row, system: &dyn System, cpu_s: f64) {
     if !system.processes().is_empty() {
@@ -526,6 +557,7 @@ async fn catchup(
         system.set_chunk_mode(chunk_mode);
         for &k in ks {
             let cpu0 = cpu(system);
+            let client0 = ClientCost::now();
             let (tasks, _) = subscribers(
                 system,
                 k,
@@ -540,6 +572,7 @@ async fn catchup(
             row.figures.insert(0, ("subscribers".into(), k as f64));
             row.figures.insert(1, ("events each".into(), events as f64));
             catch_up_figures(&mut row, &collected, size);
+            client0.figures(&mut row, collected.delivered);
             server_figures(&mut row, system, cpu(system) - cpu0);
             rows.push(row);
         }

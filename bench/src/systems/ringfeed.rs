@@ -308,18 +308,24 @@ impl super::Subscriber for Subscriber {
         let Some(e) = self.follower.next().await? else {
             return Ok(None);
         };
-        let event = e.decode()?;
-        let attributes = event
-            .new_entry
-            .map(|entry| entry.attributes)
+        // Each event's fields are read in place, as a client of the library
+        // reads them: its directory and entry name, and the bench's stamp in
+        // the entry's attributes.
+        let view = e.view();
+        let entry = view.new_entry()?;
+        let (directory, name) = (view.directory()?, entry.map(|e| e.name()).transpose()?);
+        let attributes = entry
+            .map(|e| e.attributes())
+            .transpose()?
             .unwrap_or_default();
-        unstamp(&attributes).map(Some).ok_or_else(|| {
-            anyhow!(
-                "an event without the bench's stamp at {}:{}",
+        match (directory.is_empty(), name, unstamp(attributes)) {
+            (false, Some(name), Some(delivered)) if !name.is_empty() => Ok(Some(delivered)),
+            _ => Err(anyhow!(
+                "an event without the bench's directory, name and stamp at {}:{}",
                 e.shard,
                 e.offset
-            )
-        })
+            )),
+        }
     }
 }
 

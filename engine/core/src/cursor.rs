@@ -118,10 +118,17 @@ impl Cursor {
 
     /// The versioned wire form.
     pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEADER + 12 * self.next.len() + 4);
+        self.write_bytes(&mut out);
+        out
+    }
+
+    /// Appends the versioned wire form to `out` (a reused buffer: no allocation).
+    pub fn write_bytes(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.extend_from_slice(MAGIC);
         // Without generations, version 1: a generation written as 0 would
         // claim the cursor's events were all written by generation 0.
-        let mut out = Vec::with_capacity(HEADER + 12 * self.next.len() + 4);
-        out.extend_from_slice(MAGIC);
         out.push(if self.generations.is_some() {
             VERSION
         } else {
@@ -134,9 +141,8 @@ impl Cursor {
                 out.extend_from_slice(&generations[i].to_le_bytes());
             }
         }
-        let crc = crc32c::crc32c(&out);
+        let crc = crc32c::crc32c(&out[start..]);
         out.extend_from_slice(&crc.to_le_bytes());
-        out
     }
 
     /// Parses the wire form, refusing anything that is not exactly a cursor.

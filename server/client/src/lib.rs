@@ -23,19 +23,25 @@
 //! response's cursor.
 #![forbid(unsafe_code)]
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
-use ringfeed_core::record::peek_header;
+use ringfeed_core::record::{peek_header, peek_position};
 use ringfeed_core::{Cursor, Filter};
 use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::prost::Message;
-use ringfeed_proto::tonic::codec::{ProstCodec, Streaming};
+use ringfeed_proto::tonic::codec::Streaming;
 use ringfeed_proto::tonic::codegen::http::uri::PathAndQuery;
 use ringfeed_proto::tonic::transport::{Channel, Endpoint};
 use ringfeed_proto::tonic::{self, Code, Status};
 use ringfeed_proto::v1::{self, subscribe_request::Start, SubscribeRequest};
-use ringfeed_proto::{RawItem, RawSubscribeResponse};
+
+mod json;
+mod response;
+mod view;
+
+pub use json::write_event_json;
+use response::{Events, Item, RawResponseCodec, Response};
+pub use view::{EntryView, EventView};
 
 use ringfeed_proto::wire::START_CURSOR_METADATA;
 pub use ringfeed_proto::wire::SUPERSEDED;
@@ -86,6 +92,12 @@ pub struct FollowedEvent {
 }
 
 impl FollowedEvent {
+    /// The event's fields, read in place when asked (no allocation).
+    pub fn view(&self) -> EventView<'_> {
+        EventView::new(&self.event)
+    }
+
+    /// The event as a message (allocates its strings and entries).
     pub fn decode(&self) -> Result<v1::Event, ringfeed_proto::prost::DecodeError> {
         v1::Event::decode(self.event.clone())
     }
@@ -171,9 +183,12 @@ pub struct Follower {
     request: SubscribeRequest,
     backoff: Backoff,
     filter: Filter,
-    stream: Option<Streaming<RawSubscribeResponse>>,
-    /// Events received and not yet handed out, in order.
-    pending: VecDeque<FollowedEvent>,
+    stream: Option<Streaming<Bytes>>,
+    /// What is left of the current response, walked as events are handed out.
+    pending: Pending,
+    /// The next event to hand out, found ahead so [`Follower::has_buffered`]
+    /// is exact (a chunk's remaining records may all be filtered out).
+    ahead: Option<FollowedEvent>,
     /// Next offset per shard (with the server's generations): the
     /// checkpoint, once known.
     checkpoint: Option<Cursor>,
@@ -185,6 +200,50 @@ pub struct Follower {
     in_chunks: bool,
     seed: u64,
     pub stats: FollowStats,
+}
+
+/// The unread part of a response.
+#[derive(Clone, Debug, Default)]
+enum Pending {
+    #[default]
+    Empty,
+    Events(Events),
+    Chunk(ChunkRecords),
+}
+
+/// A chunk's records, checked when it arrived, filtered as they are walked.
+#[derive(Clone, Debug)]
+struct ChunkRecords {
+    shard: u32,
+    records: Bytes,
+    /// Where the unread records start.
+    at: usize,
+}
+
+impl ChunkRecords {
+    /// The next record that matches `filter` and `until` (0: none), as an event.
+    fn next_match(
+        &mut self,
+        filter: &Filter,
+        until: i64,
+    ) -> Result<Option<FollowedEvent>, FollowError> {
+        while self.at < self.records.len() {
+            let at = self.at;
+            let h = peek_header(&self.records[at..]).map_err(|e| {
+                FollowError::Corrupt(format!("shard {} record at byte {at}: {e}", self.shard))
+            })?;
+            self.at += h.len;
+            if filter.matches(&h) && (until == 0 || h.ts <= until) {
+                return Ok(Some(FollowedEvent {
+                    ts_ns: h.ts,
+                    shard: self.shard,
+                    offset: h.offset,
+                    event: self.records.slice(at + h.payload_at..at + h.len),
+                }));
+            }
+        }
+        Ok(None)
+    }
 }
 
 impl Follower {
@@ -240,7 +299,8 @@ impl Follower {
             backoff,
             filter,
             stream: None,
-            pending: VecDeque::new(),
+            pending: Pending::Empty,
+            ahead: None,
             response_cursor: None,
             checkpoint,
             watermark_ns: 0,
@@ -258,16 +318,21 @@ impl Follower {
         self.checkpoint.clone()
     }
 
+    /// [`Follower::cursor`] without a copy.
+    pub fn checkpoint(&self) -> Option<&Cursor> {
+        self.checkpoint.as_ref()
+    }
+
     /// Every matching event stamped at or below this has been handed out
     /// (from heartbeats and events; 0 = unknown).
     pub fn watermark_ns(&self) -> i64 {
         self.watermark_ns
     }
 
-    /// Events received and not handed out yet: [`Follower::next`] returns
-    /// that many without waiting.
-    pub fn buffered(&self) -> usize {
-        self.pending.len()
+    /// Whether an event was received and not handed out yet: then
+    /// [`Follower::next`] returns it without waiting.
+    pub fn has_buffered(&self) -> bool {
+        self.ahead.is_some()
     }
 
     /// The epoch the current (or next) stream uses.
@@ -278,42 +343,63 @@ impl Follower {
     /// The next event; `Ok(None)` once `until_ns` is reached.
     pub async fn next(&mut self) -> Result<Option<FollowedEvent>, FollowError> {
         loop {
-            if let Some(event) = self.pending.pop_front() {
+            if let Some(event) = self.ahead.take() {
                 self.hand_out(&event);
+                self.look_ahead()?;
                 return Ok(Some(event));
-            }
-            if let Some(cursor) = self.response_cursor.take() {
-                self.checkpoint = Some(cursor);
-                // resume_truncated was for the cursor the follower started
-                // from; a later crash's truncation must be reported again.
-                self.request.resume_truncated = false;
             }
             if self.ended {
                 return Ok(None);
             }
-            let result = match self.stream.as_mut() {
-                Some(stream) => stream.message().await,
-                None => match self.connect().await {
-                    Ok(()) => continue,
-                    Err(status) => Err(status),
-                },
-            };
-            match result {
-                Ok(Some(response)) => {
-                    self.failures = 0;
-                    self.take(response)?;
-                }
-                // The server ends a stream OK only once until_ns is reached;
-                // an OK end without it is a cut stream: resume.
-                Ok(None) if self.request.until_ns != 0 => self.ended = true,
-                Ok(None) => {
-                    let status = Status::unavailable(
-                        "the stream ended without an error before any until_ns",
-                    );
-                    self.failed(status).await?
-                }
-                Err(status) => self.failed(status).await?,
+            self.receive().await?;
+        }
+    }
+
+    /// Batch at a time: waits for the next event, then hands out with it every
+    /// event already received, into `out` (cleared first; reuse it and
+    /// nothing is allocated). `Ok(false)` once `until_ns` is reached. The
+    /// checkpoint is then just after the last event in `out`.
+    pub async fn next_batch(&mut self, out: &mut Vec<FollowedEvent>) -> Result<bool, FollowError> {
+        out.clear();
+        let Some(first) = self.next().await? else {
+            return Ok(false);
+        };
+        out.push(first);
+        while let Some(event) = self.ahead.take() {
+            self.hand_out(&event);
+            self.look_ahead()?;
+            out.push(event);
+        }
+        Ok(true)
+    }
+
+    /// Waits for the next response (connecting or reconnecting first if
+    /// needed) and takes it.
+    async fn receive(&mut self) -> Result<(), FollowError> {
+        let result = match self.stream.as_mut() {
+            Some(stream) => stream.message().await,
+            None => match self.connect().await {
+                Ok(()) => return Ok(()),
+                Err(status) => Err(status),
+            },
+        };
+        match result {
+            Ok(Some(response)) => {
+                self.failures = 0;
+                self.take(response)
             }
+            // The server ends a stream OK only once until_ns is reached;
+            // an OK end without it is a cut stream: resume.
+            Ok(None) if self.request.until_ns != 0 => {
+                self.ended = true;
+                Ok(())
+            }
+            Ok(None) => {
+                let status =
+                    Status::unavailable("the stream ended without an error before any until_ns");
+                self.failed(status).await
+            }
+            Err(status) => self.failed(status).await,
         }
     }
 
@@ -332,10 +418,9 @@ impl Follower {
         grpc.ready()
             .await
             .map_err(|e| Status::unavailable(format!("connecting to {}: {e}", self.server)))?;
-        let codec: ProstCodec<SubscribeRequest, RawSubscribeResponse> = ProstCodec::default();
         let path = PathAndQuery::from_static("/ringfeed.v1.RingFeed/Subscribe");
         let response = grpc
-            .server_streaming(tonic::Request::new(request), path, codec)
+            .server_streaming(tonic::Request::new(request), path, RawResponseCodec)
             .await?;
         // Where the stream starts: the checkpoint until the first response
         // moves it, so a cut before any response resumes exactly too.
@@ -368,43 +453,125 @@ impl Follower {
         Ok(())
     }
 
-    /// Queues a response's events and notes its cursor.
-    fn take(&mut self, response: RawSubscribeResponse) -> Result<(), FollowError> {
+    /// Takes a response: its events become the pending ones, its cursor
+    /// the checkpoint once they are handed out.
+    fn take(&mut self, message: Bytes) -> Result<(), FollowError> {
+        let response = Response::parse(message)
+            .map_err(|e| FollowError::Corrupt(format!("a response does not decode: {e}")))?;
         let cursor = (!response.cursor.is_empty())
             .then(|| Cursor::from_bytes(&response.cursor))
             .transpose()
             .map_err(|e| FollowError::Corrupt(format!("cursor: {e}")))?;
-        match response.item {
-            Some(RawItem::Event(m)) => self.pending.push_back(event(m)),
-            Some(RawItem::Batch(b)) => {
-                self.stats.batches += 1;
-                self.pending.extend(b.events.into_iter().map(event));
+        self.pending = match response.item {
+            Item::Events { body, single } => {
+                if !single {
+                    self.stats.batches += 1;
+                }
+                Pending::Events(Events::new(body, single))
             }
-            Some(RawItem::Chunk(chunk)) => {
+            Item::Chunk(chunk) => {
                 self.stats.chunks += 1;
-                self.decode_chunk(chunk)?;
+                Pending::Chunk(self.check_chunk(chunk)?)
             }
-            Some(RawItem::Heartbeat(h)) => {
+            Item::Heartbeat(h) => {
                 self.stats.heartbeats += 1;
                 self.watermark_ns = self.watermark_ns.max(h.merged_watermark_ns);
+                Pending::Empty
             }
-            Some(RawItem::ChunkModeEnd(_)) => self.in_chunks = false,
-            None => {}
-        }
+            Item::ChunkModeEnd => {
+                self.in_chunks = false;
+                Pending::Empty
+            }
+            Item::Nothing => Pending::Empty,
+        };
+        self.ahead = self.next_pending()?;
         let Some(cursor) = cursor else {
             return Ok(());
         };
-        // Until the events are handed out, each shard's checkpoint is its
-        // first pending event's offset, else where the response leaves it.
-        // The response cursor's generations hold for every offset at or
-        // below its own (see ringfeed_engine::generation, whose rules the server applies).
-        let mut before = cursor.clone();
-        for e in self.pending.iter().rev() {
-            before.set_next(e.shard, e.offset);
+        if self.ahead.is_none() {
+            self.reached(cursor);
+            return Ok(());
         }
-        self.checkpoint = Some(before);
+        self.checkpoint = Some(self.checkpoint_before(&cursor));
         self.response_cursor = Some(cursor);
         Ok(())
+    }
+
+    /// The checkpoint while a response's events are handed out: the
+    /// response's cursor (whose generations hold for every offset at or below
+    /// its own, see ringfeed_engine::generation, whose rules the server
+    /// applies) with each shard's offset moved back to where the previous
+    /// checkpoint had it. Only filtered-out events lie between that and the
+    /// shard's first pending event. Without a previous checkpoint, each
+    /// shard's first pending event is looked for.
+    fn checkpoint_before(&self, cursor: &Cursor) -> Cursor {
+        let mut before = cursor.clone();
+        match &self.checkpoint {
+            Some(previous) if previous.shards() == cursor.shards() => {
+                for shard in 0..cursor.shards() as u32 {
+                    let next = previous.next_offset(shard).min(cursor.next_offset(shard));
+                    before.set_next(shard, next);
+                }
+            }
+            _ => {
+                let mut seen = vec![false; cursor.shards()];
+                let mut rest = self.pending.clone();
+                let mut event = self.ahead.clone();
+                while let Some(e) = event {
+                    if let Some(seen) = seen.get_mut(e.shard as usize) {
+                        if !*seen {
+                            *seen = true;
+                            before.set_next(e.shard, e.offset);
+                        }
+                    }
+                    // The events were walked once already: they decode.
+                    event = Self::pending_event(&mut rest, &self.filter, self.request.until_ns)
+                        .ok()
+                        .flatten();
+                }
+            }
+        }
+        before
+    }
+
+    /// The next event of the current response, or `None` when it is used up.
+    fn next_pending(&mut self) -> Result<Option<FollowedEvent>, FollowError> {
+        Self::pending_event(&mut self.pending, &self.filter, self.request.until_ns)
+    }
+
+    fn pending_event(
+        pending: &mut Pending,
+        filter: &Filter,
+        until: i64,
+    ) -> Result<Option<FollowedEvent>, FollowError> {
+        match pending {
+            Pending::Empty => Ok(None),
+            Pending::Events(events) => events
+                .next_event()
+                .map_err(|e| FollowError::Corrupt(format!("an event message: {e}"))),
+            Pending::Chunk(records) => records.next_match(filter, until),
+        }
+    }
+
+    /// Finds the event after the one just handed out; when the response is
+    /// used up, its cursor becomes the checkpoint.
+    fn look_ahead(&mut self) -> Result<(), FollowError> {
+        self.ahead = self.next_pending()?;
+        if self.ahead.is_none() {
+            self.pending = Pending::Empty;
+            if let Some(cursor) = self.response_cursor.take() {
+                self.reached(cursor);
+            }
+        }
+        Ok(())
+    }
+
+    /// Every event before `cursor` was handed out.
+    fn reached(&mut self, cursor: Cursor) {
+        self.checkpoint = Some(cursor);
+        // resume_truncated was for the cursor the follower started
+        // from; a later crash's truncation must be reported again.
+        self.request.resume_truncated = false;
     }
 
     fn hand_out(&mut self, event: &FollowedEvent) {
@@ -415,8 +582,9 @@ impl Follower {
         }
     }
 
-    /// Checks a chunk and queues its records that match the filters.
-    fn decode_chunk(&mut self, chunk: v1::ChunkMessage) -> Result<(), FollowError> {
+    /// Checks a chunk (checksum, offsets dense from `first_offset`, the
+    /// announced count) before any of its records is handed out.
+    fn check_chunk(&self, chunk: v1::ChunkMessage) -> Result<ChunkRecords, FollowError> {
         if !self.in_chunks {
             return Err(FollowError::Corrupt(
                 "a chunk after the end of chunk mode".into(),
@@ -429,28 +597,19 @@ impl Follower {
                 chunk.shard, chunk.first_offset
             )));
         }
-        let until = self.request.until_ns;
         let mut at = 0;
         let mut expected = chunk.first_offset;
         while at < records.len() {
-            let h = peek_header(&records[at..]).map_err(|e| {
+            let (len, offset, _) = peek_position(&records[at..]).map_err(|e| {
                 FollowError::Corrupt(format!("shard {} record {expected}: {e}", chunk.shard))
             })?;
-            if h.offset != expected {
+            if offset != expected {
                 return Err(FollowError::Corrupt(format!(
-                    "shard {}: expected offset {expected}, found {}",
-                    chunk.shard, h.offset
+                    "shard {}: expected offset {expected}, found {offset}",
+                    chunk.shard
                 )));
             }
-            if self.filter.matches(&h) && (until == 0 || h.ts <= until) {
-                self.pending.push_back(FollowedEvent {
-                    ts_ns: h.ts,
-                    shard: chunk.shard,
-                    offset: h.offset,
-                    event: records.slice(at + h.payload_at..at + h.len),
-                });
-            }
-            at += h.len;
+            at += len;
             expected += 1;
         }
         if expected - chunk.first_offset != u64::from(chunk.record_count) {
@@ -462,7 +621,11 @@ impl Follower {
                 chunk.record_count
             )));
         }
-        Ok(())
+        Ok(ChunkRecords {
+            shard: chunk.shard,
+            records,
+            at: 0,
+        })
     }
 
     /// A xorshift draw in [0, 1) for jitter.
@@ -471,15 +634,6 @@ impl Follower {
         self.seed ^= self.seed >> 7;
         self.seed ^= self.seed << 17;
         (self.seed >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-fn event(m: ringfeed_proto::RawEventMessage) -> FollowedEvent {
-    FollowedEvent {
-        ts_ns: m.ts_ns,
-        shard: m.shard,
-        offset: m.offset,
-        event: m.event.unwrap_or_default(),
     }
 }
 

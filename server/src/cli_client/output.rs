@@ -68,6 +68,6 @@ pub(super) fn format_ts(ns: i64) -> String {
 }
 
 /// Writes `text` and flushes.
-pub(super) fn write_out(out: &mut impl Write, text: &str) -> io::Result<()> {
-    out.write_all(text.as_bytes()).and_then(|()| out.flush())
+pub(super) fn write_out(out: &mut impl Write, text: impl AsRef<[u8]>) -> io::Result<()> {
+    out.write_all(text.as_ref()).and_then(|()| out.flush())
 }

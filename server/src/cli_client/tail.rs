@@ -1,7 +1,6 @@
 //! `ringfeed tail`: follow the feed through reconnects and print one JSON line
 //! per event with the cursor to resume after it.
 
-use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
@@ -12,7 +11,7 @@ use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::v1::subscribe_request::Start;
 use ringfeed_proto::v1::{Ordering, SubscribeRequest};
 
-use crate::client::{Backoff, FollowedEvent, Follower};
+use crate::client::{write_event_json, Backoff, FollowedEvent, Follower};
 
 use super::connection::{connect, DEFAULT_SERVER};
 use super::output::{write_out, CURSOR_B64};
@@ -116,18 +115,21 @@ pub(super) async fn tail_to(args: TailArgs, out: &mut (impl Write + Send)) -> Re
     // An unreachable server at the start is an error, not something to wait for.
     connect(&args.server).await?;
     let mut follower = Follower::new(&args.server, request, Backoff::default())?;
-    let mut text = String::new();
+    // One buffer for the lines, written when nothing more is at hand (so a
+    // batch is one write), and one for the cursor: nothing is allocated per
+    // event.
+    let mut text = Vec::with_capacity(1 << 17);
+    let mut cursor = Vec::new();
     while let Some(event) = follower.next().await? {
-        let cursor = follower
-            .cursor()
-            .map(|c| CURSOR_B64.encode(c.to_bytes()))
-            .unwrap_or_default();
+        cursor.clear();
+        if let Some(checkpoint) = follower.checkpoint() {
+            checkpoint.write_bytes(&mut cursor);
+        }
         event_line(&mut text, &event, &cursor)?;
         if let Some(progress) = progress.as_mut() {
             progress.observe(1, follower.watermark_ns());
         }
-        // Write when nothing more is at hand, so a batch is one write.
-        if follower.buffered() == 0 || text.len() > 1 << 16 {
+        if !follower.has_buffered() || text.len() > 1 << 16 {
             if !write_lines(out, &text)? {
                 return Ok(());
             }
@@ -145,7 +147,7 @@ pub(super) async fn tail_to(args: TailArgs, out: &mut (impl Write + Send)) -> Re
 
 /// Writes tail output; `Ok(false)` when the reader went away (`| head`),
 /// which ends the tail cleanly.
-pub(super) fn write_lines(out: &mut impl Write, text: &str) -> Result<bool> {
+pub(super) fn write_lines(out: &mut impl Write, text: &[u8]) -> Result<bool> {
     match write_out(out, text) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),
@@ -198,17 +200,27 @@ pub(super) fn subscribe_request(args: &TailArgs, now_ns: i64) -> Result<Subscrib
     })
 }
 
-pub(super) fn event_line(text: &mut String, event: &FollowedEvent, cursor: &str) -> Result<()> {
-    let decoded = event.decode().context("decoding an event")?;
-    // serde_json::to_string keeps the proto field order (to_value would sort
-    // the keys); the JSON is the same either way.
-    let json = serde_json::to_string(&decoded).context("encoding an event as JSON")?;
-    // The cursor is URL-safe base64: nothing in it needs JSON escaping.
-    let _ = writeln!(
+/// Appends the line of `event`: `cursor` is the checkpoint after it in its
+/// wire form (printed as URL-safe base64, which needs no JSON escaping).
+pub(super) fn event_line(text: &mut Vec<u8>, event: &FollowedEvent, cursor: &[u8]) -> Result<()> {
+    let start = text.len();
+    let _ = write!(
         text,
-        r#"{{"ts":{},"shard":{},"offset":{},"cursor":"{}","event":{}}}"#,
-        event.ts_ns, event.shard, event.offset, cursor, json
+        r#"{{"ts":{},"shard":{},"offset":{},"cursor":""#,
+        event.ts_ns, event.shard, event.offset
     );
+    let at = text.len();
+    text.resize(at + cursor.len().div_ceil(3) * 4, 0);
+    let written = CURSOR_B64
+        .encode_slice(cursor, &mut text[at..])
+        .expect("sized for the padded length");
+    text.truncate(at + written);
+    text.extend_from_slice(br#"","event":"#);
+    if let Err(e) = write_event_json(&event.event, text) {
+        text.truncate(start);
+        return Err(e).context("decoding an event");
+    }
+    text.extend_from_slice(b"}\n");
     Ok(())
 }
 

@@ -370,17 +370,19 @@ fn tail_lines_are_one_json_object_per_event() {
         offset: 0,
         event: dir_event("/a").encode_to_vec().into(),
     };
-    let mut text = String::new();
-    event_line(&mut text, &event, "AQ").expect("event");
+    let mut text = Vec::new();
+    event_line(&mut text, &event, &[1]).expect("event");
     assert_eq!(
-        text,
+        String::from_utf8(text.clone()).unwrap(),
         "{\"ts\":1000,\"shard\":1,\"offset\":0,\"cursor\":\"AQ\",\"event\":{\"directory\":\"/a\",\"newEntry\":{\"name\":\"f\"}}}\n"
     );
     let garbage = FollowedEvent {
         event: Bytes::from_static(&[0xff]),
         ..event
     };
-    assert!(event_line(&mut text, &garbage, "AQ").is_err());
+    let before = text.len();
+    assert!(event_line(&mut text, &garbage, &[1]).is_err());
+    assert_eq!(text.len(), before, "a line that fails is not half written");
 }
 
 #[test]

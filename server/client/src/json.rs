@@ -1,0 +1,253 @@
+//! An event's proto3 JSON written straight from its bytes ([`EventView`]):
+//! the same text the generated pbjson serializer writes for the decoded
+//! `ringfeed.v1.Event` (lowerCamelCase names in field order, defaults left
+//! out, 64-bit integers as strings, bytes as padded standard base64), without
+//! building the message. Bytes a view cannot read exactly as a full decode
+//! would ([`EventView::canonical`] false: a field repeated, or damage) and
+//! entries with extended attributes (a JSON object whose key order the
+//! generated serializer does not fix) go through the full decode instead, so
+//! the text is always the generated serializer's.
+
+use std::io::Write as _;
+
+use base64::Engine as _;
+use ringfeed_proto::prost::{DecodeError, Message};
+use ringfeed_proto::v1;
+
+use crate::view::{EntryView, EventView};
+
+/// Appends the proto3 JSON of the encoded `ringfeed.v1.Event` `event` to `out`.
+/// On an error `out` is as it was.
+pub fn write_event_json(event: &[u8], out: &mut Vec<u8>) -> Result<(), DecodeError> {
+    let start = out.len();
+    let view = EventView::new(event);
+    if view.canonical() {
+        match write_view(view, out) {
+            Ok(true) => return Ok(()),
+            Ok(false) | Err(_) => out.truncate(start),
+        }
+    }
+    let decoded = v1::Event::decode(event)?;
+    serde_json::to_writer(&mut *out, &decoded).expect("an Event always serializes");
+    Ok(())
+}
+
+/// Writes `view`'s JSON; `Ok(false)` when it holds extended attributes.
+fn write_view(view: EventView<'_>, out: &mut Vec<u8>) -> Result<bool, DecodeError> {
+    let mut object = Object::open(out);
+    let directory = view.directory()?;
+    if !directory.is_empty() {
+        object.string("directory", directory);
+    }
+    for (name, entry) in [
+        ("oldEntry", view.old_entry()?),
+        ("newEntry", view.new_entry()?),
+    ] {
+        if let Some(entry) = entry {
+            if entry.extended().next().is_some() {
+                return Ok(false);
+            }
+            object.key(name);
+            write_entry(entry, object.out)?;
+        }
+    }
+    let parent = view.new_parent_path()?;
+    if !parent.is_empty() {
+        object.string("newParentPath", parent);
+    }
+    let mut signatures = view.signatures().peekable();
+    if signatures.peek().is_some() {
+        object.key("signatures");
+        object.out.push(b'[');
+        for (i, signature) in signatures.enumerate() {
+            if i > 0 {
+                object.out.push(b',');
+            }
+            let _ = write!(object.out, "{}", signature?);
+        }
+        object.out.push(b']');
+    }
+    object.close();
+    Ok(true)
+}
+
+fn write_entry(entry: EntryView<'_>, out: &mut Vec<u8>) -> Result<(), DecodeError> {
+    let mut object = Object::open(out);
+    let name = entry.name()?;
+    if !name.is_empty() {
+        object.string("name", name);
+    }
+    if entry.is_directory()? {
+        object.raw("isDirectory", format_args!("true"));
+    }
+    let size = entry.size()?;
+    if size != 0 {
+        object.raw("size", format_args!("\"{size}\""));
+    }
+    let mtime = entry.mtime_ns()?;
+    if mtime != 0 {
+        object.raw("mtimeNs", format_args!("\"{mtime}\""));
+    }
+    let mode = entry.mode()?;
+    if mode != 0 {
+        object.raw("mode", format_args!("{mode}"));
+    }
+    let attributes = entry.attributes()?;
+    if !attributes.is_empty() {
+        object.key("attributes");
+        let out = &mut *object.out;
+        out.push(b'"');
+        let at = out.len();
+        out.resize(
+            at + base64::encoded_len(attributes.len(), true).expect("fits"),
+            0,
+        );
+        let written = base64::engine::general_purpose::STANDARD
+            .encode_slice(attributes, &mut out[at..])
+            .expect("sized above");
+        out.truncate(at + written);
+        out.push(b'"');
+    }
+    object.close();
+    Ok(())
+}
+
+/// A JSON object being written: commas between members.
+struct Object<'a> {
+    out: &'a mut Vec<u8>,
+    members: usize,
+}
+
+impl<'a> Object<'a> {
+    fn open(out: &'a mut Vec<u8>) -> Object<'a> {
+        out.push(b'{');
+        Object { out, members: 0 }
+    }
+
+    fn key(&mut self, name: &str) {
+        if self.members > 0 {
+            self.out.push(b',');
+        }
+        self.members += 1;
+        self.out.push(b'"');
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.extend_from_slice(b"\":");
+    }
+
+    /// A string member, escaped as serde_json escapes.
+    fn string(&mut self, name: &str, value: &str) {
+        self.key(name);
+        serde_json::to_writer(&mut *self.out, value).expect("writing to a Vec");
+    }
+
+    fn raw(&mut self, name: &str, value: std::fmt::Arguments<'_>) {
+        self.key(name);
+        let _ = self.out.write_fmt(value);
+    }
+
+    fn close(self) {
+        self.out.push(b'}');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ringfeed_proto::bytes::Bytes;
+    use ringfeed_proto::v1::{Entry, Event};
+
+    fn generated(event: &Event) -> String {
+        serde_json::to_string(event).unwrap()
+    }
+
+    fn written(bytes: &[u8]) -> String {
+        let mut out = b"prefix".to_vec();
+        write_event_json(bytes, &mut out).unwrap();
+        String::from_utf8(out[6..].to_vec()).unwrap()
+    }
+
+    #[test]
+    fn the_text_is_the_generated_serializers() {
+        let events = [
+            Event::default(),
+            Event {
+                directory: "/a \"quoted\" \\ dir\n\u{1}é/".into(),
+                ..Default::default()
+            },
+            Event {
+                directory: "/photos".into(),
+                old_entry: Some(Entry::default()),
+                new_entry: Some(Entry {
+                    name: "cat.jpg".into(),
+                    is_directory: true,
+                    size: u64::MAX,
+                    mtime_ns: -1_700_000_000_000_000_000,
+                    mode: 0o755,
+                    attributes: Bytes::from_static(b"\x00\xffab"),
+                    ..Default::default()
+                }),
+                new_parent_path: "/other".into(),
+                signatures: vec![1, -2, i32::MAX],
+            },
+            Event {
+                new_entry: Some(Entry {
+                    name: "x".into(),
+                    extended: [("k".to_owned(), Bytes::from_static(b"v"))].into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        ];
+        for event in &events {
+            assert_eq!(
+                written(&event.encode_to_vec()),
+                generated(event),
+                "{event:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn non_canonical_bytes_fall_back_to_the_full_decode() {
+        // new_entry twice: a full decode merges the two.
+        let mut bytes = Event {
+            new_entry: Some(Entry {
+                name: "a".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        bytes.extend(
+            Event {
+                new_entry: Some(Entry {
+                    size: 5,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        );
+        let merged = Event::decode(&bytes[..]).unwrap();
+        assert_eq!(merged.new_entry.as_ref().unwrap().name, "a");
+        assert_eq!(written(&bytes), generated(&merged));
+    }
+
+    #[test]
+    fn damage_is_the_full_decodes_error_and_writes_nothing() {
+        let bytes = Event {
+            directory: "/abc".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let mut out = b"kept".to_vec();
+        assert!(write_event_json(&bytes[..bytes.len() - 1], &mut out).is_err());
+        assert_eq!(out, b"kept");
+        // A string that is not UTF-8.
+        let mut bad = bytes.clone();
+        let last = bad.len() - 1;
+        bad[last] = 0xff;
+        assert!(write_event_json(&bad, &mut out).is_err());
+        assert_eq!(out, b"kept");
+    }
+}
