@@ -23,7 +23,7 @@ use crate::log::{LogConfig, RecoveryReport};
 use crate::record::ProducerStamp;
 use crate::retention::RetentionPolicy;
 use crate::segment::FORMAT_VERSION;
-use crate::shard::{self, AppendCommand, Command, ShardConfig, ShardShared};
+use crate::shard::{self, AppendCommand, Command, Relay, RelayThread, ShardConfig, ShardShared};
 use crate::storage::{DmaStorage, Storage};
 use crate::subscribe::{SubscribeError, SubscribeRequest, Subscription};
 use crate::RecoveryError;
@@ -135,6 +135,8 @@ struct ShardHandle {
 /// A running engine. Dropping it shuts the shards down cleanly (flush, sync, close).
 pub struct Engine {
     shards: Vec<ShardHandle>,
+    /// Wakes subscribers for the shards; stopped after them.
+    relay: Option<RelayThread>,
     limits: Limits,
     max_queued_bytes: usize,
     reports: Vec<RecoveryReport>,
@@ -238,8 +240,13 @@ impl Engine {
         let mut shards = Vec::new();
         let mut readies = Vec::new();
         let stamped_high = Arc::new(std::sync::atomic::AtomicI64::new(0));
+        let relay = Arc::new(Relay::default());
         for id in 0..config.shards {
-            let shared = Arc::new(ShardShared::new(id, stamped_high.clone()));
+            let shared = Arc::new(ShardShared::new(
+                id,
+                stamped_high.clone(),
+                Some(relay.clone()),
+            ));
             let (tx, rx) = flume::unbounded();
             let (ready_tx, ready_rx) = flume::bounded(1);
             let shard_config = shard_config(&config, id);
@@ -256,7 +263,13 @@ impl Engine {
             });
             readies.push(ready_rx);
         }
+        let readers = shards.iter().map(|s| s.shared.clone()).collect();
+        let relay = RelayThread::start(relay, readers).map_err(|e| EngineError::Executor {
+            shard: 0,
+            reason: format!("starting the subscriber wake relay thread: {e}"),
+        })?;
         let mut engine = Engine {
+            relay: Some(relay),
             shards,
             limits: config.limits,
             max_queued_bytes: config.max_queued_bytes,
@@ -640,6 +653,7 @@ impl Engine {
                 }
             }
         }
+        self.relay.take();
         result
     }
 }

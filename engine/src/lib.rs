@@ -67,7 +67,7 @@ pub use record::{Kind, ProducerStamp, Record, Signatures};
 pub use retention::{RetentionOutcome, RetentionPolicy};
 pub use ring::RingView;
 pub use segment::error::{LogError, RecoveryError};
-pub use shard::{ShardShared, ShardStats};
+pub use shard::{Readers, ShardShared, ShardStats, Waiter};
 pub use subscribe::{
     Cursor, CursorError, Delivered, Filter, Ordering, RawChunk, Start, Step, SubscribeError,
     SubscribeRequest, Subscription,

@@ -581,7 +581,7 @@ impl World {
                     format!("shard {shard}: {e}"),
                 )
             })?;
-            let shared = Arc::new(ShardShared::new(shard, stamped_high.clone()));
+            let shared = Arc::new(ShardShared::new(shard, stamped_high.clone(), None));
             shared.attach(
                 crate::storage::Storage::reader(&storage),
                 log.generations().clone(),

@@ -7,11 +7,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use event_listener::Listener;
-
 use common::*;
 use ringfeed_engine::storage::MemStorage;
-use ringfeed_engine::{Durability, ShardShared};
+use ringfeed_engine::{Durability, Readers, ShardShared};
 
 const EVENTS: u64 = 30_000;
 
@@ -25,7 +23,7 @@ fn follow(shard: Arc<ShardShared>, until: u64) -> Vec<(u64, i64, Vec<u8>)> {
             std::time::Instant::now() < deadline,
             "reader stalled at offset {next}"
         );
-        let listener = shard.appended.listen();
+        let waiter = Readers::wait(&shard);
         let committed = shard.watermarks.committed_next();
         let windows = shard.ring.windows();
         let first = windows.first().map(|w| w.first_offset());
@@ -49,7 +47,7 @@ fn follow(shard: Arc<ShardShared>, until: u64) -> Vec<(u64, i64, Vec<u8>)> {
             }
         }
         if next >= committed && next < until {
-            let _ = listener.wait_timeout(Duration::from_millis(50));
+            waiter.wait_timeout(Duration::from_millis(50));
         }
     }
     seen

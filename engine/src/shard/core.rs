@@ -408,8 +408,8 @@ impl<R> ShardCore<R> {
         stats
             .appended_bytes
             .fetch_add(staged as u64, Ordering::Relaxed);
-        // Readers wake once per batch, never per event.
-        shared.appended.notify(usize::MAX);
+        // Readers wake once per batch, never per event, and not by the shard.
+        shared.announce();
         let window_full = self.ring.unflushed_bytes() >= self.limits.window_bytes;
         Ok(Staged {
             positions,
@@ -463,8 +463,8 @@ impl<R> ShardCore<R> {
         let reached = shared.stamped_high.load(Ordering::Acquire);
         let ts = now_ns.max(self.last_ts).max(reached);
         shared.watermarks.claim(ts);
-        // Merges waiting on this shard's claim wait on `appended`.
-        shared.appended.notify(usize::MAX);
+        // Merges waiting on this shard's claim.
+        shared.announce();
         if ts >= wanted {
             shared.watermarks.claim_answered(wanted);
             None
@@ -611,6 +611,7 @@ impl<R> ShardCore<R> {
         // Readers (durable-only ones, readers below the ring) and appends
         // waiting for room wake once per round.
         shared.flushed.notify(usize::MAX);
+        shared.announce();
         let mut replies = Replies::default();
         while self
             .waiters
@@ -647,6 +648,7 @@ impl<R> ShardCore<R> {
         self.latched = Some(cause.clone());
         // Appends waiting for room and durable-only readers learn of it.
         shared.flushed.notify(usize::MAX);
+        shared.announce();
         let mut replies = Replies::default();
         for waiter in self.waiters.drain(..) {
             replies.failed.push((

@@ -2,7 +2,8 @@
 //!
 //! Three tasks share the shard's state on its core. The command loop stamps
 //! and frames each append batch into the ring and publishes the committed
-//! watermark in one non-yielding step, then wakes readers once. The flusher
+//! watermark in one non-yielding step, then announces it to readers once (the
+//! engine's wake relay wakes them, see [`wake`]). The flusher
 //! writes unflushed window suffixes as chunks (group commit), syncs, stores the
 //! flushed watermark, and only then wakes durable-ack and flush waiters. The
 //! ticker asks for a flush every flush interval, makes claims for idle merges
@@ -19,8 +20,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use event_listener::Event;
 
 pub(crate) mod core;
+pub(crate) mod wake;
 
 use self::core::{chunk_images, Admit, CoreLimits, FlushIo, Judged, Replies, ShardCore};
+pub use self::wake::{Readers, Waiter};
+pub(crate) use self::wake::{Relay, RelayThread};
 use crate::clock::Clock;
 use crate::event::{AppendError, Durability, Stored};
 use crate::generation::Generations;
@@ -87,10 +91,14 @@ pub struct ShardShared {
     pub id: u32,
     pub watermarks: Watermarks,
     pub ring: Arc<RingView>,
-    /// Notified once per append batch, after the committed watermark is stored.
-    pub appended: Event,
-    /// Notified once per completed flush, after the flushed watermark is stored.
-    pub flushed: Event,
+    /// What subscriptions wait on: announced once per append batch, flush,
+    /// answered claim and latch, and woken by the engine's relay (`wake`), so
+    /// the shard's cost does not grow with the number of subscribers.
+    pub readers: Readers,
+    relay: Option<Arc<Relay>>,
+    /// Notified once per completed flush, after the flushed watermark is
+    /// stored: the shard's own appends waiting for room.
+    pub(crate) flushed: Event,
     latched: Mutex<Option<String>>,
     ring_bytes: AtomicUsize,
     unflushed_bytes: AtomicUsize,
@@ -199,12 +207,19 @@ impl ShardShared {
             .store(ring.unflushed_bytes(), Ordering::Relaxed);
     }
 
-    pub(crate) fn new(id: u32, stamped_high: Arc<std::sync::atomic::AtomicI64>) -> ShardShared {
+    /// A shard's shared state; `relay` wakes its readers (`None`: the shard
+    /// wakes them itself, as in the single-threaded simulator).
+    pub(crate) fn new(
+        id: u32,
+        stamped_high: Arc<std::sync::atomic::AtomicI64>,
+        relay: Option<Arc<Relay>>,
+    ) -> ShardShared {
         ShardShared {
             id,
             watermarks: Watermarks::default(),
             ring: Arc::new(RingView::default()),
-            appended: Event::new(),
+            readers: Readers::default(),
+            relay,
             flushed: Event::new(),
             latched: Mutex::new(None),
             ring_bytes: AtomicUsize::new(0),
@@ -242,6 +257,11 @@ impl ShardShared {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .sync_from(log.segment_indexes());
+    }
+
+    /// Tells waiting subscriptions the shard has news (after storing it): O(1).
+    pub(crate) fn announce(&self) {
+        self.readers.announce(self.relay.as_deref());
     }
 
     /// Gives readers the shard's files and generation history; called once,

@@ -22,12 +22,11 @@ use std::task::{Context, Poll as TaskPoll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use event_listener::{EventListener, Listener};
 use thiserror::Error;
 
 use crate::generation::CursorCheck;
 use crate::record::{self, Record, RecordError, RecordHeader};
-use crate::shard::ShardShared;
+use crate::shard::{Readers, ShardShared, Waiter};
 
 mod reader;
 
@@ -757,23 +756,25 @@ impl Subscription {
         }
     }
 
-    fn listen(&self) -> Vec<EventListener> {
+    /// Waits on every shard's readers: one listener per shard, woken by the
+    /// engine's relay once per batch or flush of that shard (never by the shard).
+    fn listen(&self) -> Vec<Waiter> {
         self.lanes
             .iter()
-            .flat_map(|l| [l.shard().appended.listen(), l.shard().flushed.listen()])
+            .map(|l| Readers::wait(l.shard()))
             .collect()
     }
 }
 
-/// Completes when any of the listeners fires.
-struct AnyListener(Vec<EventListener>);
+/// Completes when any of the waiters is woken.
+struct AnyListener(Vec<Waiter>);
 
 impl Future for AnyListener {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> TaskPoll<()> {
-        for listener in self.0.iter_mut() {
-            if Pin::new(listener).poll(cx).is_ready() {
+        for waiter in self.0.iter_mut() {
+            if Pin::new(waiter).poll(cx).is_ready() {
                 return TaskPoll::Ready(());
             }
         }
