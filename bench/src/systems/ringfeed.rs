@@ -311,13 +311,10 @@ impl super::Subscriber for Subscriber {
         // Each event's fields are read in place, as a client of the library
         // reads them: its directory and entry name, and the bench's stamp in
         // the entry's attributes.
-        let view = e.view();
-        let entry = view.new_entry()?;
-        let (directory, name) = (view.directory()?, entry.map(|e| e.name()).transpose()?);
-        let attributes = entry
-            .map(|e| e.attributes())
-            .transpose()?
-            .unwrap_or_default();
+        let parts = e.view().parts()?;
+        let directory = parts.directory;
+        let name = parts.new_entry.map(|entry| entry.name);
+        let attributes = parts.new_entry.map_or(&[][..], |entry| entry.attributes);
         match (directory.is_empty(), name, unstamp(attributes)) {
             (false, Some(name), Some(delivered)) if !name.is_empty() => Ok(Some(delivered)),
             _ => Err(anyhow!(

@@ -41,7 +41,7 @@ mod view;
 
 pub use json::write_event_json;
 use response::{Events, Item, RawResponseCodec, Response};
-pub use view::{EntryView, EventView};
+pub use view::{EntryParts, EntryView, EventParts, EventView};
 
 use ringfeed_proto::wire::START_CURSOR_METADATA;
 pub use ringfeed_proto::wire::SUPERSEDED;

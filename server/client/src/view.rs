@@ -176,13 +176,139 @@ impl<'a> EventView<'a> {
         signatures(self.bytes)
     }
 
-    /// Whether every field of the event and its entries appears at most once
-    /// (map entries and repeated signatures aside) and the bytes decode: then
-    /// the view reads exactly what a full decode would.
+    /// Whether every singular field of the event and its entries appears at
+    /// most once and the bytes decode: then the view reads exactly what a
+    /// full decode would.
     pub fn canonical(&self) -> bool {
-        canonical(self.bytes, &[1, 2, 3, 4], |tag, value| match (tag, value) {
-            (2 | 3, Value::Bytes(entry)) => canonical(entry, &[1, 2, 3, 4, 5, 6], |_, _| true),
-            _ => true,
+        self.parts().is_ok_and(|p| p.canonical)
+    }
+}
+
+/// Every field of an event, read in one pass over its bytes (and one over
+/// each entry's): what a reader of most fields, like the JSON writer, uses
+/// instead of one accessor call (one pass) per field.
+#[derive(Clone, Copy, Debug)]
+pub struct EventParts<'a> {
+    pub directory: &'a str,
+    pub old_entry: Option<EntryParts<'a>>,
+    pub new_entry: Option<EntryParts<'a>>,
+    pub new_parent_path: &'a str,
+    /// Whether every singular field (of the event and its entries) appeared
+    /// at most once: then these parts are exactly what a full decode reads
+    /// (otherwise an entry given twice was merged by a full decode and is
+    /// the last one here).
+    pub canonical: bool,
+    view: EventView<'a>,
+}
+
+impl<'a> EventParts<'a> {
+    /// Field 5, packed or not, in order.
+    pub fn signatures(&self) -> impl Iterator<Item = Result<i32, DecodeError>> + 'a {
+        self.view.signatures()
+    }
+}
+
+/// Every field of an entry, read in one pass.
+#[derive(Clone, Copy, Debug)]
+pub struct EntryParts<'a> {
+    pub name: &'a str,
+    pub is_directory: bool,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub mode: u32,
+    pub attributes: &'a [u8],
+    /// Whether field 7 (extended attributes) has any entry.
+    pub has_extended: bool,
+    canonical: bool,
+    view: EntryView<'a>,
+}
+
+impl<'a> EntryParts<'a> {
+    /// Field 7's entries, as [`EntryView::extended`].
+    pub fn extended(&self) -> impl Iterator<Item = Result<(&'a str, &'a [u8]), DecodeError>> + 'a {
+        self.view.extended()
+    }
+}
+
+impl<'a> EventView<'a> {
+    /// Every field in one pass (entries: one pass each).
+    pub fn parts(&self) -> Result<EventParts<'a>, DecodeError> {
+        let (mut directory, mut parent) = (None, None);
+        let (mut old_entry, mut new_entry) = (None, None);
+        let mut seen = 0u32;
+        let mut canonical = true;
+        for field in Fields::new(self.bytes) {
+            let (tag, value) = field?;
+            if (1..=4).contains(&tag) {
+                canonical &= seen & (1 << tag) == 0;
+                seen |= 1 << tag;
+            }
+            match tag {
+                1 => directory = Some(value),
+                2 => old_entry = Some(value),
+                3 => new_entry = Some(value),
+                4 => parent = Some(value),
+                5 => match value {
+                    Value::Varint(_) => {}
+                    Value::Bytes(mut run) => {
+                        while !run.is_empty() {
+                            decode_varint(&mut run)?;
+                        }
+                    }
+                    _ => return Err(DecodeError::new("invalid wire type for signatures")),
+                },
+                _ => {}
+            }
+        }
+        let old_entry = message(old_entry)?.map(|e| e.parts()).transpose()?;
+        let new_entry = message(new_entry)?.map(|e| e.parts()).transpose()?;
+        canonical &= old_entry.is_none_or(|e| e.canonical) && new_entry.is_none_or(|e| e.canonical);
+        Ok(EventParts {
+            directory: string(directory)?,
+            old_entry,
+            new_entry,
+            new_parent_path: string(parent)?,
+            canonical,
+            view: *self,
+        })
+    }
+}
+
+impl<'a> EntryView<'a> {
+    /// Every field in one pass.
+    pub fn parts(&self) -> Result<EntryParts<'a>, DecodeError> {
+        let mut values: [Option<Value<'a>>; 7] = [None; 7];
+        let mut seen = 0u32;
+        let mut canonical = true;
+        let mut has_extended = false;
+        for field in Fields::new(self.bytes) {
+            let (tag, value) = field?;
+            match tag {
+                1..=6 => {
+                    canonical &= seen & (1 << tag) == 0;
+                    seen |= 1 << tag;
+                    values[tag as usize] = Some(value);
+                }
+                7 => {
+                    let Value::Bytes(entry) = value else {
+                        return Err(DecodeError::new("invalid wire type for a map entry"));
+                    };
+                    map_entry(entry)?;
+                    has_extended = true;
+                }
+                _ => {}
+            }
+        }
+        Ok(EntryParts {
+            name: string(values[1])?,
+            is_directory: varint(values[2])? != 0,
+            size: varint(values[3])?,
+            mtime_ns: varint(values[4])? as i64,
+            mode: varint(values[5])? as u32,
+            attributes: bytes(values[6])?,
+            has_extended,
+            canonical,
+            view: *self,
         })
     }
 }
@@ -204,27 +330,6 @@ fn signatures(bytes: &[u8]) -> impl Iterator<Item = Result<i32, DecodeError>> + 
             Ok(_) => {}
         }
     })
-}
-
-/// Whether each of `singular` tags appears at most once in `bytes`, the
-/// bytes decode, and `nested` holds for every field.
-fn canonical(bytes: &[u8], singular: &[u32], nested: impl Fn(u32, Value<'_>) -> bool) -> bool {
-    let mut seen = 0u64;
-    for field in Fields::new(bytes) {
-        let Ok((tag, value)) = field else {
-            return false;
-        };
-        if singular.contains(&tag) {
-            if seen & (1 << tag) != 0 {
-                return false;
-            }
-            seen |= 1 << tag;
-        }
-        if !nested(tag, value) {
-            return false;
-        }
-    }
-    true
 }
 
 /// A `ringfeed.v1.Entry` inside an event, read in place.
@@ -343,6 +448,25 @@ mod tests {
                 .map(|(k, v)| (k.as_str(), &v[..]))
                 .collect();
             assert_eq!(extended, expected);
+        }
+        let parts = view.parts().unwrap();
+        assert!(parts.canonical);
+        assert_eq!(parts.directory, event.directory);
+        assert_eq!(parts.new_parent_path, event.new_parent_path);
+        let sigs: Vec<i32> = parts.signatures().collect::<Result<_, _>>().unwrap();
+        assert_eq!(sigs, event.signatures);
+        for (parts, entry) in [
+            (parts.old_entry.unwrap(), event.old_entry.as_ref().unwrap()),
+            (parts.new_entry.unwrap(), event.new_entry.as_ref().unwrap()),
+        ] {
+            assert_eq!(parts.name, entry.name);
+            assert_eq!(parts.is_directory, entry.is_directory);
+            assert_eq!(
+                (parts.size, parts.mtime_ns, parts.mode),
+                (entry.size, entry.mtime_ns, entry.mode)
+            );
+            assert_eq!(parts.attributes, &entry.attributes[..]);
+            assert_eq!(parts.has_extended, !entry.extended.is_empty());
         }
     }
 
