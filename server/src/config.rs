@@ -46,8 +46,15 @@ pub struct FileConfig {
     pub batch_min_ready: Option<u64>,
     /// Responses queued per subscriber ahead of its gRPC stream.
     pub subscriber_queue: Option<usize>,
-    /// Bytes all backlog readers together may hold read and unsent.
-    pub backlog_budget_bytes: Option<usize>,
+    /// Bytes of responses all subscribers together may hold built and not
+    /// yet taken by the transport (`backlog_budget_bytes`, its name when it
+    /// covered only readers below the ring, is still read).
+    #[serde(alias = "backlog_budget_bytes")]
+    pub response_budget_bytes: Option<usize>,
+    /// Bytes each subscription stream may hold encoded in the HTTP/2 layer.
+    pub subscriber_send_buffer_bytes: Option<usize>,
+    /// A subscriber that reads nothing for this long gives its place back.
+    pub stall_timeout_secs: Option<u64>,
     /// Subscribers that may read backlog (below the ring) at once.
     pub backlog_readers: Option<usize>,
     /// Bytes of append requests all clients together may have in flight in
@@ -138,10 +145,20 @@ impl FileConfig {
                 self.subscriber_queue,
                 d.queue_responses,
             )?,
-            backlog_budget_bytes: at_least_one(
-                "backlog_budget_bytes",
-                self.backlog_budget_bytes,
-                d.backlog_budget_bytes,
+            response_budget_bytes: at_least_one(
+                "response_budget_bytes",
+                self.response_budget_bytes,
+                d.response_budget_bytes,
+            )?,
+            stall_timeout: match self.stall_timeout_secs {
+                Some(0) => bail!("stall_timeout_secs: must be at least 1"),
+                Some(secs) => Duration::from_secs(secs),
+                None => d.stall_timeout,
+            },
+            send_buffer_bytes: at_least_one(
+                "subscriber_send_buffer_bytes",
+                self.subscriber_send_buffer_bytes,
+                d.send_buffer_bytes,
             )?,
             backlog_readers: at_least_one(
                 "backlog_readers",
@@ -190,8 +207,8 @@ mod tests {
              flush_interval_ms = 7\nappend_timeout_ms = 9\nsegment_bytes = 1048576\n\
              max_event_bytes = 16384\nretention_max_age_secs = 60\nretention_max_bytes = 10\n\
              cpus = [0]\nmetrics_listen = \"127.0.0.1:9\"\nbatch_behind_ms = 500\n\
-             batch_min_ready = 10\nsubscriber_queue = 4\nbacklog_budget_bytes = 1048576\n\
-             backlog_readers = 3\n",
+             batch_min_ready = 10\nsubscriber_queue = 4\nresponse_budget_bytes = 1048576\n\
+             backlog_readers = 3\nsubscriber_send_buffer_bytes = 32768\nstall_timeout_secs = 5\n",
         )
         .unwrap()
         .resolve()
@@ -207,7 +224,15 @@ mod tests {
         let s = &c.subscribers;
         assert_eq!(s.batch_behind, Duration::from_millis(500));
         assert_eq!((s.batch_min_ready, s.queue_responses), (10, 4));
-        assert_eq!((s.backlog_budget_bytes, s.backlog_readers), (1 << 20, 3));
+        assert_eq!((s.response_budget_bytes, s.backlog_readers), (1 << 20, 3));
+        assert_eq!(s.send_buffer_bytes, 32768);
+        assert_eq!(s.stall_timeout, Duration::from_secs(5));
+        // The budget's name from when it covered only backlog readers.
+        let old = FileConfig::parse("backlog_budget_bytes = 4096\n")
+            .unwrap()
+            .resolve()
+            .unwrap();
+        assert_eq!(old.subscribers.response_budget_bytes, 4096);
         let err = FileConfig::parse("backlog_readers = 0\n")
             .unwrap()
             .resolve()

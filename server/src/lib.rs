@@ -15,6 +15,30 @@ pub mod service;
 pub mod sim;
 pub mod status;
 
+/// The gRPC transport as `serve` runs it (tests serve through the same):
+/// HTTP/2 keepalives, stream limits and windows, and each stream's send
+/// buffer from `limits.send_buffer_bytes`.
+pub fn transport(limits: &sender::SubscriberLimits) -> ringfeed_proto::tonic::transport::Server {
+    use std::time::Duration;
+    ringfeed_proto::tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(20)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .tcp_keepalive(Some(Duration::from_secs(60)))
+        .max_concurrent_streams(Some(4096))
+        // Append bodies waiting for the append budget keep what they
+        // received in flow-control windows: small per stream, roomy per
+        // connection, so one waiting stream cannot block its neighbours.
+        .initial_stream_window_size(Some(1 << 20))
+        .initial_connection_window_size(Some(32 << 20))
+        // What a subscription stream holds encoded and not yet written:
+        // hyper's default (~400 KB) was held by every stream of a slow
+        // client, and a storm of 2,000 resuming subscribers held ~800 MiB
+        // there. The response budget (whose permits last until the transport
+        // pulls the next response) is the backpressure; more here only adds
+        // memory. (A patched tonic: server/vendor/PATCHES.md.)
+        .http2_max_send_buf_size(Some(limits.send_buffer_bytes))
+}
+
 /// Accepted connections of `listener` with Nagle's algorithm off: small
 /// responses (acks, live events) would otherwise wait for the peer's delayed
 /// ACK, about 40 ms on Linux (measured: batch-64 append acks at p50 44 ms).

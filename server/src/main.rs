@@ -251,6 +251,7 @@ fn serve_command(
 fn serve(config: ServerConfig) -> Result<()> {
     let data_dir = config.engine.data_dir.clone();
     let limits = config.engine.limits;
+    let subscriber_limits = config.subscribers.clone();
     let shards = config.engine.shards;
     let engine = Engine::open(config.engine.clone())
         .with_context(|| format!("opening data dir {}", data_dir.display()))?;
@@ -334,16 +335,7 @@ fn serve(config: ServerConfig) -> Result<()> {
             tracing::info!("stopping: no new connections; ending streams, then flush and sync");
             let _ = stop_tx.send(true);
         };
-        let server = tonic::transport::Server::builder()
-            .http2_keepalive_interval(Some(Duration::from_secs(20)))
-            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-            .tcp_keepalive(Some(Duration::from_secs(60)))
-            .max_concurrent_streams(Some(4096))
-            // Append bodies waiting for the append budget keep what they
-            // received in flow-control windows: small per stream, roomy per
-            // connection, so one waiting stream cannot block its neighbours.
-            .initial_stream_window_size(Some(1 << 20))
-            .initial_connection_window_size(Some(32 << 20))
+        let server = ringfeed_server::transport(&subscriber_limits)
             .add_service(health_service)
             .add_service(ringfeed)
             .serve_with_incoming_shutdown(ringfeed_server::incoming(listener), signal);

@@ -47,6 +47,7 @@ pub struct ServerMetrics {
     /// Subscriptions answered OUT_OF_RANGE (a cursor or `since_ns` below the
     /// oldest retained event), at open or mid-stream.
     subscribers_out_of_range: Counter,
+    subscribers_stalled_given_back: Counter,
     /// Subscriptions reading their backlog from segments now, and those
     /// waiting to be admitted to: moved by the backlog admission gate.
     backlog_admitted: Gauge,
@@ -67,6 +68,7 @@ impl Default for ServerMetrics {
             subscribers_superseded: Counter::default(),
             subscribers_refused: Counter::default(),
             subscribers_out_of_range: Counter::default(),
+            subscribers_stalled_given_back: Counter::default(),
             backlog_admitted: Gauge::default(),
             backlog_waiting: Gauge::default(),
             events_sent: Counter::default(),
@@ -132,6 +134,10 @@ impl ServerMetrics {
         self.lag_at_send.observe(lag_seconds);
     }
 
+    pub fn stalled_given_back(&self) {
+        self.subscribers_stalled_given_back.inc();
+    }
+
     pub fn heartbeat_sent(&self) {
         self.heartbeats_sent.inc();
     }
@@ -157,6 +163,11 @@ impl ServerMetrics {
             "subscribers_out_of_range",
             "Subscriptions answered OUT_OF_RANGE: a start below the oldest retained event",
             self.subscribers_out_of_range.clone(),
+        );
+        r.register(
+            "subscribers_stalled_given_back",
+            "Streams ended UNAVAILABLE because their client read nothing for stall_timeout_secs",
+            self.subscribers_stalled_given_back.clone(),
         );
         r.register(
             "backlog_readers_admitted",

@@ -14,10 +14,18 @@
 //! - Chunk mode: sealed runs of stored records go out verbatim until the
 //!   reader reaches the live edge, then a `ChunkModeEnd` marker, then events.
 //! - Admission: while a subscription reads below the ring (segment files), it
-//!   holds one of `backlog_readers` places and every response it builds holds
-//!   its bytes from a shared `backlog_budget_bytes` until tonic takes it.
-//!   Places and bytes are acquired before reading, so waiting holds no
-//!   memory; a cancelled or superseded stream drops what it holds or waits for.
+//!   holds one of `backlog_readers` places. Every response of every
+//!   subscription (ring readers too) holds its bytes from one shared
+//!   `response_budget_bytes` from before it is built until tonic pulls the
+//!   *next* response of the stream: tonic encodes a response into its own
+//!   buffer and hyper asks for the next only when the stream's HTTP/2 send
+//!   buffer (`send_buffer_bytes`) has room, so the permit covers the copy
+//!   the transport holds, not just the queued view. Peak memory is bounded by
+//!   the budget, not by subscribers x queue depth. A backlog reader reserves
+//!   before reading (reading allocates); a ring reader reserves once its
+//!   next event is at hand (a view costs nothing), so idle live subscribers
+//!   hold no budget. A cancelled or superseded stream drops what it holds or
+//!   waits for.
 
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
@@ -51,13 +59,22 @@ pub struct SubscriberLimits {
     pub batch_max_bytes: usize,
     /// Responses queued per subscriber ahead of the gRPC stream.
     pub queue_responses: usize,
-    /// Bytes that backlog readers (below the ring) may have read and not yet
-    /// handed to the transport, all subscribers together.
-    pub backlog_budget_bytes: usize,
+    /// Bytes of responses built and not yet taken past by the transport
+    /// (queued, or encoded in tonic's and hyper's buffers), all subscribers
+    /// together.
+    pub response_budget_bytes: usize,
     /// Subscribers that may read backlog at the same time; others wait.
     pub backlog_readers: usize,
     /// Most record bytes of one chunk response (at least one record).
     pub chunk_max_bytes: usize,
+    /// Bytes each stream may hold encoded in the HTTP/2 layer and not yet
+    /// written to its connection (hyper's per-stream send buffer).
+    pub send_buffer_bytes: usize,
+    /// A subscriber that has taken nothing for this long gives its place back:
+    /// its queued responses and their budget are dropped and its stream
+    /// ends with UNAVAILABLE (after what its transport already holds); its
+    /// client resumes from its cursor, exactly.
+    pub stall_timeout: Duration,
 }
 
 impl Default for SubscriberLimits {
@@ -68,9 +85,11 @@ impl Default for SubscriberLimits {
             batch_max_events: 512,
             batch_max_bytes: 64 << 10,
             queue_responses: 8,
-            backlog_budget_bytes: 256 << 20,
+            response_budget_bytes: 128 << 20,
             backlog_readers: 64,
             chunk_max_bytes: 64 << 10,
+            send_buffer_bytes: 64 << 10,
+            stall_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -93,7 +112,7 @@ pub(crate) struct Admission {
 
 impl Admission {
     pub fn new(limits: &SubscriberLimits, metrics: Arc<ServerMetrics>) -> Admission {
-        let budget_units = limits.backlog_budget_bytes.div_ceil(UNIT).max(1);
+        let budget_units = limits.response_budget_bytes.div_ceil(UNIT).max(1);
         Admission {
             readers: Arc::new(Semaphore::new(limits.backlog_readers.max(1))),
             bytes: Arc::new(Semaphore::new(budget_units)),
@@ -215,23 +234,87 @@ impl Streams {
     ) -> Responses {
         let (tx, rx) = mpsc::channel(self.limits.queue_responses.max(1));
         let (final_status, final_rx) = mpsc::channel(1);
+        let queue = Arc::new(Queue {
+            rx: std::sync::Mutex::new(rx),
+            held: std::sync::Mutex::new(None),
+            last_pull: std::sync::Mutex::new(std::time::Instant::now()),
+        });
         let sender = Sender {
             shards: self.shards.clone(),
             limits: self.limits.clone(),
             admission: self.admission.clone(),
             tx,
+            // Weak: the transport owns the queue, and its dropping it (the
+            // client went away) is what `tx.closed()` reports.
+            queue: Arc::downgrade(&queue),
             final_status,
             registered,
             sent: Default::default(),
             metrics: Connected::new(self.metrics.clone()),
         };
         tokio::spawn(sender.run(sub, options, shutdown));
-        // A response's backlog bytes are given back as tonic takes it.
         // The queued responses, then the final error if the stream failed.
-        let responses = ReceiverStream::new(rx)
-            .map(|(response, _bytes)| response)
+        let responses = futures_lite::stream::poll_fn(move |cx| queue.poll_next(cx))
             .chain(ReceiverStream::new(final_rx).map(Err));
         Box::pin(responses)
+    }
+}
+
+/// A stream's queued responses, shared by its sender (which may give them
+/// back) and the transport (which takes them).
+struct Queue {
+    rx: std::sync::Mutex<mpsc::Receiver<Queued>>,
+    /// The budget of the response the transport took last: kept until it
+    /// takes the next (by then hyper has put the encoding in a send buffer
+    /// with room) or the stream ends.
+    held: std::sync::Mutex<Option<OwnedSemaphorePermit>>,
+    /// When the transport last took a response.
+    last_pull: std::sync::Mutex<std::time::Instant>,
+}
+
+impl Queue {
+    fn poll_next(
+        &self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<RawSubscribeResponse, Status>>> {
+        let polled = self
+            .rx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .poll_recv(cx);
+        polled.map(|item| {
+            item.map(|(response, permit)| {
+                *self.last_pull.lock().unwrap_or_else(|p| p.into_inner()) =
+                    std::time::Instant::now();
+                let previous = std::mem::replace(
+                    &mut *self.held.lock().unwrap_or_else(|p| p.into_inner()),
+                    permit,
+                );
+                drop(previous);
+                response
+            })
+        })
+    }
+
+    /// How long responses have waited with the transport taking none, if
+    /// any wait (an idle live subscriber, with nothing queued, is not stalled).
+    fn stalled_for(&self) -> Option<Duration> {
+        let waiting = !self.rx.lock().unwrap_or_else(|p| p.into_inner()).is_empty();
+        waiting.then(|| {
+            self.last_pull
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .elapsed()
+        })
+    }
+
+    /// Drops everything queued and held, giving its budget back; the
+    /// transport then finds the queue ended.
+    fn give_back(&self) {
+        let mut rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
+        rx.close();
+        while rx.try_recv().is_ok() {}
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 }
 
@@ -240,6 +323,8 @@ struct Sender {
     limits: Arc<SubscriberLimits>,
     admission: Arc<Admission>,
     tx: mpsc::Sender<Queued>,
+    /// The receiving side of `tx`, to give back what a stalled client holds.
+    queue: std::sync::Weak<Queue>,
     /// The stream's final error, delivered after everything queued on `tx`.
     /// Its own channel (capacity 1, used once) always has room, so a client
     /// that stopped reading can never turn the error into a clean end.
@@ -282,6 +367,7 @@ impl Sender {
             }
             _ = shutdown.changed() => Err(Stop::Failed(Status::unavailable("the server is shutting down"))),
             _ = self.tx.closed() => Err(Stop::Gone),
+            stalled = self.stalled() => Err(self.give_back(stalled)),
         };
         // The feed (with any backlog place or bytes it held) is gone by now.
         if let Err(Stop::Failed(status)) = outcome {
@@ -302,10 +388,14 @@ impl Sender {
                 let permit = self
                     .admit(&sub, &mut place, self.limits.chunk_max_bytes)
                     .await;
+                let permit = match permit {
+                    Some(permit) => permit,
+                    None => self.admission.bytes(self.limits.chunk_max_bytes).await,
+                };
                 let Some(chunk) = sub.poll_chunk(self.limits.chunk_max_bytes)? else {
                     break;
                 };
-                let permit = trim(permit, chunk.records.len());
+                let permit = trim(Some(permit), chunk.records.len());
                 let item = RawItem::Chunk(chunk_message(chunk));
                 self.send(&sub, item, permit, "chunks").await?;
             }
@@ -319,6 +409,13 @@ impl Sender {
             let first = match self.next_event(&mut sub, options.heartbeat).await? {
                 Some(first) => first,
                 None => return Ok(()), // until_ns reached: the stream ends OK
+            };
+            // A ring reader reserves now that it has an event: a view costs
+            // nothing until sent, and a live subscriber waiting for events
+            // holds no budget.
+            let permit = match permit {
+                Some(permit) => permit,
+                None => self.admission.bytes(self.limits.batch_max_bytes).await,
             };
             let mut events = vec![raw_event(&first)];
             let mut bytes = first.record_bytes().len();
@@ -346,7 +443,8 @@ impl Sender {
                 RawItem::Batch(RawEventBatch { events })
             };
             let mode = if place.is_some() { "backlog" } else { "live" };
-            self.send(&sub, item, trim(permit, bytes), mode).await?;
+            self.send(&sub, item, trim(Some(permit), bytes), mode)
+                .await?;
             if let Some(e) = failure {
                 return Err(e.into());
             }
@@ -354,7 +452,8 @@ impl Sender {
     }
 
     /// Takes or gives back a backlog place as the subscription moves below or
-    /// into the ring, and while below reserves `bytes` for the next response.
+    /// into the ring, and while below reserves `bytes` for the next response
+    /// (before reading it: reading below the ring allocates).
     async fn admit(
         &self,
         sub: &Subscription,
@@ -456,6 +555,47 @@ impl Sender {
             self.metrics.0.events_sent(events as usize, bytes, lag);
         }
         Ok(())
+    }
+
+    /// Completes once responses have waited `stall_timeout` with the
+    /// transport taking none: the client stopped reading. Checked four times
+    /// per timeout.
+    async fn stalled(&self) -> Duration {
+        let timeout = self.limits.stall_timeout;
+        loop {
+            tokio::time::sleep((timeout / 4).max(Duration::from_millis(10))).await;
+            let Some(queue) = self.queue.upgrade() else {
+                return std::future::pending().await; // gone: `tx.closed()` ends it
+            };
+            if let Some(stalled) = queue.stalled_for().filter(|s| *s >= timeout) {
+                return stalled;
+            }
+        }
+    }
+
+    /// The client took nothing for `stalled`: its queued responses and
+    /// their budget are dropped, and the stream ends with UNAVAILABLE (after
+    /// what the transport already holds), which the client library takes for
+    /// "resume from the cursor".
+    fn give_back(&self, stalled: Duration) -> Stop {
+        if let Some(queue) = self.queue.upgrade() {
+            queue.give_back();
+        }
+        self.metrics.0.stalled_given_back();
+        let (name, peer) = self
+            .registered
+            .update(|i| (i.client_name.clone(), i.peer.clone()));
+        tracing::warn!(
+            "subscriber {name:?} at {peer} read nothing for {} s (stall_timeout_secs): its queued \
+             responses and their budget were given back and its stream ends with UNAVAILABLE; \
+             its client resumes from its cursor when it reads again",
+            stalled.as_secs()
+        );
+        Stop::Failed(Status::unavailable(format!(
+            "this subscriber read nothing for {} s: its place was given back; resume from the \
+             last cursor received",
+            stalled.as_secs()
+        )))
     }
 
     /// Tells the operator a client has stopped reading, what that costs and

@@ -176,9 +176,11 @@ impl World {
             batch_max_events: 16,
             batch_max_bytes: 4 << 10,
             queue_responses: 4,
-            backlog_budget_bytes: 64 << 10,
+            response_budget_bytes: 64 << 10,
             backlog_readers: 2,
             chunk_max_bytes: 2 << 10,
+            send_buffer_bytes: 4 << 10,
+            ..SubscriberLimits::default()
         };
         let metrics = Arc::new(ServerMetrics::default());
         let streams = Streams {

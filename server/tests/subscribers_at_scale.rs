@@ -1,6 +1,7 @@
 //! Subscribers at scale, through the protocol: client identities and epochs,
 //! chunk mode against event mode, adaptive batching and heartbeats, a stalled
-//! subscriber, and admission control for backlog readers.
+//! subscriber, admission control for backlog readers, and the response
+//! budget that ring readers share too.
 
 mod common;
 
@@ -432,7 +433,7 @@ async fn backlog_readers_wait_for_admission_and_cancelling_releases_places() {
     let dir = tempfile::tempdir().unwrap();
     let limits = SubscriberLimits {
         backlog_readers: 1,
-        backlog_budget_bytes: 64 << 10,
+        response_budget_bytes: 64 << 10,
         batch_max_bytes: 16 << 10,
         ..SubscriberLimits::default()
     };
@@ -484,5 +485,97 @@ async fn backlog_readers_wait_for_admission_and_cancelling_releases_places() {
     seen.sort();
     seen.dedup();
     assert_eq!(seen.len(), 16_000, "duplicates");
+    server.stop().await;
+}
+
+/// Ring readers' responses hold the response budget too (issue 19), so a
+/// client that stops reading holds budget; past `stall_timeout` it gives its
+/// place back: its queued responses are dropped, its stream ends UNAVAILABLE
+/// after what its transport already holds, and others proceed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_ring_reader_holds_budget_until_its_stall_timeout_then_gives_it_back() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let dir = tempfile::tempdir().unwrap();
+    let stall_timeout = Duration::from_secs(3);
+    let limits = SubscriberLimits {
+        response_budget_bytes: 32 << 10,
+        batch_max_bytes: 8 << 10,
+        send_buffer_bytes: 8 << 10,
+        stall_timeout,
+        ..SubscriberLimits::default()
+    };
+    let server = TestServer::start_with(dma_engine(dir.path(), 2), limits).await;
+    let mut producer = server.client().await;
+    // About 1 MB: well inside the ring, so every reader here is a ring reader.
+    let until = append(&mut producer, 4_000, 200, 500).await;
+    let from_beginning = |name: &str| v1::SubscribeRequest {
+        client_name: name.into(),
+        start: Some(Start::Beginning(true)),
+        until_ns: until,
+        batching: true,
+        ..Default::default()
+    };
+    // A client that never reads, with an 8 KiB stream window: its transport
+    // fills at once and its queued responses keep the whole budget.
+    let channel =
+        ringfeed_proto::tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr))
+            .unwrap()
+            .initial_stream_window_size(Some(8 << 10))
+            .connect()
+            .await
+            .unwrap();
+    let mut stalled = RingFeedClient::new(channel)
+        .subscribe(from_beginning("stalled"))
+        .await
+        .unwrap()
+        .into_inner();
+    let deadline = Instant::now() + WAIT;
+    while position(&mut producer, "stalled")
+        .await
+        .is_none_or(|(read, _)| read == 0)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the stalled client never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stalled_at = Instant::now();
+    let reader = tokio::spawn(follow_all(
+        server.addr.to_string(),
+        from_beginning("reader"),
+    ));
+    tokio::time::sleep(stall_timeout / 3).await;
+    // The reader cannot have read everything while the budget is held (it
+    // could, in a few ms, before ring readers counted against the budget).
+    if stalled_at.elapsed() < stall_timeout {
+        let read = position(&mut producer, "reader")
+            .await
+            .map_or(0, |(r, _)| r);
+        assert!(
+            read < 4_000,
+            "the reader read {read} events while the budget was held"
+        );
+    }
+    let (events, _) = reader.await.unwrap();
+    assert_eq!(
+        events.len(),
+        4_000,
+        "the reader got everything once the stalled client gave up"
+    );
+    // The stalled client reads what its transport held, then UNAVAILABLE:
+    // its place was given back, and its cursor resumes it exactly.
+    let status = loop {
+        match stalled.message().await {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("the stalled stream ended OK"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains("place was given back"),
+        "{status:?}"
+    );
     server.stop().await;
 }

@@ -51,11 +51,12 @@ impl TestServer {
     ) -> TestServer {
         let addr = listener.local_addr().unwrap();
         let (stop, stop_rx) = watch::channel(false);
+        let mut transport = ringfeed_server::transport(&limits);
         let service =
             Service::with_limits(engine.clone(), stop_rx.clone(), limits, Default::default());
         let mut stopping = stop_rx;
         let task = tokio::spawn(async move {
-            ringfeed_proto::tonic::transport::Server::builder()
+            transport
                 .add_service(RingFeedServer::new(service))
                 .serve_with_incoming_shutdown(ringfeed_server::incoming(listener), async move {
                     let _ = stopping.wait_for(|s| *s).await;
