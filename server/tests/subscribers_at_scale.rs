@@ -57,6 +57,17 @@ async fn append(
     last
 }
 
+/// A named subscriber's batched request from the beginning to `until`.
+fn from_beginning_until(name: &str, until: i64) -> v1::SubscribeRequest {
+    v1::SubscribeRequest {
+        client_name: name.into(),
+        start: Some(Start::Beginning(true)),
+        until_ns: until,
+        batching: true,
+        ..Default::default()
+    }
+}
+
 /// Follows `request` to its end (it must have `until_ns`).
 async fn follow_all(
     addr: impl AsRef<str>,
@@ -440,13 +451,7 @@ async fn backlog_readers_wait_for_admission_and_cancelling_releases_places() {
     let server = TestServer::start_with(dma_engine(dir.path(), 2), limits).await;
     let mut producer = server.client().await;
     let until = append(&mut producer, 16_000, 1_000, 500).await;
-    let from_beginning = |name: &str| v1::SubscribeRequest {
-        client_name: name.into(),
-        start: Some(Start::Beginning(true)),
-        until_ns: until,
-        batching: true,
-        ..Default::default()
-    };
+    let from_beginning = |name: &str| from_beginning_until(name, until);
     // `holder` takes the only place and stalls in the backlog.
     let holder = server
         .client()
@@ -508,13 +513,7 @@ async fn a_stalled_ring_reader_holds_budget_until_its_stall_timeout_then_gives_i
     let mut producer = server.client().await;
     // About 1 MB: well inside the ring, so every reader here is a ring reader.
     let until = append(&mut producer, 4_000, 200, 500).await;
-    let from_beginning = |name: &str| v1::SubscribeRequest {
-        client_name: name.into(),
-        start: Some(Start::Beginning(true)),
-        until_ns: until,
-        batching: true,
-        ..Default::default()
-    };
+    let from_beginning = |name: &str| from_beginning_until(name, until);
     // A client that never reads, with an 8 KiB stream window: its transport
     // fills at once and its queued responses keep the whole budget.
     let channel =

@@ -220,14 +220,19 @@ mod tests {
         (parsed.cursor, out)
     }
 
+    /// A batch response of events `0..n` at `cursor`.
+    fn batch(cursor: &'static [u8], n: u64) -> SubscribeResponse {
+        SubscribeResponse {
+            cursor: Bytes::from_static(cursor),
+            item: Some(GenItem::Batch(EventBatch {
+                events: (0..n).map(message).collect(),
+            })),
+        }
+    }
+
     #[test]
     fn batches_and_single_events_walk_as_the_generated_decode_reads_them() {
-        let batch = SubscribeResponse {
-            cursor: Bytes::from_static(b"cursor"),
-            item: Some(GenItem::Batch(EventBatch {
-                events: (0..5).map(message).collect(),
-            })),
-        };
+        let batch = batch(b"cursor", 5);
         let (cursor, events) = walk(&batch);
         assert_eq!(&cursor[..], b"cursor");
         assert_eq!(events.len(), 5);
@@ -266,13 +271,7 @@ mod tests {
 
     #[test]
     fn damaged_responses_are_errors_not_panics() {
-        let batch = SubscribeResponse {
-            cursor: Bytes::from_static(b"c"),
-            item: Some(GenItem::Batch(EventBatch {
-                events: (0..3).map(message).collect(),
-            })),
-        }
-        .encode_to_vec();
+        let batch = batch(b"c", 3).encode_to_vec();
         for cut in 0..batch.len() {
             let Ok(parsed) = Response::parse(Bytes::copy_from_slice(&batch[..cut])) else {
                 continue;
