@@ -40,9 +40,11 @@ pub struct FileConfig {
     pub max_event_bytes: Option<usize>,
     pub retention_max_age_secs: Option<u64>,
     pub retention_max_bytes: Option<u64>,
-    /// A subscriber this far behind the newest stamp gets batches.
+    /// No longer used (still accepted, so older files keep working): a
+    /// subscriber that allows batches gets every ready event in one response,
+    /// however far behind it is.
     pub batch_behind_ms: Option<u64>,
-    /// ... as does one with more than this many committed events undelivered.
+    /// No longer used, as `batch_behind_ms`.
     pub batch_min_ready: Option<u64>,
     /// Responses queued per subscriber ahead of its gRPC stream.
     pub subscriber_queue: Option<usize>,
@@ -136,10 +138,6 @@ impl FileConfig {
             v => Ok(v.unwrap_or(default)),
         };
         let subscribers = SubscriberLimits {
-            batch_behind: self
-                .batch_behind_ms
-                .map_or(d.batch_behind, Duration::from_millis),
-            batch_min_ready: self.batch_min_ready.unwrap_or(d.batch_min_ready),
             queue_responses: at_least_one(
                 "subscriber_queue",
                 self.subscriber_queue,
@@ -222,8 +220,7 @@ mod tests {
         assert_eq!(e.retention.max_bytes, Some(10));
         assert_eq!((c.io_threads, c.listen.as_str()), (2, "127.0.0.1:1"));
         let s = &c.subscribers;
-        assert_eq!(s.batch_behind, Duration::from_millis(500));
-        assert_eq!((s.batch_min_ready, s.queue_responses), (10, 4));
+        assert_eq!(s.queue_responses, 4);
         assert_eq!((s.response_budget_bytes, s.backlog_readers), (1 << 20, 3));
         assert_eq!(s.send_buffer_bytes, 32768);
         assert_eq!(s.stall_timeout, Duration::from_secs(5));

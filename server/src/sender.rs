@@ -6,11 +6,17 @@
 //!   `queue_responses` responses, each at most a batch or a chunk, as views of
 //!   ring windows or segment mappings (never copies); the HTTP/2 stream's flow
 //!   control is the backpressure, and a stalled client costs that and no more.
-//! - Adaptive batching (when the client allows batches): a subscriber behind
-//!   the feed (more than `batch_behind` of stamps, or more than
-//!   `batch_min_ready` committed events not yet delivered) gets batches; at
-//!   the live edge events go one by one. Heartbeats and markers are never
-//!   batched (they are separate response items).
+//! - Batching (when the client allows batches): a response carries every
+//!   event its subscription has ready at once, up to `batch_max_events` and
+//!   `batch_max_bytes`: a subscriber behind the feed gets full batches, one at
+//!   the live edge gets what arrived since its last response (usually one
+//!   event, sent as a single `Event`). Waiting for more never happens, so
+//!   batching adds no latency, and under fan-out load each subscriber's wake-up
+//!   carries all it missed in one response instead of one per event (it used to
+//!   batch only when more than `batch_min_ready` events or `batch_behind` of
+//!   stamps behind, and sent ready events one by one otherwise: 1,000 live
+//!   subscribers then oscillated around 64 events of lag). Heartbeats and
+//!   markers are never batched (they are separate response items).
 //! - Chunk mode: sealed runs of stored records go out verbatim until the
 //!   reader reaches the live edge, then a `ChunkModeEnd` marker, then events.
 //! - Admission: while a subscription reads below the ring (segment files), it
@@ -49,11 +55,6 @@ use ringfeed_engine::clock::now_ns;
 /// How subscription streams are paced, batched and admitted.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SubscriberLimits {
-    /// A subscriber whose next event is stamped more than this before the
-    /// newest committed stamp is behind: it gets batches (if it allows them).
-    pub batch_behind: Duration,
-    /// ... as is one with more than this many committed events undelivered.
-    pub batch_min_ready: u64,
     /// Most events and bytes of one batch response.
     pub batch_max_events: usize,
     pub batch_max_bytes: usize,
@@ -80,8 +81,6 @@ pub struct SubscriberLimits {
 impl Default for SubscriberLimits {
     fn default() -> Self {
         SubscriberLimits {
-            batch_behind: Duration::from_secs(2),
-            batch_min_ready: 64,
             batch_max_events: 512,
             batch_max_bytes: 64 << 10,
             queue_responses: 8,
@@ -420,7 +419,7 @@ impl Sender {
             let mut events = vec![raw_event(&first)];
             let mut bytes = first.record_bytes().len();
             let mut failure = None;
-            if options.batching && self.behind(&sub, &first) {
+            if options.batching {
                 while events.len() < self.limits.batch_max_events
                     && bytes < self.limits.batch_max_bytes
                 {
@@ -501,18 +500,6 @@ impl Sender {
                 }
             }
         }
-    }
-
-    /// Whether the subscriber is behind enough for batches.
-    fn behind(&self, sub: &Subscription, first: &Delivered) -> bool {
-        let newest = self
-            .shards
-            .iter()
-            .map(|shard| shard.watermarks.snapshot().committed_ts)
-            .max()
-            .unwrap_or(0);
-        newest.saturating_sub(first.ts) > self.limits.batch_behind.as_nanos() as i64
-            || sub.lag_events() > self.limits.batch_min_ready
     }
 
     /// Queues `item` with the subscription's cursor after it (waiting while

@@ -171,8 +171,6 @@ impl World {
     fn new(seed: u64, config: &SimConfig) -> World {
         let sim = Sim::new(seed, config);
         let limits = SubscriberLimits {
-            batch_behind: Duration::from_millis(1),
-            batch_min_ready: 4,
             batch_max_events: 16,
             batch_max_bytes: 4 << 10,
             queue_responses: 4,
