@@ -302,6 +302,15 @@ fn goals(runs: &[(&str, Option<Loaded>)], ceiling: Option<&Loaded>) -> Vec<Goal>
         &[(Kind::Seaweedfs, 20.0), (Kind::Nats, 10.0)],
         "catch-up events/s, one subscriber, event mode",
     );
+    // Issue 19: `ringfeed tail` against `weed filer.meta.tail`, JSON to a pipe.
+    versus(
+        catchup,
+        ("tail CLI", Some("cli")),
+        "events/s",
+        true,
+        &[(Kind::Seaweedfs, 10.0)],
+        "command-line tail from the beginning, JSON to a pipe",
+    );
     let tail = get("tail");
     let tail_case = tail
         .and_then(|r| r.rows.first())

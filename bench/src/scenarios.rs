@@ -577,7 +577,114 @@ async fn catchup(
             rows.push(row);
         }
     }
+    if let Some(cli) = system.tail_cli() {
+        let cpu0 = cpu(system);
+        let mut row = cli_catch_up(kind, cli, events, size, time_limit).await?;
+        server_figures(&mut row, system, cpu(system) - cpu0);
+        rows.push(row);
+    }
     Ok(rows)
+}
+
+/// The system's command-line tail from the beginning, its JSON read from a
+/// pipe (kept in memory, parsed after the clock stops): events/s until it
+/// printed every pre-loaded event, and the tail process's own CPU per event.
+/// Exact when every event number appears once.
+async fn cli_catch_up(
+    kind: Kind,
+    cli: systems::TailCli,
+    events: u64,
+    size: usize,
+    time_limit: Duration,
+) -> Result<Row> {
+    use std::io::Read;
+    let systems::TailCli {
+        mut command,
+        terminator,
+        payload,
+    } = cli;
+    let program = command.get_program().to_string_lossy().into_owned();
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| anyhow!("starting {program}: {e}"))?;
+    let pid = child.id();
+    let mut stdout = child.stdout.take().expect("piped");
+    let started = Instant::now();
+    // A thread reads until the expected number of lines or the time limit
+    // (the pipe's reader, like `| wc -l`, does nothing else meanwhile).
+    let reader = tokio::task::spawn_blocking(move || {
+        let mut out = Vec::with_capacity(events as usize * 512);
+        let mut buf = vec![0u8; 1 << 20];
+        let (mut lines, mut cpu_ticks) = (0u64, 0);
+        let timed_out = loop {
+            if lines >= events {
+                break false;
+            }
+            if started.elapsed() > time_limit {
+                break true;
+            }
+            match stdout.read(&mut buf) {
+                Ok(0) | Err(_) => break lines < events,
+                Ok(n) => {
+                    // Terminators may straddle reads: look again at the
+                    // last few bytes already read.
+                    let from = out.len().saturating_sub(terminator.len() - 1);
+                    out.extend_from_slice(&buf[..n]);
+                    lines += out[from..]
+                        .windows(terminator.len())
+                        .filter(|w| *w == terminator)
+                        .count() as u64;
+                    if lines >= events {
+                        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                            .unwrap_or_default();
+                        cpu_ticks = crate::util::stat_cpu_ticks(&stat);
+                    }
+                }
+            }
+        };
+        (out, started.elapsed(), timed_out, cpu_ticks)
+    });
+    let (out, elapsed, timed_out, cpu_ticks) = reader.await?;
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut seen = vec![0u32; events as usize];
+    let mut got = 0u64;
+    let objects = serde_json::Deserializer::from_slice(&out).into_iter::<serde_json::Value>();
+    for value in objects.map_while(Result::ok) {
+        if let Some(index) = systems::json_stamp(&value, payload) {
+            got += 1;
+            if let Some(n) = seen.get_mut(index as usize) {
+                *n += 1;
+            }
+        }
+    }
+    let exact = got == events && seen.iter().all(|&n| n == 1);
+    let secs = elapsed.as_secs_f64();
+    let mut row = Row::new(kind, "tail CLI", "cli");
+    row.figure("subscribers", 1.0)
+        .figure("events each", events as f64);
+    if !timed_out {
+        row.figure("all caught up s", secs);
+    }
+    row.figure("events/s", got as f64 / secs)
+        .figure("MB/s", got as f64 * size as f64 / secs / 1e6)
+        .figure("timed out", f64::from(u8::from(timed_out)))
+        .figure("inexact", f64::from(u8::from(!exact)));
+    if cpu_ticks > 0 {
+        let cpu_s = cpu_ticks as f64 / crate::util::CLOCK_TICKS_PER_SECOND as f64;
+        row.figure("client CPU µs/event", cpu_s * 1e6 / got.max(1) as f64);
+    }
+    eprintln!(
+        "  {program} tail: {got} bench events in {secs:.2} s{}",
+        if exact { "" } else { ", NOT exact" }
+    );
+    if !exact {
+        let head = String::from_utf8_lossy(&out[..out.len().min(600)]).into_owned();
+        eprintln!("  its output began: {head:?}");
+    }
+    Ok(row)
 }
 
 /// What a group of subscribers did, together.

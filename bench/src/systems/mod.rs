@@ -113,6 +113,27 @@ pub struct Delivered {
 /// How a system acknowledges appends, for the tables.
 pub type Durability = &'static str;
 
+/// A command-line tail as the bench runs it.
+pub struct TailCli {
+    pub command: std::process::Command,
+    /// What ends each printed object (counted while it runs, to know when
+    /// every event is out): `\n` for one object per line.
+    pub terminator: &'static [u8],
+    /// Keys from the root to the base64 field holding the stored payload.
+    pub payload: &'static [&'static str],
+}
+
+/// The bench event number in a JSON object's base64 field at `path` (keys
+/// from the root), e.g. a tail's printed payload.
+pub fn json_stamp(value: &serde_json::Value, path: &[&str]) -> Option<u64> {
+    use base64::Engine as _;
+    let field = path.iter().try_fold(value, |v, key| v.get(key))?.as_str()?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(field)
+        .ok()?;
+    unstamp(&bytes).map(|d| d.index)
+}
+
 /// The bytes every system stores as one event's payload: `index` and
 /// `sent_ns` (little-endian), then filler up to `len` (at least 16).
 pub fn stamp(index: u64, sent_ns: i64, len: usize) -> Vec<u8> {
@@ -192,6 +213,15 @@ pub trait System: Send + Sync {
     /// fdatasyncs the system has made so far, for a system that counts them
     /// and was started by the bench (ringfeed: its metrics); `None` otherwise.
     async fn syncs(&self) -> Option<Result<u64>> {
+        None
+    }
+
+    /// The system's own command-line tail, following everything from the
+    /// beginning and printing one JSON object per event (ringfeed: `ringfeed
+    /// tail --beginning --batching`, one per line; SeaweedFS: `weed
+    /// filer.meta.tail`, pretty-printed), or `None` for a system without one
+    /// the bench runs.
+    fn tail_cli(&self) -> Option<TailCli> {
         None
     }
 

@@ -183,6 +183,21 @@ impl super::System for Ringfeed {
         })
     }
 
+    fn tail_cli(&self) -> Option<super::TailCli> {
+        let binary = std::env::current_exe().ok()?.with_file_name("ringfeed");
+        let mut command = std::process::Command::new(binary);
+        command.args(["tail", "--server", &self.addr, "--batching"]);
+        match self.beginning_ns {
+            Some(ns) => command.args(["--since-ns", &ns.to_string()]),
+            None => command.arg("--beginning"),
+        };
+        Some(super::TailCli {
+            command,
+            terminator: b"\n",
+            payload: &["event", "newEntry", "attributes"],
+        })
+    }
+
     async fn subscribe(&self, from: From) -> Result<Box<dyn super::Subscriber>> {
         let start = match from {
             From::Beginning => match self.beginning_ns {

@@ -50,6 +50,9 @@ const MODE_DIR: u32 = 1 << 31;
 pub struct Seaweedfs {
     /// The filer's gRPC address (host:port).
     filer: String,
+    /// The filer as `weed` commands name it: `host:httpPort.grpcPort`.
+    filer_cli: String,
+    weed: PathBuf,
     /// Master, volume server, filer (stopped in reverse order on drop).
     processes: Vec<Process>,
 }
@@ -217,6 +220,8 @@ impl Seaweedfs {
         spawn("filer", filer_args, &logs[2])?;
         let mut system = Seaweedfs {
             filer: format!("127.0.0.1:{filer_grpc}"),
+            filer_cli: format!("127.0.0.1:{filer_port}.{filer_grpc}"),
+            weed: weed.to_path_buf(),
             processes,
         };
 
@@ -251,6 +256,26 @@ impl Seaweedfs {
 impl super::System for Seaweedfs {
     fn kind(&self) -> Kind {
         Kind::Seaweedfs
+    }
+
+    /// `weed filer.meta.tail`: the filer's metadata log from the start (a
+    /// decade ago: the filer is fresh), files under /bench only (`f*`; the
+    /// directory creates are not bench events), each printed as indented
+    /// protojson ending with a `}` alone on its line.
+    fn tail_cli(&self) -> Option<super::TailCli> {
+        let mut command = std::process::Command::new(&self.weed);
+        command.args([
+            "filer.meta.tail",
+            &format!("-filer={}", self.filer_cli),
+            "-pathPrefix=/bench/",
+            "-pattern=f*",
+            "-timeAgo=87600h",
+        ]);
+        Some(super::TailCli {
+            command,
+            terminator: b"\n}\n",
+            payload: &["eventNotification", "newEntry", "content"],
+        })
     }
 
     fn durability(&self, durable: bool) -> Durability {
