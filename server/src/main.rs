@@ -251,7 +251,6 @@ fn serve_command(
 fn serve(config: ServerConfig) -> Result<()> {
     let data_dir = config.engine.data_dir.clone();
     let limits = config.engine.limits;
-    let subscriber_limits = config.subscribers.clone();
     let shards = config.engine.shards;
     let engine = Engine::open(config.engine.clone())
         .with_context(|| format!("opening data dir {}", data_dir.display()))?;
@@ -335,7 +334,7 @@ fn serve(config: ServerConfig) -> Result<()> {
             tracing::info!("stopping: no new connections; ending streams, then flush and sync");
             let _ = stop_tx.send(true);
         };
-        let server = ringfeed_server::transport(&subscriber_limits)
+        let server = ringfeed_server::transport(&config.subscribers)
             .add_service(health_service)
             .add_service(ringfeed)
             .serve_with_incoming_shutdown(ringfeed_server::incoming(listener), signal);

@@ -5,7 +5,8 @@
 //!   encodes and writes earlier responses. The queue holds at most
 //!   `queue_responses` responses, each at most a batch or a chunk, as views of
 //!   ring windows or segment mappings (never copies); the HTTP/2 stream's flow
-//!   control is the backpressure, and a stalled client costs that and no more.
+//!   control is the backpressure, and a stalled client costs its share of the
+//!   response budget (below) until `stall_timeout`, then gives it back.
 //! - Batching (when the client allows batches): a response carries every
 //!   event its subscription has ready at once, up to `batch_max_events` and
 //!   `batch_max_bytes`: a subscriber behind the feed gets full batches, one at
@@ -233,11 +234,11 @@ impl Streams {
     ) -> Responses {
         let (tx, rx) = mpsc::channel(self.limits.queue_responses.max(1));
         let (final_status, final_rx) = mpsc::channel(1);
-        let queue = Arc::new(Queue {
-            rx: std::sync::Mutex::new(rx),
-            held: std::sync::Mutex::new(None),
-            last_pull: std::sync::Mutex::new(std::time::Instant::now()),
-        });
+        let queue = Arc::new(Queue(std::sync::Mutex::new(QueueState {
+            rx,
+            held: None,
+            last_pull: std::time::Instant::now(),
+        })));
         let sender = Sender {
             shards: self.shards.clone(),
             limits: self.limits.clone(),
@@ -261,35 +262,32 @@ impl Streams {
 
 /// A stream's queued responses, shared by its sender (which may give them
 /// back) and the transport (which takes them).
-struct Queue {
-    rx: std::sync::Mutex<mpsc::Receiver<Queued>>,
+struct Queue(std::sync::Mutex<QueueState>);
+
+struct QueueState {
+    rx: mpsc::Receiver<Queued>,
     /// The budget of the response the transport took last: kept until it
     /// takes the next (by then hyper has put the encoding in a send buffer
     /// with room) or the stream ends.
-    held: std::sync::Mutex<Option<OwnedSemaphorePermit>>,
+    held: Option<OwnedSemaphorePermit>,
     /// When the transport last took a response.
-    last_pull: std::sync::Mutex<std::time::Instant>,
+    last_pull: std::time::Instant,
 }
 
 impl Queue {
+    fn state(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn poll_next(
         &self,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<RawSubscribeResponse, Status>>> {
-        let polled = self
-            .rx
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .poll_recv(cx);
-        polled.map(|item| {
+        let mut state = self.state();
+        state.rx.poll_recv(cx).map(|item| {
             item.map(|(response, permit)| {
-                *self.last_pull.lock().unwrap_or_else(|p| p.into_inner()) =
-                    std::time::Instant::now();
-                let previous = std::mem::replace(
-                    &mut *self.held.lock().unwrap_or_else(|p| p.into_inner()),
-                    permit,
-                );
-                drop(previous);
+                state.last_pull = std::time::Instant::now();
+                state.held = permit; // the previous response's budget returns
                 response
             })
         })
@@ -298,22 +296,17 @@ impl Queue {
     /// How long responses have waited with the transport taking none, if
     /// any wait (an idle live subscriber, with nothing queued, is not stalled).
     fn stalled_for(&self) -> Option<Duration> {
-        let waiting = !self.rx.lock().unwrap_or_else(|p| p.into_inner()).is_empty();
-        waiting.then(|| {
-            self.last_pull
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .elapsed()
-        })
+        let state = self.state();
+        (!state.rx.is_empty()).then(|| state.last_pull.elapsed())
     }
 
     /// Drops everything queued and held, giving its budget back; the
     /// transport then finds the queue ended.
     fn give_back(&self) {
-        let mut rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
-        rx.close();
-        while rx.try_recv().is_ok() {}
-        self.held.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let mut state = self.state();
+        state.rx.close();
+        while state.rx.try_recv().is_ok() {}
+        state.held = None;
     }
 }
 
@@ -384,25 +377,22 @@ impl Sender {
         let mut place = None;
         if options.chunk_mode {
             loop {
-                let permit = self
+                let admitted = self
                     .admit(&sub, &mut place, self.limits.chunk_max_bytes)
                     .await;
-                let permit = match permit {
-                    Some(permit) => permit,
-                    None => self.admission.bytes(self.limits.chunk_max_bytes).await,
-                };
+                let permit = self.reserved(admitted, self.limits.chunk_max_bytes).await;
                 let Some(chunk) = sub.poll_chunk(self.limits.chunk_max_bytes)? else {
                     break;
                 };
-                let permit = trim(Some(permit), chunk.records.len());
+                let permit = trim(permit, chunk.records.len());
                 let item = RawItem::Chunk(chunk_message(chunk));
-                self.send(&sub, item, permit, "chunks").await?;
+                self.send(&sub, item, Some(permit), "chunks").await?;
             }
             let marker = RawItem::ChunkModeEnd(v1::ChunkModeEnd {});
             self.send(&sub, marker, None, "chunks").await?;
         }
         loop {
-            let permit = self
+            let admitted = self
                 .admit(&sub, &mut place, self.limits.batch_max_bytes)
                 .await;
             let first = match self.next_event(&mut sub, options.heartbeat).await? {
@@ -412,10 +402,7 @@ impl Sender {
             // A ring reader reserves now that it has an event: a view costs
             // nothing until sent, and a live subscriber waiting for events
             // holds no budget.
-            let permit = match permit {
-                Some(permit) => permit,
-                None => self.admission.bytes(self.limits.batch_max_bytes).await,
-            };
+            let permit = self.reserved(admitted, self.limits.batch_max_bytes).await;
             let mut events = vec![raw_event(&first)];
             let mut bytes = first.record_bytes().len();
             let mut failure = None;
@@ -442,7 +429,7 @@ impl Sender {
                 RawItem::Batch(RawEventBatch { events })
             };
             let mode = if place.is_some() { "backlog" } else { "live" };
-            self.send(&sub, item, trim(Some(permit), bytes), mode)
+            self.send(&sub, item, Some(trim(permit, bytes)), mode)
                 .await?;
             if let Some(e) = failure {
                 return Err(e.into());
@@ -476,6 +463,19 @@ impl Sender {
             *place = Some(self.admission.place().await);
         }
         Some(self.admission.bytes(bytes).await)
+    }
+
+    /// The response's budget: what `admit` reserved (a backlog reader, before
+    /// reading), else `bytes` reserved now.
+    async fn reserved(
+        &self,
+        admitted: Option<OwnedSemaphorePermit>,
+        bytes: usize,
+    ) -> OwnedSemaphorePermit {
+        match admitted {
+            Some(permit) => permit,
+            None => self.admission.bytes(bytes).await,
+        }
     }
 
     /// The next event, sending heartbeats while none comes.
@@ -597,24 +597,25 @@ impl Sender {
         tracing::warn!(
             suppressed,
             "subscriber {name:?} at {peer} has read nothing for {} s; it holds a task and up to \
-             {} queued responses (views of stored records, at most {} KiB each), never the shards; \
-             it stays connected and catches up if it reads again: check or restart that client \
-             (`ringfeed subscribers` lists them)",
+             {} queued responses (views of stored records, at most {} KiB each, counted against \
+             the response budget), never the shards; if it reads again within {} s \
+             (stall_timeout_secs) it catches up, else its place is given back and its stream \
+             ends UNAVAILABLE: check or restart that client (`ringfeed subscribers` lists them)",
             STALLED_AFTER.as_secs(),
             self.limits.queue_responses,
-            self.limits.batch_max_bytes.max(self.limits.chunk_max_bytes) >> 10
+            self.limits.batch_max_bytes.max(self.limits.chunk_max_bytes) >> 10,
+            self.limits.stall_timeout.as_secs()
         );
     }
 }
 
 /// Gives back the part of a byte reservation a response did not use.
-fn trim(permit: Option<OwnedSemaphorePermit>, used: usize) -> Option<OwnedSemaphorePermit> {
-    let mut permit = permit?;
+fn trim(mut permit: OwnedSemaphorePermit, used: usize) -> OwnedSemaphorePermit {
     let keep = used.div_ceil(UNIT).max(1);
     if permit.num_permits() > keep {
         drop(permit.split(permit.num_permits() - keep));
     }
-    Some(permit)
+    permit
 }
 
 /// Refreshes what ListSubscribers shows for this stream.
