@@ -220,6 +220,24 @@ struct ChunkRecords {
     at: usize,
 }
 
+impl Pending {
+    /// The next event of the response (for a chunk: the next record that
+    /// matches `filter` and `until`), or `None` when it is used up.
+    fn next_event(
+        &mut self,
+        filter: &Filter,
+        until: i64,
+    ) -> Result<Option<FollowedEvent>, FollowError> {
+        match self {
+            Pending::Empty => Ok(None),
+            Pending::Events(events) => events
+                .next_event()
+                .map_err(|e| FollowError::Corrupt(format!("an event message: {e}"))),
+            Pending::Chunk(records) => records.next_match(filter, until),
+        }
+    }
+}
+
 impl ChunkRecords {
     /// The next record that matches `filter` and `until` (0: none), as an event.
     fn next_match(
@@ -463,11 +481,11 @@ impl Follower {
             .transpose()
             .map_err(|e| FollowError::Corrupt(format!("cursor: {e}")))?;
         self.pending = match response.item {
-            Item::Events { body, single } => {
-                if !single {
+            Item::Events(events) => {
+                if events.batch() {
                     self.stats.batches += 1;
                 }
-                Pending::Events(Events::new(body, single))
+                Pending::Events(events)
             }
             Item::Chunk(chunk) => {
                 self.stats.chunks += 1;
@@ -525,7 +543,8 @@ impl Follower {
                         }
                     }
                     // The events were walked once already: they decode.
-                    event = Self::pending_event(&mut rest, &self.filter, self.request.until_ns)
+                    event = rest
+                        .next_event(&self.filter, self.request.until_ns)
                         .ok()
                         .flatten();
                 }
@@ -536,21 +555,7 @@ impl Follower {
 
     /// The next event of the current response, or `None` when it is used up.
     fn next_pending(&mut self) -> Result<Option<FollowedEvent>, FollowError> {
-        Self::pending_event(&mut self.pending, &self.filter, self.request.until_ns)
-    }
-
-    fn pending_event(
-        pending: &mut Pending,
-        filter: &Filter,
-        until: i64,
-    ) -> Result<Option<FollowedEvent>, FollowError> {
-        match pending {
-            Pending::Empty => Ok(None),
-            Pending::Events(events) => events
-                .next_event()
-                .map_err(|e| FollowError::Corrupt(format!("an event message: {e}"))),
-            Pending::Chunk(records) => records.next_match(filter, until),
-        }
+        self.pending.next_event(&self.filter, self.request.until_ns)
     }
 
     /// Finds the event after the one just handed out; when the response is

@@ -60,11 +60,8 @@ impl Decoder for RawResponseCodec {
 /// What a response carries.
 #[derive(Debug)]
 pub(crate) enum Item {
-    /// One `EventMessage` (`single`) or an `EventBatch`, still encoded.
-    Events {
-        body: Bytes,
-        single: bool,
-    },
+    /// One `EventMessage` or an `EventBatch`, still encoded.
+    Events(Events),
     Chunk(v1::ChunkMessage),
     Heartbeat(v1::Heartbeat),
     ChunkModeEnd,
@@ -97,18 +94,8 @@ impl Response {
             let part = message.slice_ref(part);
             match tag {
                 1 => cursor = part,
-                2 => {
-                    item = Item::Events {
-                        body: part,
-                        single: true,
-                    }
-                }
-                3 => {
-                    item = Item::Events {
-                        body: part,
-                        single: false,
-                    }
-                }
+                2 => item = Item::Events(Events::new(part, true)),
+                3 => item = Item::Events(Events::new(part, false)),
                 4 => item = Item::Heartbeat(v1::Heartbeat::decode(part)?),
                 5 => item = Item::Chunk(v1::ChunkMessage::decode(part)?),
                 6 => item = Item::ChunkModeEnd,
@@ -125,11 +112,13 @@ pub(crate) struct Events {
     body: Bytes,
     /// Where the unread part of `body` starts.
     at: usize,
+    /// `body` is one `EventMessage` (not yet handed out while `at` is 0),
+    /// not an `EventBatch`.
     single: bool,
 }
 
 impl Events {
-    pub fn new(body: Bytes, single: bool) -> Events {
+    fn new(body: Bytes, single: bool) -> Events {
         Events {
             body,
             at: 0,
@@ -137,14 +126,23 @@ impl Events {
         }
     }
 
+    /// Whether these are an `EventBatch`'s.
+    pub fn batch(&self) -> bool {
+        !self.single
+    }
+
     /// The next event, if any.
     pub fn next_event(&mut self) -> Result<Option<FollowedEvent>, DecodeError> {
+        if self.single {
+            // An all-default EventMessage encodes to no bytes: still one event.
+            if self.at > 0 {
+                return Ok(None);
+            }
+            self.at = self.body.len().max(1);
+            return event_message(&self.body, &self.body).map(Some);
+        }
         if self.at >= self.body.len() {
             return Ok(None);
-        }
-        if self.single {
-            self.at = self.body.len();
-            return event_message(&self.body, &self.body).map(Some);
         }
         let mut fields = Fields::new(&self.body[self.at..]);
         while let Some(field) = fields.next() {
@@ -209,10 +207,9 @@ mod tests {
 
     fn walk(response: &SubscribeResponse) -> (Bytes, Vec<FollowedEvent>) {
         let parsed = Response::parse(response.encode_to_vec().into()).unwrap();
-        let Item::Events { body, single } = parsed.item else {
+        let Item::Events(mut events) = parsed.item else {
             panic!("no events: {:?}", parsed.item);
         };
-        let mut events = Events::new(body, single);
         let mut out = Vec::new();
         while let Some(e) = events.next_event().unwrap() {
             out.push(e);
@@ -258,6 +255,18 @@ mod tests {
     }
 
     #[test]
+    fn an_all_default_event_message_is_still_one_event() {
+        let r = SubscribeResponse {
+            cursor: Bytes::new(),
+            item: Some(GenItem::Event(EventMessage::default())),
+        };
+        let (_, events) = walk(&r);
+        assert_eq!(events.len(), 1);
+        assert_eq!((events[0].ts_ns, events[0].offset), (0, 0));
+        assert!(events[0].event.is_empty());
+    }
+
+    #[test]
     fn an_event_message_with_an_empty_event_is_an_empty_event() {
         let mut m = message(1);
         m.event = Some(Event::default());
@@ -276,8 +285,7 @@ mod tests {
             let Ok(parsed) = Response::parse(Bytes::copy_from_slice(&batch[..cut])) else {
                 continue;
             };
-            if let Item::Events { body, single } = parsed.item {
-                let mut events = Events::new(body, single);
+            if let Item::Events(mut events) = parsed.item {
                 while let Ok(Some(_)) = events.next_event() {}
             }
         }
