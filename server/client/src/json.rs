@@ -10,7 +10,6 @@
 
 use std::io::Write as _;
 
-use base64::Engine as _;
 use ringfeed_proto::prost::{DecodeError, Message};
 use ringfeed_proto::v1;
 
@@ -88,18 +87,18 @@ fn write_entry(entry: &EntryParts<'_>, out: &mut Vec<u8>) {
     }
     if !entry.attributes.is_empty() {
         object.key("attributes");
-        let out = &mut *object.out;
-        out.push(b'"');
-        let at = out.len();
-        out.resize(
-            at + base64::encoded_len(entry.attributes.len(), true).expect("fits"),
-            0,
-        );
-        let written = base64::engine::general_purpose::STANDARD
-            .encode_slice(entry.attributes, &mut out[at..])
-            .expect("sized above");
-        out.truncate(at + written);
-        out.push(b'"');
+        object.out.push(b'"');
+        {
+            let mut base64 = base64::write::EncoderWriter::new(
+                &mut *object.out,
+                &base64::engine::general_purpose::STANDARD,
+            );
+            base64
+                .write_all(entry.attributes)
+                .and_then(|()| base64.finish().map(drop))
+                .expect("writing to a Vec");
+        }
+        object.out.push(b'"');
     }
     object.close();
 }

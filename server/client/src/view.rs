@@ -339,34 +339,38 @@ pub struct EntryView<'a> {
 }
 
 impl<'a> EntryView<'a> {
+    // Each accessor is one pass over the entry, as `parts` is (proto3's "last
+    // occurrence wins" means reading one field walks them all anyway), so
+    // they read through it: the entry's field numbers and types live there.
+
     /// Field 1: the entry's name.
     pub fn name(&self) -> Result<&'a str, DecodeError> {
-        string(last(self.bytes, 1)?)
+        Ok(self.parts()?.name)
     }
 
     /// Field 2.
     pub fn is_directory(&self) -> Result<bool, DecodeError> {
-        varint(last(self.bytes, 2)?).map(|v| v != 0)
+        Ok(self.parts()?.is_directory)
     }
 
     /// Field 3.
     pub fn size(&self) -> Result<u64, DecodeError> {
-        varint(last(self.bytes, 3)?)
+        Ok(self.parts()?.size)
     }
 
     /// Field 4.
     pub fn mtime_ns(&self) -> Result<i64, DecodeError> {
-        varint(last(self.bytes, 4)?).map(|v| v as i64)
+        Ok(self.parts()?.mtime_ns)
     }
 
     /// Field 5.
     pub fn mode(&self) -> Result<u32, DecodeError> {
-        varint(last(self.bytes, 5)?).map(|v| v as u32)
+        Ok(self.parts()?.mode)
     }
 
     /// Field 6: opaque attributes.
     pub fn attributes(&self) -> Result<&'a [u8], DecodeError> {
-        bytes(last(self.bytes, 6)?)
+        Ok(self.parts()?.attributes)
     }
 
     /// Field 7: the extended attributes' entries `(key, value)` in wire order

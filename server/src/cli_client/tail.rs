@@ -209,12 +209,13 @@ pub(super) fn event_line(text: &mut Vec<u8>, event: &FollowedEvent, cursor: &[u8
         r#"{{"ts":{},"shard":{},"offset":{},"cursor":""#,
         event.ts_ns, event.shard, event.offset
     );
-    let at = text.len();
-    text.resize(at + cursor.len().div_ceil(3) * 4, 0);
-    let written = CURSOR_B64
-        .encode_slice(cursor, &mut text[at..])
-        .expect("sized for the padded length");
-    text.truncate(at + written);
+    {
+        let mut base64 = base64::write::EncoderWriter::new(&mut *text, &CURSOR_B64);
+        base64
+            .write_all(cursor)
+            .and_then(|()| base64.finish().map(drop))
+            .expect("writing to a Vec");
+    }
     text.extend_from_slice(br#"","event":"#);
     if let Err(e) = write_event_json(&event.event, text) {
         text.truncate(start);
