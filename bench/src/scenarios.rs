@@ -460,6 +460,34 @@ struct Followed {
     latency: Option<Histogram<u64>>,
 }
 
+/// Which of the event numbers `want` a subscriber got: exact while each came
+/// at most once and none came from outside `want`.
+struct Tally {
+    start: u64,
+    seen: Vec<bool>,
+    got: u64,
+    exact: bool,
+}
+
+impl Tally {
+    fn new(want: std::ops::Range<u64>) -> Tally {
+        Tally {
+            start: want.start,
+            seen: vec![false; (want.end - want.start) as usize],
+            got: 0,
+            exact: true,
+        }
+    }
+
+    fn record(&mut self, index: u64) {
+        self.got += 1;
+        match index.checked_sub(self.start).map(|i| i as usize) {
+            Some(i) if i < self.seen.len() && !self.seen[i] => self.seen[i] = true,
+            _ => self.exact = false,
+        }
+    }
+}
+
 /// Reads `want` events from `sub` and checks it got each of `want` exactly
 /// once (in any order across ringfeed's shards).
 async fn follow(
@@ -469,14 +497,14 @@ async fn follow(
     measure_latency: bool,
     deadline: Option<Instant>,
 ) -> Result<Followed> {
-    let n = (want.end - want.start) as usize;
-    let mut seen = vec![false; n];
-    let (mut got, mut first, mut exact) = (0usize, None, true);
+    let n = want.end - want.start;
+    let mut tally = Tally::new(want);
+    let mut first = None;
     let mut latency = measure_latency
         .then(|| Histogram::<u64>::new(3))
         .transpose()?;
     let mut timed_out = false;
-    while got < n {
+    while tally.got < n {
         // Under a time limit only the limit ends the wait: a subscriber that
         // gets nothing before it is measured as timed out, not failed.
         let wait = match deadline {
@@ -489,26 +517,22 @@ async fn follow(
                 break;
             }
             Ok(Ok(Some(d))) => d,
-            Ok(Ok(None)) => bail!("the subscription ended after {got} of {n} events"),
-            Ok(Err(e)) => return Err(e.context(format!("after {got} of {n} events"))),
-            Err(_) => bail!("no event for {STALL:?} after {got} of {n}"),
+            Ok(Ok(None)) => bail!("the subscription ended after {} of {n} events", tally.got),
+            Ok(Err(e)) => return Err(e.context(format!("after {} of {n} events", tally.got))),
+            Err(_) => bail!("no event for {STALL:?} after {} of {n}", tally.got),
         };
         if let Some(h) = latency.as_mut() {
             h.record(((crate::util::now_ns() - d.sent_ns).max(0) / 1000) as u64)?;
         }
         first.get_or_insert_with(|| t0.elapsed());
-        got += 1;
-        match d.index.checked_sub(want.start).map(|i| i as usize) {
-            Some(i) if i < n && !seen[i] => seen[i] = true,
-            _ => exact = false,
-        }
+        tally.record(d.index);
     }
     Ok(Followed {
         first: first.unwrap_or_default(),
         done: t0.elapsed(),
-        got: got as u64,
+        got: tally.got,
         timed_out,
-        exact,
+        exact: tally.exact,
         latency,
     })
 }
@@ -649,29 +673,31 @@ async fn cli_catch_up(
     let (out, elapsed, timed_out, cpu_ticks) = reader.await?;
     let _ = child.kill();
     let _ = child.wait();
-    let mut seen = vec![0u32; events as usize];
-    let mut got = 0u64;
+    let mut tally = Tally::new(0..events);
     let objects = serde_json::Deserializer::from_slice(&out).into_iter::<serde_json::Value>();
     for value in objects.map_while(Result::ok) {
         if let Some(index) = systems::json_stamp(&value, payload) {
-            got += 1;
-            if let Some(n) = seen.get_mut(index as usize) {
-                *n += 1;
-            }
+            tally.record(index);
         }
     }
-    let exact = got == events && seen.iter().all(|&n| n == 1);
+    // Every pre-loaded event, once (a tail stopped at the time limit missed
+    // some: inexact too).
+    let exact = tally.exact && tally.got == events;
+    let got = tally.got;
     let secs = elapsed.as_secs_f64();
     let mut row = Row::new(kind, "tail CLI", "cli");
     row.figure("subscribers", 1.0)
         .figure("events each", events as f64);
-    if !timed_out {
-        row.figure("all caught up s", secs);
-    }
-    row.figure("events/s", got as f64 / secs)
-        .figure("MB/s", got as f64 * size as f64 / secs / 1e6)
-        .figure("timed out", f64::from(u8::from(timed_out)))
-        .figure("inexact", f64::from(u8::from(!exact)));
+    catch_up_figures(
+        &mut row,
+        &Collected {
+            last: elapsed,
+            delivered: got,
+            inexact: usize::from(!exact),
+            timed_out: usize::from(timed_out),
+        },
+        size,
+    );
     if cpu_ticks > 0 {
         let cpu_s = cpu_ticks as f64 / crate::util::CLOCK_TICKS_PER_SECOND as f64;
         row.figure("client CPU µs/event", cpu_s * 1e6 / got.max(1) as f64);
