@@ -26,7 +26,10 @@ pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/ringfeed.v1.serde.rs"));
 }
 
-pub use raw::{RawAppendRequest, RawEventBatch, RawEventMessage, RawItem, RawSubscribeResponse};
+pub use raw::{
+    RawAppendRequest, RawEventBatch, RawEventMessage, RawItem, RawResponseFields,
+    RawSubscribeResponse,
+};
 pub use v1::ring_feed_client::RingFeedClient;
 pub use v1::ring_feed_server::{RingFeed, RingFeedServer};
 

@@ -67,15 +67,98 @@ pub struct RawEventBatch {
 }
 
 /// `ringfeed.v1.SubscribeResponse` as the server sends it: the item type of
-/// the generated server's `SubscribeStream`.
+/// the generated server's `SubscribeStream`. Either its fields, which tonic
+/// encodes for the stream it goes to, or an encoding made once and queued to
+/// every stream it goes to (encode once for all: tonic copies the bytes into
+/// each stream's frame and encodes nothing).
+#[derive(Clone, PartialEq, Debug)]
+pub enum RawSubscribeResponse {
+    Fields(RawResponseFields),
+    /// A complete encoding of `ringfeed.v1.SubscribeResponse`.
+    Encoded(Bytes),
+}
+
+/// The fields of a [`RawSubscribeResponse`].
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct RawSubscribeResponse {
+pub struct RawResponseFields {
     /// Resume token positioned after this response; empty = unchanged.
     #[prost(bytes = "bytes", tag = "1")]
     pub cursor: Bytes,
     /// What this response carries.
     #[prost(oneof = "RawItem", tags = "2, 3, 4, 5, 6")]
     pub item: Option<RawItem>,
+}
+
+impl Default for RawSubscribeResponse {
+    fn default() -> Self {
+        RawSubscribeResponse::Fields(RawResponseFields::default())
+    }
+}
+
+impl RawSubscribeResponse {
+    /// A response carrying `item`, positioned at `cursor`.
+    pub fn new(cursor: Bytes, item: RawItem) -> Self {
+        RawSubscribeResponse::Fields(RawResponseFields {
+            cursor,
+            item: Some(item),
+        })
+    }
+
+    /// Encodes a response once, to be queued to many streams.
+    pub fn encoded(cursor: Bytes, item: RawItem) -> Self {
+        let fields = RawResponseFields {
+            cursor,
+            item: Some(item),
+        };
+        RawSubscribeResponse::Encoded(fields.encode_to_vec().into())
+    }
+
+    /// The response's fields (an encoded one decoded: events stay views of
+    /// its bytes).
+    pub fn into_fields(self) -> Result<RawResponseFields, prost::DecodeError> {
+        match self {
+            RawSubscribeResponse::Fields(fields) => Ok(fields),
+            RawSubscribeResponse::Encoded(bytes) => RawResponseFields::decode(bytes),
+        }
+    }
+}
+
+/// By hand, to send an encoded response verbatim; a fields response is the
+/// derived encoding of its fields.
+impl Message for RawSubscribeResponse {
+    fn encode_raw(&self, buf: &mut impl bytes::BufMut) {
+        match self {
+            RawSubscribeResponse::Fields(fields) => fields.encode_raw(buf),
+            RawSubscribeResponse::Encoded(bytes) => buf.put_slice(bytes),
+        }
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: prost::encoding::WireType,
+        buf: &mut impl bytes::Buf,
+        ctx: prost::encoding::DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        if let RawSubscribeResponse::Encoded(bytes) = self {
+            *self = RawSubscribeResponse::Fields(RawResponseFields::decode(bytes.clone())?);
+        }
+        match self {
+            RawSubscribeResponse::Fields(fields) => fields.merge_field(tag, wire_type, buf, ctx),
+            RawSubscribeResponse::Encoded(_) => unreachable!("decoded above"),
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        match self {
+            RawSubscribeResponse::Fields(fields) => fields.encoded_len(),
+            RawSubscribeResponse::Encoded(bytes) => bytes.len(),
+        }
+    }
+
+    fn clear(&mut self) {
+        *self = RawSubscribeResponse::default();
+    }
 }
 
 /// `ringfeed.v1.SubscribeResponse.item`, with raw events.
@@ -96,16 +179,6 @@ pub enum RawItem {
     /// End of chunk-mode catch-up.
     #[prost(message, tag = "6")]
     ChunkModeEnd(v1::ChunkModeEnd),
-}
-
-impl RawSubscribeResponse {
-    /// A response carrying `item`, positioned at `cursor`.
-    pub fn new(cursor: Bytes, item: RawItem) -> Self {
-        Self {
-            cursor,
-            item: Some(item),
-        }
-    }
 }
 
 /// `ringfeed.v1.AppendRequest` as the server receives it: each event stays
@@ -153,7 +226,7 @@ impl From<v1::SubscribeResponse> for RawSubscribeResponse {
     /// Encodes any events. For tests and mock servers.
     fn from(r: v1::SubscribeResponse) -> Self {
         use v1::subscribe_response::Item;
-        Self {
+        RawSubscribeResponse::Fields(RawResponseFields {
             cursor: r.cursor,
             item: r.item.map(|item| match item {
                 Item::Event(e) => RawItem::Event(e.into()),
@@ -162,7 +235,7 @@ impl From<v1::SubscribeResponse> for RawSubscribeResponse {
                 Item::Chunk(c) => RawItem::Chunk(c),
                 Item::ChunkModeEnd(m) => RawItem::ChunkModeEnd(m),
             }),
-        }
+        })
     }
 }
 

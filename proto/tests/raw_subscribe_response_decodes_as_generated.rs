@@ -172,5 +172,17 @@ fn every_variant_round_trips_through_raw() {
         assert_eq!(raw.encode_to_vec(), wire, "{expected:?}");
         assert_eq!(RawSubscribeResponse::from(expected.clone()), raw);
         assert_eq!(decode_as_client(&raw), expected);
+        // Encoded once, it is sent verbatim: the same bytes, the same
+        // message for the client, the same fields back.
+        let fields = raw.into_fields().expect("fields");
+        let Some(item) = fields.item.clone() else {
+            continue; // a response without an item is never sent
+        };
+        let once = RawSubscribeResponse::encoded(fields.cursor.clone(), item);
+        assert!(matches!(once, RawSubscribeResponse::Encoded(_)));
+        assert_eq!(once.encoded_len(), wire.len());
+        assert_eq!(once.encode_to_vec(), wire, "{expected:?}");
+        assert_eq!(decode_as_client(&once), expected);
+        assert_eq!(once.into_fields().expect("decodes"), fields);
     }
 }

@@ -538,6 +538,9 @@ impl World {
         response: RawSubscribeResponse,
         who: &str,
     ) -> Result<(), Broken> {
+        let response = response
+            .into_fields()
+            .map_err(|e| ("responses decode", format!("{who}: {e}")))?;
         let Some(item) = response.item else {
             return Err(("every response carries an item", who.to_string()));
         };

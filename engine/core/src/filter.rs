@@ -16,7 +16,7 @@ use crate::path::path_problem;
 use crate::record::RecordHeader;
 
 /// A subscription's filter. `Default` delivers every event.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Filter {
     /// Deliver events under any of these paths.
     pub prefixes: Vec<String>,

@@ -48,7 +48,7 @@ pub enum Start {
 }
 
 /// The order events are delivered in.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Ordering {
     /// `(ts, shard, offset)`: the same on every replay.
     #[default]
@@ -337,6 +337,39 @@ impl Lane {
         }
     }
 
+    /// Consumes every record before `next` without delivering it (see
+    /// [`Subscription::skip_to`]); `seen_ts` is what the other subscription's
+    /// lane had seen there.
+    fn skip_to(&mut self, next: u64, seen_ts: i64) -> Result<(), SubscribeError> {
+        self.head = None; // its record is at `at`: walked over below
+        let shard = self.shard().id;
+        while self.next < next {
+            if !self.load()? {
+                return Err(SubscribeError::Corrupt {
+                    shard,
+                    segment: String::new(),
+                    position: self.next,
+                    reason: format!("record {} to skip over is not available", self.next),
+                });
+            }
+            let bad = |source| SubscribeError::Record { shard, source };
+            let (len, offset, ts) = record::peek_position(&self.run[self.at..]).map_err(bad)?;
+            if offset != self.next {
+                return Err(SubscribeError::Corrupt {
+                    shard,
+                    segment: String::new(),
+                    position: self.at as u64,
+                    reason: format!("expected offset {}, found {offset}", self.next),
+                });
+            }
+            self.at += len;
+            self.next += 1;
+            self.seen_ts = self.seen_ts.max(ts);
+        }
+        self.seen_ts = self.seen_ts.max(seen_ts);
+        Ok(())
+    }
+
     /// Consumes the current run's next records, at most `max_bytes` of them
     /// (but at least one record), as one raw chunk, checking that they hold
     /// the expected offsets densely.
@@ -399,6 +432,23 @@ impl Lane {
             ts: head.ts,
             record,
         }
+    }
+}
+
+/// How far a subscription has read: per shard the next offset and the last stamp
+/// seen, and its watermark. Another subscription of the same filter, order
+/// and durability that stands at or before it can move there
+/// ([`Subscription::skip_to`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Progress {
+    lanes: Box<[(u64, i64)]>,
+    watermark: i64,
+}
+
+impl Progress {
+    /// The next offset of every shard (the cursor's offsets).
+    pub fn offsets(&self) -> impl Iterator<Item = u64> + '_ {
+        self.lanes.iter().map(|&(next, _)| next)
     }
 }
 
@@ -538,6 +588,59 @@ impl Subscription {
             })
             .collect();
         Cursor::with_generations(next, generations)
+    }
+
+    /// Where this subscription stands.
+    pub fn progress(&self) -> Progress {
+        Progress {
+            lanes: self.lanes.iter().map(|l| (l.next, l.seen_ts)).collect(),
+            watermark: self.watermark,
+        }
+    }
+
+    /// The next offset of every shard, in shard order (the cursor's offsets).
+    pub fn offsets(&self) -> impl Iterator<Item = u64> + '_ {
+        self.lanes.iter().map(|l| l.next)
+    }
+
+    /// What decides which events this subscription delivers and in what
+    /// order, besides where it stands: two subscriptions alike in these
+    /// deliver the same events from the same position (in `Merged` order,
+    /// the same sequence).
+    pub fn shape(&self) -> (&Filter, Ordering, bool, Option<i64>) {
+        (
+            &self.filter,
+            self.ordering,
+            self.durable_only,
+            self.until_ns,
+        )
+    }
+
+    /// Moves to `to`, the position another subscription of the same
+    /// [`shape`](Subscription::shape) reached from at or before where this one
+    /// stands, having delivered what lies between: every record before `to`
+    /// is consumed here without being delivered. Returns false, changing
+    /// nothing, if this subscription stands past `to` in any shard.
+    ///
+    /// This is how one encoding of a response goes to many subscribers: the
+    /// events between two positions are the same for every subscription of
+    /// one shape, so the one that read them shares its response and the
+    /// others move past them.
+    pub fn skip_to(&mut self, to: &Progress) -> Result<bool, SubscribeError> {
+        if to.lanes.len() != self.lanes.len()
+            || self
+                .lanes
+                .iter()
+                .zip(&to.lanes[..])
+                .any(|(l, &(next, _))| l.next > next)
+        {
+            return Ok(false);
+        }
+        for (lane, &(next, seen_ts)) in self.lanes.iter_mut().zip(&to.lanes[..]) {
+            lane.skip_to(next, seen_ts)?;
+        }
+        self.watermark = self.watermark.max(to.watermark);
+        Ok(true)
     }
 
     /// The stamp through which every matching event has been delivered (as of
