@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod registry;
 pub mod sender;
 pub mod service;
+pub(crate) mod shared;
 pub mod sim;
 pub mod status;
 

@@ -56,6 +56,10 @@ pub struct ServerMetrics {
     /// Encoded bytes of the event responses sent.
     bytes_sent: Counter,
     heartbeats_sent: Counter,
+    /// Encode once for all: live responses encoded once and kept for the
+    /// streams of the same shape, and responses queued from such an encoding.
+    shared_responses_built: Counter,
+    shared_responses_reused: Counter,
     /// How far behind the newest event a subscriber was when a response went
     /// out: wall clock minus the subscription's merged watermark.
     lag_at_send: Histogram,
@@ -74,6 +78,8 @@ impl Default for ServerMetrics {
             events_sent: Counter::default(),
             bytes_sent: Counter::default(),
             heartbeats_sent: Counter::default(),
+            shared_responses_built: Counter::default(),
+            shared_responses_reused: Counter::default(),
             // 1 ms to about 17 min: live tails sit at the bottom, catch-ups climb.
             lag_at_send: Histogram::new(exponential_buckets(0.001, 4.0, 11)),
         }
@@ -142,6 +148,19 @@ impl ServerMetrics {
         self.heartbeats_sent.inc();
     }
 
+    pub fn shared_response_built(&self) {
+        self.shared_responses_built.inc();
+    }
+
+    pub fn shared_response_reused(&self) {
+        self.shared_responses_reused.inc();
+    }
+
+    /// Responses queued from another stream's encoding so far.
+    pub fn shared_responses_reused(&self) -> u64 {
+        self.shared_responses_reused.get()
+    }
+
     fn register(&self, registry: &mut Registry) {
         let r = registry;
         r.register(
@@ -168,6 +187,16 @@ impl ServerMetrics {
             "subscribers_stalled_given_back",
             "Streams ended UNAVAILABLE because their client read nothing for stall_timeout_secs",
             self.subscribers_stalled_given_back.clone(),
+        );
+        r.register(
+            "shared_responses_built",
+            "Live responses encoded once and kept for every stream of the same filter, order and batching",
+            self.shared_responses_built.clone(),
+        );
+        r.register(
+            "shared_responses_reused",
+            "Responses queued from an encoding another stream built (nothing read or encoded again)",
+            self.shared_responses_reused.clone(),
         );
         r.register(
             "backlog_readers_admitted",

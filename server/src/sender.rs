@@ -51,6 +51,7 @@ use tokio_stream::{Stream, StreamExt};
 
 use crate::metrics::ServerMetrics;
 use crate::registry::Registered;
+use crate::shared::{Group, Groups, Shared};
 use ringfeed_engine::clock::now_ns;
 
 /// How subscription streams are paced, batched and admitted.
@@ -137,6 +138,17 @@ impl Admission {
         }
     }
 
+    /// `bytes` of the budget if they are spare: free now, and half the
+    /// budget still free after them (what a cache may take without ever
+    /// making a stream wait).
+    fn try_spare(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        let units = bytes.div_ceil(UNIT).clamp(1, self.budget_units);
+        if self.bytes.available_permits() < units + self.budget_units / 2 {
+            return None;
+        }
+        self.bytes.clone().try_acquire_many_owned(units as u32).ok()
+    }
+
     /// Waits until `bytes` (at most the whole budget) are free to read.
     async fn bytes(&self, bytes: usize) -> OwnedSemaphorePermit {
         let units = bytes.div_ceil(UNIT).clamp(1, self.budget_units) as u32;
@@ -214,6 +226,8 @@ pub(crate) struct Streams {
     pub limits: Arc<SubscriberLimits>,
     pub admission: Arc<Admission>,
     pub metrics: Arc<ServerMetrics>,
+    /// Streams that share live responses (encode once for all).
+    pub groups: Groups,
 }
 
 /// What a subscriber reads: its queued responses, then the final error if
@@ -237,9 +251,10 @@ impl Streams {
         let queue = Arc::new(Queue(std::sync::Mutex::new(QueueState {
             rx,
             held: None,
-            last_pull: std::time::Instant::now(),
+            last_pull: tokio::time::Instant::now(),
         })));
         let sender = Sender {
+            group: self.groups.join(&sub, options.batching),
             shards: self.shards.clone(),
             limits: self.limits.clone(),
             admission: self.admission.clone(),
@@ -271,7 +286,7 @@ struct QueueState {
     /// with room) or the stream ends.
     held: Option<OwnedSemaphorePermit>,
     /// When the transport last took a response.
-    last_pull: std::time::Instant,
+    last_pull: tokio::time::Instant,
 }
 
 impl Queue {
@@ -286,7 +301,7 @@ impl Queue {
         let mut state = self.state();
         state.rx.poll_recv(cx).map(|item| {
             item.map(|(response, permit)| {
-                state.last_pull = std::time::Instant::now();
+                state.last_pull = tokio::time::Instant::now();
                 state.held = permit; // the previous response's budget returns
                 response
             })
@@ -322,6 +337,8 @@ struct Sender {
     /// that stopped reading can never turn the error into a clean end.
     final_status: mpsc::Sender<Status>,
     registered: Registered,
+    /// The streams this one shares live responses with.
+    group: Option<Arc<Group>>,
     /// Events queued so far (shown by ListSubscribers).
     sent: AtomicU64,
     metrics: Connected,
@@ -391,10 +408,14 @@ impl Sender {
             let marker = RawItem::ChunkModeEnd(v1::ChunkModeEnd {});
             self.send(&sub, marker, None, "chunks").await?;
         }
+        // Where the subscription stood before its next response.
+        let mut from = Vec::with_capacity(self.shards.len());
         loop {
             let admitted = self
                 .admit(&sub, &mut place, self.limits.batch_max_bytes)
                 .await;
+            from.clear();
+            from.extend(sub.offsets());
             let first = match self.next_event(&mut sub, options.heartbeat).await? {
                 Some(first) => first,
                 None => return Ok(()), // until_ns reached: the stream ends OK
@@ -403,6 +424,29 @@ impl Sender {
             // nothing until sent, and a live subscriber waiting for events
             // holds no budget.
             let permit = self.reserved(admitted, self.limits.batch_max_bytes).await;
+            // A live reader in company: another stream may have built this
+            // response already, and one built here may serve the others.
+            let sharing = (place.is_none())
+                .then_some(self.group.as_ref())
+                .flatten()
+                .filter(|g| g.has_company());
+            if let Some(shared) = sharing.and_then(|g| g.find(&from)) {
+                // Its events include `first`: ours is dropped, not sent twice.
+                if sub.skip_to(&shared.to)? {
+                    let used = shared.response.encoded_len();
+                    self.metrics.0.shared_response_reused();
+                    self.queue(
+                        &sub,
+                        shared.response.clone(),
+                        shared.cursor.clone(),
+                        shared.events,
+                        Some(trim(permit, used)),
+                        "live",
+                    )
+                    .await?;
+                    continue;
+                }
+            }
             let mut events = vec![raw_event(&first)];
             let mut bytes = first.record_bytes().len();
             let mut failure = None;
@@ -429,8 +473,13 @@ impl Sender {
                 RawItem::Batch(RawEventBatch { events })
             };
             let mode = if place.is_some() { "backlog" } else { "live" };
-            self.send(&sub, item, Some(trim(permit, bytes)), mode)
-                .await?;
+            match sharing {
+                Some(group) => self.share(&sub, group, &from, item, permit).await?,
+                None => {
+                    self.send(&sub, item, Some(trim(permit, bytes)), mode)
+                        .await?
+                }
+            }
             if let Some(e) = failure {
                 return Err(e.into());
             }
@@ -502,8 +551,41 @@ impl Sender {
         }
     }
 
-    /// Queues `item` with the subscription's cursor after it (waiting while
-    /// the queue is full) and shows the new position in ListSubscribers.
+    /// Encodes `item` once, keeps it in `group` for the streams behind (if
+    /// the budget has room for it) and queues it.
+    async fn share(
+        &self,
+        sub: &Subscription,
+        group: &Group,
+        from: &[u64],
+        item: RawItem,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<(), Stop> {
+        let events = match &item {
+            RawItem::Batch(b) => b.events.len() as u64,
+            _ => 1,
+        };
+        let cursor: Bytes = sub.cursor().to_bytes().into();
+        let response = RawSubscribeResponse::encoded(cursor.clone(), item);
+        let used = response.encoded_len();
+        if let Some(budget) = self.admission.try_spare(used) {
+            let shared = Shared::new(
+                from,
+                sub.progress(),
+                response.clone(),
+                cursor.clone(),
+                events,
+                budget,
+            );
+            group.keep(Arc::new(shared));
+            self.metrics.0.shared_response_built();
+        }
+        let permit = Some(trim(permit, used));
+        self.queue(sub, response, cursor, events, permit, "live")
+            .await
+    }
+
+    /// Queues `item` with the subscription's cursor after it.
     async fn send(
         &self,
         sub: &Subscription,
@@ -521,10 +603,26 @@ impl Sender {
             }
             RawItem::ChunkModeEnd(_) => 0,
         };
-        let sent = self.sent.fetch_add(events, AtomicOrdering::Relaxed) + events;
         let cursor: Bytes = sub.cursor().to_bytes().into();
+        let response = RawSubscribeResponse::new(cursor.clone(), item);
+        self.queue(sub, response, cursor, events, permit, mode)
+            .await
+    }
+
+    /// Queues `response`, which carries `events` and positions the client at
+    /// `cursor` (waiting while the queue is full), and shows the new
+    /// position in ListSubscribers.
+    async fn queue(
+        &self,
+        sub: &Subscription,
+        response: RawSubscribeResponse,
+        cursor: Bytes,
+        events: u64,
+        permit: Option<OwnedSemaphorePermit>,
+        mode: &'static str,
+    ) -> Result<(), Stop> {
+        let sent = self.sent.fetch_add(events, AtomicOrdering::Relaxed) + events;
         show(&self.registered, sub, &cursor, mode, sent);
-        let response = RawSubscribeResponse::new(cursor, item);
         let bytes = response.encoded_len();
         let lag = ((now_ns() - sub.watermark()).max(0) as f64 / 1e9).min(1e9);
         let mut send = std::pin::pin!(self.tx.send((Ok(response), permit)));

@@ -28,6 +28,7 @@ use ringfeed_engine::clock::now_ns;
 use crate::metrics::ServerMetrics;
 use crate::registry::Registry;
 use crate::sender::{Admission, StreamOptions, Streams, SubscriberLimits};
+use crate::shared::Groups;
 use crate::status::{append_status, subscribe_status};
 
 pub use ringfeed_proto::wire::START_CURSOR_METADATA;
@@ -78,6 +79,7 @@ impl Service {
             limits: limits.clone(),
             admission: Arc::new(Admission::new(&limits, metrics.clone())),
             metrics: metrics.clone(),
+            groups: Groups::default(),
         });
         Service {
             engine,

@@ -41,6 +41,7 @@ use tokio::sync::watch;
 use crate::metrics::ServerMetrics;
 use crate::registry::{Registered, Registry};
 use crate::sender::{Admission, Responses, StreamOptions, Streams, SubscriberLimits};
+use crate::shared::Groups;
 
 /// The engine faults a stream simulation runs with: everything but the
 /// restarts and the I/O failures that lead to them (a restart ends every
@@ -75,6 +76,8 @@ pub struct StreamOutcome {
     pub out_of_range: u64,
     /// Streams that ended clean at their `until_ns`.
     pub clean_ends: u64,
+    /// Responses queued from another stream's encoding (encode once for all).
+    pub shared_responses: u64,
     /// A hash of everything clients received: the same seed, the same digest.
     pub digest: u64,
 }
@@ -186,6 +189,7 @@ impl World {
             admission: Arc::new(Admission::new(&limits, metrics.clone())),
             limits: Arc::new(limits),
             metrics,
+            groups: Groups::default(),
         };
         let clients = [
             (Ordering::Merged, false, false, true),
@@ -228,6 +232,7 @@ impl World {
     fn outcome(&self) -> StreamOutcome {
         StreamOutcome {
             digest: self.digest.finish(),
+            shared_responses: self.streams.metrics.shared_responses_reused(),
             ..self.outcome.clone()
         }
     }

@@ -36,6 +36,7 @@ fn every_stream_ends_as_it_must() {
         total.unavailable += outcome.unavailable;
         total.out_of_range += outcome.out_of_range;
         total.clean_ends += outcome.clean_ends;
+        total.shared_responses += outcome.shared_responses;
     }
     eprintln!("{total:?}");
     // Every way a stream ends really happened: a simulation that never
@@ -50,6 +51,10 @@ fn every_stream_ends_as_it_must() {
     assert!(total.unavailable > 0, "no stream ended by a shutdown");
     assert!(total.out_of_range > 0, "no stream ended below retention");
     assert!(total.clean_ends > 0, "no stream reached its until_ns");
+    assert!(
+        total.shared_responses > 0,
+        "no stream was sent another's encoding: encode once for all went unchecked"
+    );
 }
 
 #[test]
