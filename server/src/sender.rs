@@ -450,6 +450,9 @@ impl Sender {
             let mut events = vec![raw_event(&first)];
             let mut bytes = first.record_bytes().len();
             let mut failure = None;
+            // Whether the response ends at the live edge (nothing more was
+            // ready); a single-event response counts as one.
+            let mut at_edge = !options.batching;
             if options.batching {
                 while events.len() < self.limits.batch_max_events
                     && bytes < self.limits.batch_max_bytes
@@ -459,7 +462,10 @@ impl Sender {
                             bytes += d.record_bytes().len();
                             events.push(raw_event(&d));
                         }
-                        Ok(_) => break,
+                        Ok(_) => {
+                            at_edge = true;
+                            break;
+                        }
                         Err(e) => {
                             failure = Some(e);
                             break;
@@ -473,7 +479,12 @@ impl Sender {
                 RawItem::Batch(RawEventBatch { events })
             };
             let mode = if place.is_some() { "backlog" } else { "live" };
-            match sharing {
+            // Only responses at the live edge are shared. A catching-up
+            // stream's full batches stay views of the ring until tonic
+            // encodes them: an encoding made here would be a second copy
+            // beside tonic's, under the same budget (a reconnect storm at
+            // K = 2,000 peaked ~130 MiB higher when those were shared too).
+            match sharing.filter(|_| at_edge) {
                 Some(group) => self.share(&sub, group, &from, item, permit).await?,
                 None => {
                     self.send(&sub, item, Some(trim(permit, bytes)), mode)

@@ -5,7 +5,8 @@
 //! `Subscription::shape`) deliver the same events between two positions, and
 //! with the same batching their sender packs them into the same response
 //! with the same cursor. Such streams join one [`Group`]. A sender that
-//! builds a live response while others share its group encodes it once and
+//! builds a response at the live edge (it ends because nothing more was
+//! ready) while others share its group encodes it once and
 //! keeps it in the group, keyed by the position it started from; a sender
 //! that then stands at that position queues the same bytes and moves its
 //! subscription past those events (`Subscription::skip_to`) instead of
@@ -13,6 +14,13 @@
 //! starts where one ended), so a wake-up of many subscribers at the live
 //! edge costs one read and one encoding per response, not one per
 //! subscriber; tonic then copies the bytes into each stream's frame.
+//!
+//! Why only at the live edge: tonic still copies an encoding into each
+//! stream's frame, so a shared encoding is memory beside those copies, which
+//! the response budget (one permit per queued response) does not see twice.
+//! At the edge responses are small and many streams take the same one; a
+//! catching-up stream's full batches are rarely taken by another and stay
+//! views of the ring until tonic encodes them.
 //!
 //! Bounds: a group keeps its last [`KEPT`] responses, and each holds its
 //! bytes from the response budget while kept; responses are kept only while
