@@ -32,6 +32,11 @@ use crate::RecoveryError;
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
     pub data_dir: PathBuf,
+    /// This node's id in a cluster (at least 1). `Engine::open` records it in
+    /// the data dir's meta the first time and refuses a data dir recorded
+    /// under another id (its events belong to that node's sources). `None`
+    /// takes whatever the meta records (nothing, for a single node).
+    pub node_id: Option<u32>,
     pub shards: u32,
     /// Pin shard `i` to `cpus[i % cpus.len()]`; `None` leaves shards unbound.
     pub cpus: Option<Vec<usize>>,
@@ -61,6 +66,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             data_dir: PathBuf::from("./ringfeed-data"),
+            node_id: None,
             shards: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
             cpus: None,
             window_bytes: 1 << 20,
@@ -108,6 +114,15 @@ pub enum EngineError {
         found: u32,
         configured: u32,
     },
+    #[error(
+        "{path} belongs to node {found} but this node is configured as node {configured}; \
+         a data dir holds one node's events (use --node-id {found}, or a new data dir)"
+    )]
+    NodeIdMismatch {
+        path: PathBuf,
+        found: u32,
+        configured: u32,
+    },
     #[error("{path} is not a ringfeed meta file of a known format: {reason}")]
     BadMeta { path: PathBuf, reason: String },
     #[error("shard {shard}: {source}")]
@@ -134,6 +149,8 @@ struct ShardHandle {
 
 /// A running engine. Dropping it shuts the shards down cleanly (flush, sync, close).
 pub struct Engine {
+    /// This node's id, if it has one (see [`EngineConfig::node_id`]).
+    node_id: Option<u32>,
     shards: Vec<ShardHandle>,
     /// Wakes subscribers for the shards; stopped after them.
     relay: Option<RelayThread>,
@@ -196,7 +213,7 @@ impl Engine {
             what: format!("creating {}", config.data_dir.display()),
             source,
         })?;
-        check_meta(&config.data_dir, config.shards)?;
+        let node_id = check_meta(&config.data_dir, config.shards, config.node_id)?;
         // Create the shard directories here, where a failure can be reported,
         // and make their names durable before anything is acknowledged in them.
         for shard in 0..config.shards {
@@ -219,6 +236,7 @@ impl Engine {
                 })?;
         }
         let dir = config.data_dir.clone();
+        let config = EngineConfig { node_id, ..config };
         Engine::open_with(config, Arc::new(SystemClock), move |shard| {
             DmaStorage::open(shard_dir(&dir, shard))
                 .expect("the shard directories were just created")
@@ -226,7 +244,8 @@ impl Engine {
     }
 
     /// Opens with a storage per shard made by `storage` (on the shard's thread)
-    /// and a given clock. No meta file is involved.
+    /// and a given clock. No meta file is involved: the node id is the
+    /// configured one.
     pub fn open_with<S, F>(
         config: EngineConfig,
         clock: Arc<dyn Clock>,
@@ -269,6 +288,7 @@ impl Engine {
             reason: format!("starting the subscriber wake relay thread: {e}"),
         })?;
         let mut engine = Engine {
+            node_id: config.node_id,
             relay: Some(relay),
             shards,
             limits: config.limits,
@@ -306,6 +326,11 @@ impl Engine {
 
     pub fn shard_count(&self) -> u32 {
         self.shards.len() as u32
+    }
+
+    /// This node's id: configured, or recorded in the data dir's meta.
+    pub fn node_id(&self) -> Option<u32> {
+        self.node_id
     }
 
     /// What recovery found in each shard's log at open.
@@ -728,12 +753,22 @@ fn validate(config: &EngineConfig) -> Result<(), EngineError> {
     if config.flush_interval.is_zero() {
         return bad("flush_interval must be positive".into());
     }
+    if config.node_id == Some(0) {
+        return bad("node_id must be at least 1 (0 is no node id)".into());
+    }
     Ok(())
 }
 
 /// Creates `DATA/ringfeed.meta` on first open; afterwards refuses a different
-/// shard count or format version.
-fn check_meta(data_dir: &Path, shards: u32) -> Result<(), EngineError> {
+/// shard count, format version or node id. Returns the node id: the
+/// configured one, else the recorded one. A meta without a node id (a data
+/// dir made before node ids, or by a node without one) takes the configured
+/// id, once.
+fn check_meta(
+    data_dir: &Path,
+    shards: u32,
+    node_id: Option<u32>,
+) -> Result<Option<u32>, EngineError> {
     let path = data_dir.join(META_FILE);
     match std::fs::read_to_string(&path) {
         Ok(text) => {
@@ -743,10 +778,14 @@ fn check_meta(data_dir: &Path, shards: u32) -> Result<(), EngineError> {
             };
             let mut version = None;
             let mut found = None;
+            let mut recorded = None;
             for line in text.lines() {
                 match line.split_once('=') {
                     Some(("format", v)) => version = v.trim().parse::<u16>().ok(),
                     Some(("shards", v)) => found = v.trim().parse::<u32>().ok(),
+                    Some(("node", v)) => {
+                        recorded = Some(v.trim().parse::<u32>().map_err(|_| bad("bad node= line"))?)
+                    }
                     _ => {}
                 }
             }
@@ -764,34 +803,57 @@ fn check_meta(data_dir: &Path, shards: u32) -> Result<(), EngineError> {
                     configured: shards,
                 });
             }
-            Ok(())
+            match (recorded, node_id) {
+                (Some(found), Some(configured)) if found != configured => {
+                    Err(EngineError::NodeIdMismatch {
+                        path,
+                        found,
+                        configured,
+                    })
+                }
+                (None, Some(configured)) => {
+                    write_meta(data_dir, shards, Some(configured))?;
+                    Ok(Some(configured))
+                }
+                (recorded, configured) => Ok(configured.or(recorded)),
+            }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let io = |what: &str| {
-                let what = format!("{what} {}", path.display());
-                move |source| EngineError::Io { what, source }
-            };
-            let temp = data_dir.join(format!("{META_FILE}.tmp"));
-            let text = format!(
-                "# ringfeed data dir; do not edit\nformat={FORMAT_VERSION}\nshards={shards}\n"
-            );
-            {
-                use std::io::Write;
-                let mut f = std::fs::File::create(&temp).map_err(io("writing"))?;
-                f.write_all(text.as_bytes()).map_err(io("writing"))?;
-                f.sync_all().map_err(io("syncing"))?;
-            }
-            std::fs::rename(&temp, &path).map_err(io("renaming"))?;
-            std::fs::File::open(data_dir)
-                .and_then(|d| d.sync_all())
-                .map_err(io("syncing the directory of"))?;
-            Ok(())
+            write_meta(data_dir, shards, node_id)?;
+            Ok(node_id)
         }
         Err(source) => Err(EngineError::Io {
             what: format!("reading {}", path.display()),
             source,
         }),
     }
+}
+
+/// Writes `DATA/ringfeed.meta` durably (a synced temporary file renamed over
+/// it, then the directory synced).
+fn write_meta(data_dir: &Path, shards: u32, node_id: Option<u32>) -> Result<(), EngineError> {
+    let path = data_dir.join(META_FILE);
+    let io = |what: &str| {
+        let what = format!("{what} {}", path.display());
+        move |source| EngineError::Io { what, source }
+    };
+    let temp = data_dir.join(format!("{META_FILE}.tmp"));
+    let mut text =
+        format!("# ringfeed data dir; do not edit\nformat={FORMAT_VERSION}\nshards={shards}\n");
+    if let Some(node) = node_id {
+        text.push_str(&format!("node={node}\n"));
+    }
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&temp).map_err(io("writing"))?;
+        f.write_all(text.as_bytes()).map_err(io("writing"))?;
+        f.sync_all().map_err(io("syncing"))?;
+    }
+    std::fs::rename(&temp, &path).map_err(io("renaming"))?;
+    std::fs::File::open(data_dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("syncing the directory of"))?;
+    Ok(())
 }
 
 #[cfg(test)]

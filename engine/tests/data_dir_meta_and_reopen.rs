@@ -1,5 +1,5 @@
-//! The data dir remembers its shard count: reopening with another count is
-//! refused with a clear message. A clean shutdown flushes everything, and a
+//! The data dir remembers its shard count and its node id: reopening with
+//! another count or under another node's id is refused with a clear message. A clean shutdown flushes everything, and a
 //! reopened engine continues offsets and stamps on every shard.
 
 mod common;
@@ -28,6 +28,60 @@ fn scratch() -> tempfile::TempDir {
         .prefix("engine-")
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap()
+}
+
+fn node(dir: &std::path::Path, node_id: Option<u32>) -> EngineConfig {
+    EngineConfig {
+        node_id,
+        ..config(dir, 1)
+    }
+}
+
+#[test]
+fn a_data_dir_keeps_its_node_id() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let dir = scratch();
+    // Made without an id (a single node), it takes the first id it is
+    // opened under, once.
+    let engine = Engine::open(node(dir.path(), None)).unwrap();
+    assert_eq!(engine.node_id(), None);
+    engine.shutdown().unwrap();
+    let engine = Engine::open(node(dir.path(), Some(7))).unwrap();
+    assert_eq!(engine.node_id(), Some(7));
+    engine.shutdown().unwrap();
+    // Opened without an id, it is the node it was recorded as.
+    let engine = Engine::open(node(dir.path(), None)).unwrap();
+    assert_eq!(engine.node_id(), Some(7), "recorded in the meta");
+    engine.shutdown().unwrap();
+    match Engine::open(node(dir.path(), Some(8))) {
+        Err(
+            e @ EngineError::NodeIdMismatch {
+                found: 7,
+                configured: 8,
+                ..
+            },
+        ) => {
+            let message = e.to_string();
+            assert!(
+                message.contains("node 7") && message.contains("--node-id 7"),
+                "message: {message}"
+            );
+        }
+        other => panic!("expected a node id mismatch, got {:?}", other.map(|_| ())),
+    }
+    let engine = Engine::open(node(dir.path(), Some(7))).expect("its own id still opens");
+    assert_eq!(engine.node_id(), Some(7));
+    engine.shutdown().unwrap();
+    // A new data dir records its id from the start; 0 is no id.
+    let fresh = scratch();
+    let engine = Engine::open(node(fresh.path(), Some(3))).unwrap();
+    engine.shutdown().unwrap();
+    let meta = std::fs::read_to_string(fresh.path().join("ringfeed.meta")).unwrap();
+    assert!(meta.contains("node=3"), "meta: {meta}");
+    assert!(matches!(
+        Engine::open(node(scratch().path(), Some(0))),
+        Err(EngineError::Config(m)) if m.contains("node_id")
+    ));
 }
 
 #[test]

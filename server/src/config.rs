@@ -24,6 +24,8 @@ pub const DEFAULT_APPEND_BUDGET: usize = 32 << 20;
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     pub data_dir: Option<PathBuf>,
+    /// This node's id in a cluster (at least 1), recorded in the data dir.
+    pub node_id: Option<u32>,
     pub listen: Option<String>,
     pub metrics_listen: Option<String>,
     pub shards: Option<u32>,
@@ -105,8 +107,12 @@ impl FileConfig {
         if let Some(max) = self.max_event_bytes {
             limits.max_event_bytes = max;
         }
+        if self.node_id == Some(0) {
+            bail!("node_id: must be at least 1");
+        }
         let engine = EngineConfig {
             data_dir: self.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
+            node_id: self.node_id,
             shards,
             cpus: self.cpus,
             window_bytes: self.window_bytes.unwrap_or(defaults.window_bytes),

@@ -52,6 +52,10 @@ enum Command {
         /// Number of shards [default: the number of cores]. A data dir keeps its shard count.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         shards: Option<u32>,
+        /// This node's id in a cluster (1 or more) [default: the id the data dir records, if any].
+        /// Recorded in the data dir the first time; a data dir of another node is refused.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        node_id: Option<u32>,
         /// A TOML file with any engine and server setting (see README); flags override it.
         #[arg(long)]
         config: Option<PathBuf>,
@@ -130,12 +134,22 @@ fn main() -> std::process::ExitCode {
             data_dir,
             listen,
             shards,
+            node_id,
             config,
             metrics_listen,
             log_format,
             log_level,
-        } => init_logs(log_format, &log_level)
-            .and_then(|()| serve_command(data_dir, listen, shards, config, metrics_listen)),
+        } => init_logs(log_format, &log_level).and_then(|()| {
+            let flags = FileConfig {
+                data_dir,
+                listen,
+                shards,
+                node_id,
+                metrics_listen,
+                ..FileConfig::default()
+            };
+            serve_command(flags, config)
+        }),
         Command::Append(args) => client(ringfeed_server::cli_client::append(args)),
         Command::Tail(args) => client(ringfeed_server::cli_client::tail(args)),
         Command::Status(args) => client(ringfeed_server::cli_client::status(args)),
@@ -230,21 +244,18 @@ fn init_logs(format: LogFormat, level: &str) -> Result<()> {
     .map_err(|e| anyhow::anyhow!("starting the log: {e}"))
 }
 
-fn serve_command(
-    data_dir: Option<PathBuf>,
-    listen: Option<String>,
-    shards: Option<u32>,
-    config: Option<PathBuf>,
-    metrics_listen: Option<String>,
-) -> Result<()> {
+/// Serves with the config file's settings, `flags` (the command line's)
+/// overriding them.
+fn serve_command(flags: FileConfig, config: Option<PathBuf>) -> Result<()> {
     let mut file = match &config {
         Some(path) => FileConfig::load(path)?,
         None => FileConfig::default(),
     };
-    file.data_dir = data_dir.or(file.data_dir);
-    file.listen = listen.or(file.listen);
-    file.shards = shards.or(file.shards);
-    file.metrics_listen = metrics_listen.or(file.metrics_listen);
+    file.data_dir = flags.data_dir.or(file.data_dir);
+    file.listen = flags.listen.or(file.listen);
+    file.shards = flags.shards.or(file.shards);
+    file.node_id = flags.node_id.or(file.node_id);
+    file.metrics_listen = flags.metrics_listen.or(file.metrics_listen);
     serve(file.resolve()?)
 }
 
@@ -254,6 +265,7 @@ fn serve(config: ServerConfig) -> Result<()> {
     let shards = config.engine.shards;
     let engine = Engine::open(config.engine.clone())
         .with_context(|| format!("opening data dir {}", data_dir.display()))?;
+    let engine_node = engine.node_id();
     for (shard, report) in engine.recovery_reports().iter().enumerate() {
         println!(
             "shard {shard}: {} segment(s), {} record(s), next offset {}{}{}{}",
@@ -338,8 +350,12 @@ fn serve(config: ServerConfig) -> Result<()> {
             .add_service(health_service)
             .add_service(ringfeed)
             .serve_with_incoming_shutdown(ringfeed_server::incoming(listener), signal);
+        let node = match engine_node {
+            Some(id) => format!(" as node {id}"),
+            None => String::new(),
+        };
         println!(
-            "ringfeed: data dir {} open with {shards} shard(s)",
+            "ringfeed: data dir {} open with {shards} shard(s){node}",
             data_dir.display()
         );
         println!("listening on {addr}");

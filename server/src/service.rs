@@ -504,6 +504,7 @@ impl RingFeed for Service {
             subscribers: self.registry.len() as u64,
             now_ns: now_ns(),
             version: env!("CARGO_PKG_VERSION").into(),
+            node_id: self.engine.node_id().unwrap_or(0),
         }))
     }
 

@@ -79,11 +79,15 @@ pub(super) fn render_status(
     subscribers: Option<&[SubscriberInfo]>,
 ) -> String {
     let mut text = format!(
-        "ringfeed {} at {}: {} shard{}, {} subscriber{}\n\n",
+        "ringfeed {}{} at {}: {} shard{}, {} subscriber{}\n\n",
         if status.version.is_empty() {
             "?"
         } else {
             &status.version
+        },
+        match status.node_id {
+            0 => String::new(),
+            node => format!(" (node {node})"),
         },
         format_ts(status.now_ns),
         status.shards.len(),

@@ -468,6 +468,7 @@ fn status_renders_as_tables() {
         subscribers: 1,
         now_ns: 1_795_946_401_000_000_000,
         version: "0.1.0".into(),
+        node_id: 0,
     };
     let subscriber = SubscriberInfo {
         client_name: "ringfeed tail".into(),
@@ -494,4 +495,11 @@ ringfeed tail   0      0  127.0.0.1:5000  live           0  0.250     7  -      
 ";
     assert_eq!(text, expected, "\n{text}");
     assert!(render_status(&status, Some(&[])).ends_with("\nno subscribers\n"));
+    // A node of a cluster says which.
+    let node = StatusResponse {
+        node_id: 3,
+        ..status
+    };
+    assert!(render_status(&node, None)
+        .starts_with("ringfeed 0.1.0 (node 3) at 2026-11-29T10:00:01.000000Z: 2 shards"));
 }
