@@ -10,6 +10,7 @@
 
 pub mod cursor;
 pub mod filter;
+pub mod merge;
 pub mod path;
 pub mod record;
 
