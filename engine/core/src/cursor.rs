@@ -155,6 +155,11 @@ impl Cursor {
         let per_shard = match version {
             VERSION => 12,
             VERSION_1 => 8,
+            crate::cluster_cursor::CLUSTER_VERSION => {
+                return bad(
+                    "a cluster cursor (several nodes): resume it with a cluster subscription",
+                )
+            }
             _ => {
                 return bad(&format!(
                     "cursor version {version} (this server reads versions 1 and {VERSION})"

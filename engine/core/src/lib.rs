@@ -8,12 +8,14 @@
 
 #![deny(unsafe_code)]
 
+pub mod cluster_cursor;
 pub mod cursor;
 pub mod filter;
 pub mod merge;
 pub mod path;
 pub mod record;
 
+pub use cluster_cursor::ClusterCursor;
 pub use cursor::{Cursor, CursorError};
 
 /// Wall-clock ns since the Unix epoch (0 before it): the clock shards stamp

@@ -1,0 +1,193 @@
+//! Cluster cursors: the resume token of a feed merged from several nodes
+//! (DESIGN.md 7). For every node it covers, that node's own [`Cursor`] (its
+//! shards' next offsets and generations), so it is exact per source and
+//! portable: any node can resume it, asking each node for what follows its
+//! part. A node not in the cursor is followed from its beginning.
+//!
+//! Version 3 layout (little-endian): `"RC" | u8 3 | u16 node count | (u32
+//! node id, u16 length, that node's cursor bytes) per node, ids ascending |
+//! u32 crc32c of everything before it`. The magic and version byte are those
+//! of single-node cursors, so either kind is told from the other by its
+//! third byte, and a single-node reader refuses a cluster cursor by name.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use base64::Engine as _;
+
+use crate::cursor::{Cursor, CursorError};
+
+const MAGIC: &[u8; 2] = b"RC";
+pub(crate) const CLUSTER_VERSION: u8 = 3;
+const HEADER: usize = 5;
+const MAX_NODES: usize = 1024;
+
+/// For every node it covers, where that node's feed resumes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterCursor {
+    nodes: BTreeMap<u32, Cursor>,
+}
+
+impl ClusterCursor {
+    /// A cursor covering no node yet (every node from its beginning).
+    pub fn new() -> ClusterCursor {
+        ClusterCursor::default()
+    }
+
+    /// Where node `id`'s feed resumes, if the cursor covers it.
+    pub fn node(&self, id: u32) -> Option<&Cursor> {
+        self.nodes.get(&id)
+    }
+
+    /// Sets node `id`'s part.
+    pub fn set(&mut self, id: u32, cursor: Cursor) {
+        self.nodes.insert(id, cursor);
+    }
+
+    /// The nodes covered, by id, with their parts.
+    pub fn nodes(&self) -> impl Iterator<Item = (u32, &Cursor)> {
+        self.nodes.iter().map(|(&id, c)| (id, c))
+    }
+
+    /// Whether `bytes` are a cluster cursor's (by their version byte).
+    pub fn is_cluster(bytes: &[u8]) -> bool {
+        bytes.len() > 2 && &bytes[..2] == MAGIC && bytes[2] == CLUSTER_VERSION
+    }
+
+    /// The versioned wire form.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEADER + 4 + self.nodes.len() * 40);
+        out.extend_from_slice(MAGIC);
+        out.push(CLUSTER_VERSION);
+        out.extend_from_slice(&(self.nodes.len() as u16).to_le_bytes());
+        let mut part = Vec::new();
+        for (id, cursor) in &self.nodes {
+            part.clear();
+            cursor.write_bytes(&mut part);
+            out.extend_from_slice(&id.to_le_bytes());
+            out.extend_from_slice(&(part.len() as u16).to_le_bytes());
+            out.extend_from_slice(&part);
+        }
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<ClusterCursor, CursorError> {
+        let bad = |m: &str| Err(CursorError::Malformed(m.to_string()));
+        if bytes.len() < HEADER + 4 || &bytes[..2] != MAGIC {
+            return bad("not a ringfeed cursor");
+        }
+        if bytes[2] != CLUSTER_VERSION {
+            return bad("a single node's cursor, not a cluster cursor");
+        }
+        let (body, crc) = bytes.split_at(bytes.len() - 4);
+        if crc32c::crc32c(body).to_le_bytes() != crc {
+            return bad("checksum mismatch (truncated or altered)");
+        }
+        let count = u16::from_le_bytes([body[3], body[4]]) as usize;
+        if count > MAX_NODES {
+            return bad("too many nodes");
+        }
+        let mut nodes = BTreeMap::new();
+        let mut rest = &body[HEADER..];
+        let mut last = None;
+        for _ in 0..count {
+            if rest.len() < 6 {
+                return bad("truncated node entry");
+            }
+            let id = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
+            let len = u16::from_le_bytes([rest[4], rest[5]]) as usize;
+            if last.is_some_and(|l| id <= l) {
+                return bad("node ids not ascending");
+            }
+            last = Some(id);
+            let Some(part) = rest.get(6..6 + len) else {
+                return bad("truncated node cursor");
+            };
+            let cursor = Cursor::from_bytes(part)
+                .map_err(|e| CursorError::Malformed(format!("node {id}'s part: {e}")))?;
+            nodes.insert(id, cursor);
+            rest = &rest[6 + len..];
+        }
+        if !rest.is_empty() {
+            return bad("bytes after the last node");
+        }
+        Ok(ClusterCursor { nodes })
+    }
+}
+
+/// URL-safe base64 of [`ClusterCursor::to_bytes`], no padding.
+impl fmt::Display for ClusterCursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(self.to_bytes()))
+    }
+}
+
+impl FromStr for ClusterCursor {
+    type Err = CursorError;
+
+    fn from_str(s: &str) -> Result<ClusterCursor, CursorError> {
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(s.trim())
+            .map_err(|e| CursorError::Malformed(format!("not URL-safe base64: {e}")))?;
+        ClusterCursor::from_bytes(&bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> ClusterCursor {
+        let mut c = ClusterCursor::new();
+        c.set(3, Cursor::with_generations(vec![10, 0], vec![2, 0]));
+        c.set(1, Cursor::with_generations(vec![u64::MAX], vec![u32::MAX]));
+        c.set(7, Cursor::new(vec![5, 6, 7]));
+        c
+    }
+
+    #[test]
+    fn round_trips_with_nodes_in_id_order() {
+        let c = sample();
+        let back = ClusterCursor::from_bytes(&c.to_bytes()).unwrap();
+        assert_eq!(back, c);
+        assert_eq!(
+            back.nodes().map(|(id, _)| id).collect::<Vec<_>>(),
+            [1, 3, 7]
+        );
+        assert_eq!(c.to_string().parse::<ClusterCursor>().unwrap(), c);
+        assert_eq!(back.node(3).unwrap().offsets(), &[10, 0]);
+        assert!(back.node(2).is_none());
+        let empty = ClusterCursor::new();
+        assert_eq!(ClusterCursor::from_bytes(&empty.to_bytes()).unwrap(), empty);
+        assert!(ClusterCursor::is_cluster(&c.to_bytes()));
+    }
+
+    #[test]
+    fn refuses_damage_and_the_other_kind() {
+        let bytes = sample().to_bytes();
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x10;
+            assert!(
+                ClusterCursor::from_bytes(&bad).is_err(),
+                "flip at {i} accepted"
+            );
+        }
+        for len in 0..bytes.len() {
+            assert!(
+                ClusterCursor::from_bytes(&bytes[..len]).is_err(),
+                "cut at {len}"
+            );
+        }
+        // Each kind names the other.
+        let single = Cursor::new(vec![1]).to_bytes();
+        assert!(!ClusterCursor::is_cluster(&single));
+        let err = ClusterCursor::from_bytes(&single).unwrap_err().to_string();
+        assert!(err.contains("single node"), "{err}");
+        let err = Cursor::from_bytes(&bytes).unwrap_err().to_string();
+        assert!(err.contains("cluster cursor"), "{err}");
+    }
+}
