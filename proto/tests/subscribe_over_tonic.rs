@@ -11,6 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use prost::Message;
 use ringfeed_proto::tonic::{self, Request, Response, Status, Streaming};
+use ringfeed_proto::v1;
 use ringfeed_proto::v1::{
     subscribe_response::Item, AppendRequest, AppendResponse, ChunkModeEnd, Durability, Entry,
     Event, EventBatch, EventMessage, Heartbeat, ListSubscribersRequest, ListSubscribersResponse,
@@ -133,6 +134,13 @@ impl RingFeed for Store {
         _request: Request<ListSubscribersRequest>,
     ) -> Result<Response<ListSubscribersResponse>, Status> {
         Err(Status::unimplemented("list_subscribers"))
+    }
+
+    async fn list_nodes(
+        &self,
+        _request: Request<v1::ListNodesRequest>,
+    ) -> Result<Response<v1::ListNodesResponse>, Status> {
+        Err(Status::unimplemented("list_nodes"))
     }
 }
 

@@ -26,6 +26,10 @@ pub struct FileConfig {
     pub data_dir: Option<PathBuf>,
     /// This node's id in a cluster (at least 1), recorded in the data dir.
     pub node_id: Option<u32>,
+    /// The other nodes of the cluster, HOST:PORT each (static membership).
+    pub peers: Option<Vec<String>>,
+    /// Where peers reach this node; default: the address it listens on.
+    pub advertise: Option<String>,
     pub listen: Option<String>,
     pub metrics_listen: Option<String>,
     pub shards: Option<u32>,
@@ -76,6 +80,9 @@ pub struct ServerConfig {
     pub subscribers: SubscriberLimits,
     /// See [`FileConfig::append_budget_bytes`].
     pub append_budget_bytes: usize,
+    /// See [`FileConfig::peers`].
+    pub peers: Vec<String>,
+    pub advertise: Option<String>,
 }
 
 impl FileConfig {
@@ -109,6 +116,14 @@ impl FileConfig {
         }
         if self.node_id == Some(0) {
             bail!("node_id: must be at least 1");
+        }
+        for peer in self.peers.iter().flatten() {
+            let port = peer
+                .rsplit_once(':')
+                .map(|(host, port)| (host, port.parse::<u16>()));
+            if !matches!(port, Some((host, Ok(p))) if !host.is_empty() && p != 0) {
+                bail!("peers: {peer:?} is not HOST:PORT");
+            }
         }
         let engine = EngineConfig {
             data_dir: self.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
@@ -182,6 +197,8 @@ impl FileConfig {
                 self.append_budget_bytes,
                 DEFAULT_APPEND_BUDGET,
             )?,
+            peers: self.peers.unwrap_or_default(),
+            advertise: self.advertise,
         })
     }
 }

@@ -8,6 +8,7 @@ pub mod cli_client;
 /// The client library (its own crate, `ringfeed-client`, which does not build the engine).
 pub use ringfeed_client as client;
 pub mod config;
+pub mod membership;
 pub mod metrics;
 pub mod registry;
 pub mod sender;

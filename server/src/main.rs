@@ -21,6 +21,7 @@ use ringfeed_engine::storage::DmaStorage;
 use ringfeed_engine::{Engine, Log, LogConfig};
 use ringfeed_proto::RingFeedServer;
 use ringfeed_server::config::{FileConfig, ServerConfig, DEFAULT_DATA_DIR};
+use ringfeed_server::membership::Membership;
 use ringfeed_server::metrics::Exporter;
 use ringfeed_server::service::Service;
 
@@ -56,6 +57,13 @@ enum Command {
         /// Recorded in the data dir the first time; a data dir of another node is refused.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         node_id: Option<u32>,
+        /// The other nodes of the cluster, HOST:PORT each, comma-separated (static membership;
+        /// needs a node id). `ringfeed nodes` shows which are up.
+        #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',')]
+        peers: Option<Vec<String>>,
+        /// Where peers reach this node [default: the address it listens on].
+        #[arg(long, value_name = "HOST:PORT")]
+        advertise: Option<String>,
         /// A TOML file with any engine and server setting (see README); flags override it.
         #[arg(long)]
         config: Option<PathBuf>,
@@ -77,6 +85,8 @@ enum Command {
     Status(ringfeed_server::cli_client::StatusArgs),
     /// List the connected subscribers: identity, peer, mode, lag, filters, cursor.
     Subscribers(ringfeed_server::cli_client::SubscribersArgs),
+    /// Show the nodes of the cluster as the server sees them, and which are up.
+    Nodes(ringfeed_server::cli_client::NodesArgs),
     /// Check this machine, measure its disk and recommend a configuration.
     Tune {
         #[command(subcommand)]
@@ -135,6 +145,8 @@ fn main() -> std::process::ExitCode {
             listen,
             shards,
             node_id,
+            peers,
+            advertise,
             config,
             metrics_listen,
             log_format,
@@ -145,6 +157,8 @@ fn main() -> std::process::ExitCode {
                 listen,
                 shards,
                 node_id,
+                peers,
+                advertise,
                 metrics_listen,
                 ..FileConfig::default()
             };
@@ -154,6 +168,7 @@ fn main() -> std::process::ExitCode {
         Command::Tail(args) => client(ringfeed_server::cli_client::tail(args)),
         Command::Status(args) => client(ringfeed_server::cli_client::status(args)),
         Command::Subscribers(args) => client(ringfeed_server::cli_client::subscribers(args)),
+        Command::Nodes(args) => client(ringfeed_server::cli_client::nodes(args)),
         Command::Tune { what } => tune(what),
         Command::Inspect { data_dir } => inspect(&data_dir),
     };
@@ -255,6 +270,8 @@ fn serve_command(flags: FileConfig, config: Option<PathBuf>) -> Result<()> {
     file.listen = flags.listen.or(file.listen);
     file.shards = flags.shards.or(file.shards);
     file.node_id = flags.node_id.or(file.node_id);
+    file.peers = flags.peers.or(file.peers);
+    file.advertise = flags.advertise.or(file.advertise);
     file.metrics_listen = flags.metrics_listen.or(file.metrics_listen);
     serve(file.resolve()?)
 }
@@ -266,6 +283,11 @@ fn serve(config: ServerConfig) -> Result<()> {
     let engine = Engine::open(config.engine.clone())
         .with_context(|| format!("opening data dir {}", data_dir.display()))?;
     let engine_node = engine.node_id();
+    if !config.peers.is_empty() && engine_node.is_none() {
+        anyhow::bail!(
+            "a node with peers needs a node id: start it with --node-id N (each node its own)"
+        );
+    }
     for (shard, report) in engine.recovery_reports().iter().enumerate() {
         println!(
             "shard {shard}: {} segment(s), {} record(s), next offset {}{}{}{}",
@@ -305,12 +327,20 @@ fn serve(config: ServerConfig) -> Result<()> {
             None => None,
         };
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let advertise = config.advertise.clone().unwrap_or_else(|| addr.to_string());
+        let membership = Membership::new(
+            engine_node.unwrap_or(0),
+            advertise,
+            config.peers.clone(),
+        );
+        membership.start(stop_rx.clone());
         let service = Service::with_limits(
             engine.clone(),
             stop_rx.clone(),
             config.subscribers.clone(),
             Arc::default(),
-        );
+        )
+        .with_membership(membership);
         let metrics_addr = match metrics {
             Some(listener) => {
                 let at = listener.local_addr()?;

@@ -25,6 +25,7 @@ use tokio_stream::{Stream, StreamExt};
 
 use ringfeed_engine::clock::now_ns;
 
+use crate::membership::Membership;
 use crate::metrics::ServerMetrics;
 use crate::registry::Registry;
 use crate::sender::{Admission, StreamOptions, Streams, SubscriberLimits};
@@ -54,6 +55,8 @@ pub struct Service {
     streams: Arc<Streams>,
     shutdown: watch::Receiver<bool>,
     metrics: Arc<ServerMetrics>,
+    /// This node and its peers (`ListNodes`).
+    membership: Arc<Membership>,
 }
 
 impl Service {
@@ -82,6 +85,7 @@ impl Service {
             groups: Groups::default(),
         });
         Service {
+            membership: Membership::new(engine.node_id().unwrap_or(0), String::new(), Vec::new()),
             engine,
             registry: Arc::new(Registry::default()),
             streams,
@@ -92,6 +96,12 @@ impl Service {
 
     pub fn metrics(&self) -> &Arc<ServerMetrics> {
         &self.metrics
+    }
+
+    /// Answers `ListNodes` from `membership` (a node without peers answers
+    /// with itself alone, its address unknown).
+    pub fn with_membership(self, membership: Arc<Membership>) -> Service {
+        Service { membership, ..self }
     }
 
     /// The connected subscribers.
@@ -514,6 +524,15 @@ impl RingFeed for Service {
     ) -> Result<Response<v1::ListSubscribersResponse>, Status> {
         Ok(Response::new(v1::ListSubscribersResponse {
             subscribers: self.registry.list(),
+        }))
+    }
+
+    async fn list_nodes(
+        &self,
+        _request: Request<v1::ListNodesRequest>,
+    ) -> Result<Response<v1::ListNodesResponse>, Status> {
+        Ok(Response::new(v1::ListNodesResponse {
+            nodes: self.membership.nodes(self.engine.shard_count()),
         }))
     }
 }

@@ -17,6 +17,7 @@ use ringfeed_engine::Cursor;
 use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::prost::Message;
 use ringfeed_proto::tonic::{self, Request, Response, Status, Streaming};
+use ringfeed_proto::v1;
 use ringfeed_proto::v1::{
     subscribe_request::Start, AppendResponse, Entry, Event, ListSubscribersRequest,
     ListSubscribersResponse, StatusRequest, StatusResponse, SubscribeRequest,
@@ -119,6 +120,13 @@ impl RingFeed for CuttingServer {
         _request: Request<ListSubscribersRequest>,
     ) -> Result<Response<ListSubscribersResponse>, Status> {
         Err(Status::unimplemented("list_subscribers"))
+    }
+
+    async fn list_nodes(
+        &self,
+        _request: Request<v1::ListNodesRequest>,
+    ) -> Result<Response<v1::ListNodesResponse>, Status> {
+        Err(Status::unimplemented("list_nodes"))
     }
 }
 

@@ -1,5 +1,5 @@
-//! The client half of the `ringfeed` command line: `append`, `tail` and
-//! `status`, each a clap `Args` struct and an async function that talks to a
+//! The client half of the `ringfeed` command line: `append`, `tail`,
+//! `status`, `subscribers` and `nodes`, each a clap `Args` struct and an async function that talks to a
 //! server through the generated `RingFeedClient`.
 //!
 //! Output is made for pipes: `append` and `tail` print one JSON object per
@@ -12,6 +12,7 @@
 
 mod append;
 mod connection;
+mod nodes;
 mod output;
 mod status;
 mod tail;
@@ -21,5 +22,6 @@ mod time;
 
 pub use append::{append, AppendArgs, Op};
 pub use connection::exit_code;
+pub use nodes::{nodes, NodesArgs};
 pub use status::{status, subscribers, StatusArgs, SubscribersArgs};
 pub use tail::{tail, TailArgs};

@@ -1,0 +1,149 @@
+//! Static membership (issue 20): three real nodes on loopback, each given
+//! the others with `--peers`; `ringfeed nodes` on each lists all three with
+//! their ids, the others up; a killed node shows as down, with why; a node
+//! with peers but no id, or a peer that is not HOST:PORT, is refused at start.
+
+mod serve_binary;
+
+use std::net::TcpListener;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use serve_binary::{run_bounded, Output, Server};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Nodes as `ringfeed nodes --json` lists them: (id, address, this node, up, error).
+fn nodes(addr: &str) -> Vec<(u64, String, bool, bool, String)> {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ringfeed"));
+    command.args(["nodes", "--json", "--server", addr]);
+    let out = run_bounded(command, None, TIMEOUT);
+    assert_eq!(out.code(), Some(0), "{out}");
+    let list: Value =
+        serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    list["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| {
+            (
+                n["nodeId"].as_u64().unwrap_or(0),
+                n["address"].as_str().unwrap_or("").to_owned(),
+                n["thisNode"].as_bool().unwrap_or(false),
+                n["up"].as_bool().unwrap_or(false),
+                n["error"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Waits (at most 20 s, polling) until `addr`'s view satisfies `done`.
+fn until(addr: &str, what: &str, done: impl Fn(&[(u64, String, bool, bool, String)]) -> bool) {
+    let start = Instant::now();
+    loop {
+        let seen = nodes(addr);
+        if done(&seen) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{what}: {addr} still sees {seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn three_nodes_list_each_other_and_a_killed_one_goes_down() {
+    let _watchdog = ringfeed_watchdog::arm();
+    // Ports from the OS, handed to the nodes (each must know the others').
+    let ports: Vec<String> = (0..3)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect::<Vec<_>>()
+        .iter()
+        .map(|l| l.local_addr().unwrap().to_string())
+        .collect();
+    let dirs: Vec<_> = (0..3)
+        .map(|_| {
+            tempfile::Builder::new()
+                .prefix("peers-")
+                .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+                .unwrap()
+        })
+        .collect();
+    let mut servers: Vec<Server> = (0..3)
+        .map(|i| {
+            let others: Vec<&str> = (0..3)
+                .filter(|&j| j != i)
+                .map(|j| ports[j].as_str())
+                .collect();
+            let id = (i + 1).to_string();
+            let peers = others.join(",");
+            Server::start_on_with(
+                dirs[i].path(),
+                1,
+                &ports[i],
+                &["--node-id", &id, "--peers", &peers],
+            )
+        })
+        .collect();
+    for (i, addr) in ports.iter().enumerate() {
+        until(addr, "every node up with its id", |seen| {
+            seen.len() == 3
+                && seen[0] == (i as u64 + 1, addr.clone(), true, true, String::new())
+                && seen[1..].iter().all(|n| n.3 && n.0 != 0 && !n.2)
+        });
+        let mut ids: Vec<u64> = nodes(addr).iter().map(|n| n.0).collect();
+        ids.sort();
+        assert_eq!(ids, [1, 2, 3], "{addr}");
+    }
+    // The table names them too.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ringfeed"));
+    command.args(["nodes", "--server", &ports[0]]);
+    let table: Output = run_bounded(command, None, TIMEOUT);
+    assert!(
+        table.stdout.contains("this node") && table.stdout.contains(&ports[2]),
+        "{table}"
+    );
+
+    servers.pop().expect("node 3").kill();
+    until(&ports[0], "node 3 down, the others up", |seen| {
+        let three = seen.iter().find(|n| n.1 == ports[2]).expect("listed");
+        let two = seen.iter().find(|n| n.1 == ports[1]).expect("listed");
+        !three.3 && three.0 == 3 && !three.4.is_empty() && two.3
+    });
+    for server in servers {
+        server.stop();
+    }
+}
+
+#[test]
+fn peers_need_a_node_id_and_addresses() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let dir = tempfile::Builder::new()
+        .prefix("peers-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let serve = |flags: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ringfeed"));
+        command
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--shards",
+                "1",
+                "--data-dir",
+            ])
+            .arg(dir.path())
+            .args(flags);
+        run_bounded(command, None, TIMEOUT)
+    };
+    let no_id = serve(&["--peers", "127.0.0.1:1"]);
+    assert_ne!(no_id.code(), Some(0), "{no_id}");
+    assert!(no_id.stderr.contains("--node-id"), "{no_id}");
+    let bad = serve(&["--node-id", "1", "--peers", "localhost"]);
+    assert_ne!(bad.code(), Some(0), "{bad}");
+    assert!(bad.stderr.contains("not HOST:PORT"), "{bad}");
+}
