@@ -43,40 +43,7 @@ enum Command {
     ///
     /// Prints `listening on ADDR` once it accepts connections (then `metrics on
     /// http://ADDR/metrics` with --metrics-listen). Logs go to stderr.
-    Serve {
-        /// Where the logs live; created if missing [default: ./ringfeed-data].
-        #[arg(long)]
-        data_dir: Option<PathBuf>,
-        /// Address to listen on; port 0 picks a free port [default: 127.0.0.1:7070].
-        #[arg(long)]
-        listen: Option<String>,
-        /// Number of shards [default: the number of cores]. A data dir keeps its shard count.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-        shards: Option<u32>,
-        /// This node's id in a cluster (1 or more) [default: the id the data dir records, if any].
-        /// Recorded in the data dir the first time; a data dir of another node is refused.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-        node_id: Option<u32>,
-        /// The other nodes of the cluster, HOST:PORT each, comma-separated (static membership;
-        /// needs a node id). `ringfeed nodes` shows which are up.
-        #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',')]
-        peers: Option<Vec<String>>,
-        /// Where peers reach this node [default: the address it listens on].
-        #[arg(long, value_name = "HOST:PORT")]
-        advertise: Option<String>,
-        /// A TOML file with any engine and server setting (see README); flags override it.
-        #[arg(long)]
-        config: Option<PathBuf>,
-        /// Serve Prometheus metrics at http://ADDR/metrics; port 0 picks a free port [default: off].
-        #[arg(long)]
-        metrics_listen: Option<String>,
-        /// Log lines as plain text or as one JSON object each.
-        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-        log_format: LogFormat,
-        /// Least severe level logged; RUST_LOG, when set, overrides it.
-        #[arg(long, default_value = "info", value_parser = ["error", "warn", "info", "debug", "trace", "off"])]
-        log_level: String,
-    },
+    Serve(ServeArgs),
     /// Append events (from flags, or JSON lines on stdin) and print their positions.
     Append(ringfeed_server::cli_client::AppendArgs),
     /// Follow the feed and print one JSON line per event.
@@ -138,32 +105,48 @@ enum Tune {
     },
 }
 
+/// `ringfeed serve`'s flags; each overrides the config file's setting.
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Where the logs live; created if missing [default: ./ringfeed-data].
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Address to listen on; port 0 picks a free port [default: 127.0.0.1:7070].
+    #[arg(long)]
+    listen: Option<String>,
+    /// Number of shards [default: the number of cores]. A data dir keeps its shard count.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    shards: Option<u32>,
+    /// This node's id in a cluster (1 or more) [default: the id the data dir records, if any].
+    /// Recorded in the data dir the first time; a data dir of another node is refused.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    node_id: Option<u32>,
+    /// The other nodes of the cluster, HOST:PORT each, comma-separated (static membership;
+    /// needs a node id). `ringfeed nodes` shows which are up.
+    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',')]
+    peers: Option<Vec<String>>,
+    /// Where peers reach this node [default: the address it listens on].
+    #[arg(long, value_name = "HOST:PORT")]
+    advertise: Option<String>,
+    /// A TOML file with any engine and server setting (see README); flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics; port 0 picks a free port [default: off].
+    #[arg(long)]
+    metrics_listen: Option<String>,
+    /// Log lines as plain text or as one JSON object each.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Least severe level logged; RUST_LOG, when set, overrides it.
+    #[arg(long, default_value = "info", value_parser = ["error", "warn", "info", "debug", "trace", "off"])]
+    log_level: String,
+}
+
 fn main() -> std::process::ExitCode {
     let result = match Cli::parse().command {
-        Command::Serve {
-            data_dir,
-            listen,
-            shards,
-            node_id,
-            peers,
-            advertise,
-            config,
-            metrics_listen,
-            log_format,
-            log_level,
-        } => init_logs(log_format, &log_level).and_then(|()| {
-            let flags = FileConfig {
-                data_dir,
-                listen,
-                shards,
-                node_id,
-                peers,
-                advertise,
-                metrics_listen,
-                ..FileConfig::default()
-            };
-            serve_command(flags, config)
-        }),
+        Command::Serve(args) => {
+            init_logs(args.log_format, &args.log_level).and_then(|()| serve_command(args))
+        }
         Command::Append(args) => client(ringfeed_server::cli_client::append(args)),
         Command::Tail(args) => client(ringfeed_server::cli_client::tail(args)),
         Command::Status(args) => client(ringfeed_server::cli_client::status(args)),
@@ -259,20 +242,19 @@ fn init_logs(format: LogFormat, level: &str) -> Result<()> {
     .map_err(|e| anyhow::anyhow!("starting the log: {e}"))
 }
 
-/// Serves with the config file's settings, `flags` (the command line's)
-/// overriding them.
-fn serve_command(flags: FileConfig, config: Option<PathBuf>) -> Result<()> {
-    let mut file = match &config {
+/// Serves with the config file's settings, the flags overriding them.
+fn serve_command(args: ServeArgs) -> Result<()> {
+    let mut file = match &args.config {
         Some(path) => FileConfig::load(path)?,
         None => FileConfig::default(),
     };
-    file.data_dir = flags.data_dir.or(file.data_dir);
-    file.listen = flags.listen.or(file.listen);
-    file.shards = flags.shards.or(file.shards);
-    file.node_id = flags.node_id.or(file.node_id);
-    file.peers = flags.peers.or(file.peers);
-    file.advertise = flags.advertise.or(file.advertise);
-    file.metrics_listen = flags.metrics_listen.or(file.metrics_listen);
+    file.data_dir = args.data_dir.or(file.data_dir);
+    file.listen = args.listen.or(file.listen);
+    file.shards = args.shards.or(file.shards);
+    file.node_id = args.node_id.or(file.node_id);
+    file.peers = args.peers.or(file.peers);
+    file.advertise = args.advertise.or(file.advertise);
+    file.metrics_listen = args.metrics_listen.or(file.metrics_listen);
     serve(file.resolve()?)
 }
 

@@ -14,8 +14,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-use base64::Engine as _;
-
 use crate::cursor::{Cursor, CursorError};
 
 const MAGIC: &[u8; 2] = b"RC";
@@ -121,7 +119,7 @@ impl ClusterCursor {
 /// URL-safe base64 of [`ClusterCursor::to_bytes`], no padding.
 impl fmt::Display for ClusterCursor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(self.to_bytes()))
+        f.write_str(&crate::cursor::to_text(&self.to_bytes()))
     }
 }
 
@@ -129,10 +127,7 @@ impl FromStr for ClusterCursor {
     type Err = CursorError;
 
     fn from_str(s: &str) -> Result<ClusterCursor, CursorError> {
-        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(s.trim())
-            .map_err(|e| CursorError::Malformed(format!("not URL-safe base64: {e}")))?;
-        ClusterCursor::from_bytes(&bytes)
+        ClusterCursor::from_bytes(&crate::cursor::from_text(s)?)
     }
 }
 

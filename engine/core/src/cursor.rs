@@ -188,10 +188,22 @@ impl Cursor {
     }
 }
 
+/// A cursor's text form: URL-safe base64 of its bytes, no padding.
+pub(crate) fn to_text(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// The bytes of a cursor's text form.
+pub(crate) fn from_text(text: &str) -> Result<Vec<u8>, CursorError> {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text.trim())
+        .map_err(|e| CursorError::Malformed(format!("not URL-safe base64: {e}")))
+}
+
 /// URL-safe base64 of [`Cursor::to_bytes`], no padding.
 impl fmt::Display for Cursor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(self.to_bytes()))
+        f.write_str(&to_text(&self.to_bytes()))
     }
 }
 
@@ -199,10 +211,7 @@ impl FromStr for Cursor {
     type Err = CursorError;
 
     fn from_str(s: &str) -> Result<Cursor, CursorError> {
-        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(s.trim())
-            .map_err(|e| CursorError::Malformed(format!("not URL-safe base64: {e}")))?;
-        Cursor::from_bytes(&bytes)
+        Cursor::from_bytes(&from_text(s)?)
     }
 }
 
