@@ -52,7 +52,7 @@ impl Membership {
 
     /// Asks every peer for its status every [`POLL_INTERVAL`] until
     /// `shutdown`, on the current tokio runtime.
-    pub fn start(self: &Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+    pub fn start(self: &Arc<Self>, shutdown: watch::Receiver<bool>) {
         for (i, peer) in self.peers.iter().enumerate() {
             let channel = Endpoint::from_shared(format!("http://{}", peer.address))
                 .map(|e| e.connect_timeout(ANSWER_WITHIN).timeout(ANSWER_WITHIN))
@@ -76,8 +76,6 @@ impl Membership {
                 }
             });
         }
-        // Nothing else to do here; the tasks end with the server.
-        let _ = shutdown.borrow_and_update();
     }
 
     async fn ask(&self, channel: Channel) -> Result<NodeInfo, String> {

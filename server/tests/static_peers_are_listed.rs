@@ -1,6 +1,7 @@
 //! Static membership (issue 20): three real nodes on loopback, each given
 //! the others with `--peers`; `ringfeed nodes` on each lists all three with
-//! their ids, the others up; a killed node shows as down, with why; a node
+//! their ids, the others up, and `status --cluster` shows each node's status;
+//! a killed node shows as down, with why; a node
 //! with peers but no id, or a peer that is not HOST:PORT, is refused at start.
 
 mod serve_binary;
@@ -36,6 +37,15 @@ fn nodes(addr: &str) -> Vec<(u64, String, bool, bool, String)> {
             )
         })
         .collect()
+}
+
+/// `ringfeed status --cluster` asked at `addr`: its text.
+fn status_cluster(addr: &str) -> String {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ringfeed"));
+    command.args(["status", "--cluster", "--server", addr]);
+    let out = run_bounded(command, None, TIMEOUT);
+    assert_eq!(out.code(), Some(0), "{out}");
+    out.stdout
 }
 
 /// Waits (at most 20 s, polling) until `addr`'s view satisfies `done`.
@@ -107,12 +117,27 @@ fn three_nodes_list_each_other_and_a_killed_one_goes_down() {
         "{table}"
     );
 
+    // Every node's status, each asked at its own address.
+    let cluster = status_cluster(&ports[1]);
+    for id in 1..=3 {
+        assert!(cluster.contains(&format!("(node {id})")), "{cluster}");
+    }
+    assert!(
+        cluster.contains(&format!("node 2 at {} (this node)", ports[1])),
+        "{cluster}"
+    );
+
     servers.pop().expect("node 3").kill();
     until(&ports[0], "node 3 down, the others up", |seen| {
         let three = seen.iter().find(|n| n.1 == ports[2]).expect("listed");
         let two = seen.iter().find(|n| n.1 == ports[1]).expect("listed");
         !three.3 && three.0 == 3 && !three.4.is_empty() && two.3
     });
+    let cluster = status_cluster(&ports[0]);
+    assert!(
+        cluster.contains(&format!("node 3 at {}: down", ports[2])) && !cluster.contains("(node 3)"),
+        "{cluster}"
+    );
     for server in servers {
         server.stop();
     }
@@ -146,4 +171,24 @@ fn peers_need_a_node_id_and_addresses() {
     let bad = serve(&["--node-id", "1", "--peers", "localhost"]);
     assert_ne!(bad.code(), Some(0), "{bad}");
     assert!(bad.stderr.contains("not HOST:PORT"), "{bad}");
+}
+
+#[test]
+fn a_peer_with_this_nodes_id_is_down_with_that_reason() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let dirs: Vec<_> = (0..2)
+        .map(|_| {
+            tempfile::Builder::new()
+                .prefix("peers-")
+                .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+                .unwrap()
+        })
+        .collect();
+    let b = Server::start_with(dirs[1].path(), 1, &["--node-id", "1"]);
+    let a = Server::start_with(dirs[0].path(), 1, &["--node-id", "1", "--peers", &b.addr]);
+    until(&a.addr, "the twin listed down", |seen| {
+        seen.len() == 2 && !seen[1].3 && seen[1].4.contains("this node's id 1")
+    });
+    a.stop();
+    b.stop();
 }

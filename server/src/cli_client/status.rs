@@ -7,7 +7,8 @@ use anyhow::{Context, Result};
 use base64::Engine as _;
 use ringfeed_proto::tonic::Code;
 use ringfeed_proto::v1::{
-    ListSubscribersRequest, Ordering, ShardStatus, StatusRequest, StatusResponse, SubscriberInfo,
+    ListNodesRequest, ListSubscribersRequest, Ordering, ShardStatus, StatusRequest, StatusResponse,
+    SubscriberInfo,
 };
 
 use super::connection::{connect, DEFAULT_SERVER};
@@ -50,13 +51,22 @@ pub struct StatusArgs {
     #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_SERVER)]
     pub server: String,
     /// Print the StatusResponse as one proto3-JSON object instead of tables
-    /// (64-bit numbers are strings there, as the mapping says).
+    /// (64-bit numbers are strings there, as the mapping says). With
+    /// --cluster: `{"nodes":[{"node":NodeInfo,"status":StatusResponse or null}]}`.
     #[arg(long)]
     pub json: bool,
+    /// Every node of the cluster as this server lists them (`ringfeed
+    /// nodes`): each reachable node's shards and watermarks, asked at its
+    /// address, and which nodes are down and why.
+    #[arg(long)]
+    pub cluster: bool,
 }
 
 /// Prints the server's status per `args` on stdout.
 pub async fn status(args: StatusArgs) -> Result<()> {
+    if args.cluster {
+        return cluster_status(&args).await;
+    }
     let mut client = connect(&args.server).await?;
     let status = client.status(StatusRequest {}).await?.into_inner();
     let mut out = io::stdout();
@@ -72,6 +82,83 @@ pub async fn status(args: StatusArgs) -> Result<()> {
         render_status(&status, subscribers.as_deref())
     };
     write_out(&mut out, &text).context("writing to stdout")
+}
+
+/// How long `status --cluster` waits for each other node's answer.
+const PEER_ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `status --cluster`: the node list, then each node's status from its own
+/// address (this node's from the server asked).
+async fn cluster_status(args: &StatusArgs) -> Result<()> {
+    let mut client = connect(&args.server).await?;
+    let nodes = client
+        .list_nodes(ListNodesRequest {})
+        .await?
+        .into_inner()
+        .nodes;
+    let mut found = Vec::with_capacity(nodes.len());
+    for node in &nodes {
+        let status = if node.this_node {
+            client
+                .status(StatusRequest {})
+                .await
+                .map_err(|s| s.to_string())
+        } else if !node.up {
+            Err(format!("down: {}", node.error))
+        } else {
+            // A stopped process still accepts connections: bound the wait.
+            let ask = async {
+                let mut peer = connect(&node.address).await.map_err(|e| format!("{e:#}"))?;
+                peer.status(StatusRequest {})
+                    .await
+                    .map_err(|s| format!("{}: {}", s.code(), s.message()))
+            };
+            match tokio::time::timeout(PEER_ANSWER_WITHIN, ask).await {
+                Ok(answer) => answer.map_err(|e| format!("down: {e}")),
+                Err(_) => Err(format!("down: no answer within {PEER_ANSWER_WITHIN:?}")),
+            }
+        };
+        found.push(status.map(|r| r.into_inner()));
+    }
+    let text = if args.json {
+        let entries: Vec<serde_json::Value> = nodes
+            .iter()
+            .zip(&found)
+            .map(|(node, status)| {
+                serde_json::json!({
+                    "node": node,
+                    "status": status.as_ref().ok(),
+                })
+            })
+            .collect();
+        serde_json::to_string(&serde_json::json!({ "nodes": entries }))
+            .context("encoding the cluster status as JSON")?
+            + "\n"
+    } else {
+        let mut text = String::new();
+        for (node, status) in nodes.iter().zip(&found) {
+            let id = match node.node_id {
+                0 => "?".to_owned(),
+                id => id.to_string(),
+            };
+            let at = if node.address.is_empty() {
+                "-"
+            } else {
+                &node.address
+            };
+            match status {
+                Ok(status) => {
+                    let this = if node.this_node { " (this node)" } else { "" };
+                    text.push_str(&format!("node {id} at {at}{this}\n"));
+                    text.push_str(&render_status(status, None));
+                }
+                Err(why) => text.push_str(&format!("node {id} at {at}: {why}\n")),
+            }
+            text.push('\n');
+        }
+        text
+    };
+    write_out(&mut io::stdout(), &text).context("writing to stdout")
 }
 
 pub(super) fn render_status(
