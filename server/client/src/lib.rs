@@ -81,6 +81,17 @@ impl Backoff {
     }
 }
 
+/// What [`Follower::next_step`] found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    Event(FollowedEvent),
+    /// No event at hand, and every matching event stamped at or below this
+    /// (ns) has been handed out.
+    Watermark(i64),
+    /// `until_ns` was reached.
+    End,
+}
+
 /// One event as the follower hands it out.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FollowedEvent {
@@ -370,6 +381,29 @@ impl Follower {
                 return Ok(None);
             }
             self.receive().await?;
+        }
+    }
+
+    /// The next event, or, when a response (a heartbeat) raised the
+    /// watermark and no event is at hand, the new watermark: every matching
+    /// event stamped at or below it has been handed out, so a merge of
+    /// several feeds may go past it even while this one is quiet.
+    /// `Ok(Step::End)` once `until_ns` is reached.
+    pub async fn next_step(&mut self) -> Result<Step, FollowError> {
+        loop {
+            if let Some(event) = self.ahead.take() {
+                self.hand_out(&event);
+                self.look_ahead()?;
+                return Ok(Step::Event(event));
+            }
+            if self.ended {
+                return Ok(Step::End);
+            }
+            let before = self.watermark_ns;
+            self.receive().await?;
+            if self.ahead.is_none() && self.watermark_ns > before {
+                return Ok(Step::Watermark(self.watermark_ns));
+            }
         }
     }
 
