@@ -23,6 +23,7 @@ mod producer;
 mod rate_limit;
 /// The record format, shared with clients (`ringfeed-core`).
 pub use ringfeed_core::record;
+pub use ringfeed_core::{cluster_cursor, merge, ClusterCursor};
 mod raw;
 mod retention;
 mod ring;

@@ -44,6 +44,9 @@ pub struct RawEventMessage {
     /// `Option<Event>` would be; clients decode it as `EventMessage.event`.
     #[prost(bytes = "bytes", optional, tag = "4")]
     pub event: Option<Bytes>,
+    /// The node that holds the event (cluster subscriptions; 0 otherwise).
+    #[prost(uint32, tag = "5")]
+    pub node: u32,
 }
 
 impl RawEventMessage {
@@ -54,6 +57,7 @@ impl RawEventMessage {
             shard,
             offset,
             event: Some(event),
+            node: 0,
         }
     }
 }
@@ -210,6 +214,7 @@ impl From<v1::EventMessage> for RawEventMessage {
             shard: m.shard,
             offset: m.offset,
             event: m.event.map(|e| Bytes::from(e.encode_to_vec())),
+            node: m.node,
         }
     }
 }

@@ -69,6 +69,7 @@ fn event_variant_decodes_as_generated() {
     let expected = SubscribeResponse {
         cursor: Bytes::from_static(b"cursor-1"),
         item: Some(Item::Event(EventMessage {
+            node: 0,
             ts_ns: 42,
             shard: 3,
             offset: 1200,
@@ -98,6 +99,7 @@ fn batch_variant_decodes_as_generated() {
                 .iter()
                 .enumerate()
                 .map(|(i, e)| EventMessage {
+                    node: 0,
                     ts_ns: 100 + i as i64,
                     shard: 1,
                     offset: i as u64,
@@ -117,6 +119,7 @@ fn every_variant_round_trips_through_raw() {
         SubscribeResponse {
             cursor: Bytes::from_static(b"x"),
             item: Some(Item::Event(EventMessage {
+                node: 0,
                 ts_ns: -1,
                 shard: u32::MAX,
                 offset: u64::MAX,
@@ -126,6 +129,7 @@ fn every_variant_round_trips_through_raw() {
         SubscribeResponse {
             cursor: Bytes::new(),
             item: Some(Item::Event(EventMessage {
+                node: 0,
                 event: Some(rename_event()),
                 ..Default::default()
             })),

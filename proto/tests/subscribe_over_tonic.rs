@@ -224,6 +224,7 @@ async fn run(addr: SocketAddr, store: Store) {
         received.push(response);
     }
     let delivered = |offset: usize| EventMessage {
+        node: 0,
         ts_ns: 1000 + offset as i64,
         shard: 0,
         offset: offset as u64,

@@ -30,6 +30,9 @@ pub struct FileConfig {
     pub peers: Option<Vec<String>>,
     /// Where peers reach this node; default: the address it listens on.
     pub advertise: Option<String>,
+    /// How long a peer may hold a cluster subscription's merge before the
+    /// feed goes on without it (its events then come late).
+    pub peer_hold_ms: Option<u64>,
     pub listen: Option<String>,
     pub metrics_listen: Option<String>,
     pub shards: Option<u32>,
@@ -83,6 +86,7 @@ pub struct ServerConfig {
     /// See [`FileConfig::peers`].
     pub peers: Vec<String>,
     pub advertise: Option<String>,
+    pub peer_hold: Duration,
 }
 
 impl FileConfig {
@@ -199,6 +203,9 @@ impl FileConfig {
             )?,
             peers: self.peers.unwrap_or_default(),
             advertise: self.advertise,
+            peer_hold: self
+                .peer_hold_ms
+                .map_or(crate::membership::DEFAULT_PEER_HOLD, Duration::from_millis),
         })
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod append_budget;
 pub mod cli_client;
+mod cluster;
 /// The client library (its own crate, `ringfeed-client`, which does not build the engine).
 pub use ringfeed_client as client;
 pub mod config;

@@ -310,10 +310,11 @@ fn serve(config: ServerConfig) -> Result<()> {
         };
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let advertise = config.advertise.clone().unwrap_or_else(|| addr.to_string());
-        let membership = Membership::new(
+        let membership = Membership::with_peer_hold(
             engine_node.unwrap_or(0),
             advertise,
             config.peers.clone(),
+            config.peer_hold,
         );
         membership.start(stop_rx.clone());
         let service = Service::with_limits(

@@ -18,11 +18,24 @@ use ringfeed_engine::clock::now_ns;
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
 const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 
+/// How long a peer may hold a cluster subscription's merge, by default.
+pub const DEFAULT_PEER_HOLD: Duration = Duration::from_secs(3);
+
 /// This node and its peers.
 pub struct Membership {
     node_id: u32,
     advertise: String,
     peers: Vec<Peer>,
+    /// How long a peer may hold a cluster subscription's merge.
+    pub peer_hold: Duration,
+}
+
+/// A peer as a cluster subscription follows it.
+#[derive(Clone, Debug)]
+pub struct KnownPeer {
+    pub node_id: u32,
+    pub address: String,
+    pub shards: u32,
 }
 
 struct Peer {
@@ -34,9 +47,20 @@ struct Peer {
 impl Membership {
     /// `node_id` 0: none (a single node). `peers`: HOST:PORT each.
     pub fn new(node_id: u32, advertise: String, peers: Vec<String>) -> Arc<Membership> {
+        Membership::with_peer_hold(node_id, advertise, peers, DEFAULT_PEER_HOLD)
+    }
+
+    /// [`Membership::new`] with a given `peer_hold`.
+    pub fn with_peer_hold(
+        node_id: u32,
+        advertise: String,
+        peers: Vec<String>,
+        peer_hold: Duration,
+    ) -> Arc<Membership> {
         Arc::new(Membership {
             node_id,
             advertise,
+            peer_hold,
             peers: peers
                 .into_iter()
                 .map(|address| Peer {
@@ -119,6 +143,33 @@ impl Membership {
                 seen.error = error;
             }
         }
+    }
+
+    /// This node's id (0: none).
+    pub fn node_id(&self) -> u32 {
+        self.node_id
+    }
+
+    /// Every peer with its id and shard count, or why one cannot be
+    /// followed (never reached, so its id is unknown).
+    pub fn known_peers(&self) -> Result<Vec<KnownPeer>, String> {
+        self.peers
+            .iter()
+            .map(|peer| {
+                let seen = peer.seen.lock().unwrap_or_else(|p| p.into_inner());
+                if seen.node_id == 0 || seen.shards == 0 {
+                    return Err(format!(
+                        "peer {} was not reached yet ({}): its node id is unknown",
+                        peer.address, seen.error
+                    ));
+                }
+                Ok(KnownPeer {
+                    node_id: seen.node_id,
+                    address: peer.address.clone(),
+                    shards: seen.shards,
+                })
+            })
+            .collect()
     }
 
     /// This node (with `shards` shards), then each peer as last seen.

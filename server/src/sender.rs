@@ -555,6 +555,10 @@ impl Sender {
                 biased;
                 next = sub.next() => return Ok(next?),
                 _ = quiet => {
+                    // Idle shards claim up to now, so the next heartbeat's
+                    // watermark passes this one's time: a merge of several
+                    // feeds (a cluster stream) is not held by a quiet one.
+                    sub.request_claims(now_ns());
                     let beat = heartbeat_item(&self.shards, sub);
                     self.send(sub, beat, None, "live").await?;
                 }

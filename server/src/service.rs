@@ -435,6 +435,23 @@ impl RingFeed for Service {
             .map(|a| a.to_string())
             .unwrap_or_default();
         let r = request.into_inner();
+        if r.scope == v1::Scope::Cluster as i32 {
+            // The filter and order from the request; the start is the
+            // cluster cursor's part for this node (cluster::start).
+            let local = engine_request(&v1::SubscribeRequest {
+                start: None,
+                ..r.clone()
+            })?;
+            let responses = crate::cluster::start(
+                &self.engine,
+                &self.membership,
+                &r,
+                local,
+                &self.streams.limits,
+                self.shutdown.clone(),
+            )?;
+            return Ok(Response::new(responses as Self::SubscribeStream));
+        }
         let subscription = self.engine.subscribe(engine_request(&r)?).map_err(|e| {
             self.metrics.subscribe_failed(&e);
             subscribe_status(e)

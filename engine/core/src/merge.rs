@@ -60,6 +60,8 @@ pub struct Merge<E> {
     peer_hold_ns: u64,
     /// Key `(ts, source id)` of the last event delivered in order.
     delivered: Option<(i64, SourceId)>,
+    /// The stamp of the event the merge waits to deliver, while sources hold it.
+    held_at: Option<i64>,
 }
 
 impl<E> Merge<E> {
@@ -79,6 +81,7 @@ impl<E> Merge<E> {
                 .collect(),
             peer_hold_ns,
             delivered: None,
+            held_at: None,
         }
     }
 
@@ -130,6 +133,7 @@ impl<E> Merge<E> {
                 .filter(|(_, s)| s.skipped.is_none())
                 .filter_map(|(i, s)| s.queue.front().map(|&(ts, _)| ((ts, s.id), i)))
                 .min();
+            self.held_at = None;
             let Some(((ts, id), i)) = candidate else {
                 for s in &mut self.sources {
                     s.holding_since = None; // nothing waits on anyone
@@ -155,6 +159,7 @@ impl<E> Merge<E> {
                 }
             }
             if held {
+                self.held_at = Some(ts);
                 return None;
             }
             if skipped_one {
@@ -208,6 +213,13 @@ impl<E> Merge<E> {
             .iter()
             .filter(|s| s.skipped.is_some())
             .map(|s| s.id)
+    }
+
+    /// The stamp of the event the merge waits to deliver while
+    /// [`Merge::holding`] sources hold it: their bounds must reach it (a
+    /// caller asks them to claim up to it).
+    pub fn held_at(&self) -> Option<i64> {
+        self.held_at
     }
 
     /// The sources holding the merge now.

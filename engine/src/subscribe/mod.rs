@@ -720,6 +720,18 @@ impl Subscription {
                 (Some(i), _) => self.lanes[i].head.expect("has a head").ts,
                 (None, Some(until)) => until,
                 (None, None) => {
+                    // Nothing to deliver: fold each shard's claim into what
+                    // it has seen, so an idle subscription's watermark rises
+                    // with claims (heartbeats, and merges of several feeds,
+                    // read it). A record that arrived meanwhile is taken.
+                    for lane in &mut self.lanes {
+                        if lane
+                            .fill_or_bound(&self.filter, self.match_all, self.durable_only)?
+                            .is_none()
+                        {
+                            continue 'select;
+                        }
+                    }
                     self.update_watermark();
                     return Ok(Step::Pending);
                 }
@@ -856,6 +868,22 @@ impl Subscription {
             if let Some(first) = listeners.into_iter().next() {
                 first.wait_timeout(slice);
             }
+        }
+    }
+
+    /// Completes when any of the subscription's shards has news (a batch, a
+    /// flush, a claim answered): poll after creating it, then wait on it, and
+    /// no news is missed. It owns its listeners (borrows nothing).
+    pub fn changed(&self) -> impl Future<Output = ()> + Send + 'static {
+        AnyListener(self.listen())
+    }
+
+    /// Asks every shard to claim its stamps up to `ts` (answered at once by an
+    /// idle shard), so the subscription's watermark can pass `ts`; the
+    /// answers wake [`Subscription::changed`].
+    pub fn request_claims(&self, ts: i64) {
+        for lane in &self.lanes {
+            lane.shard().request_claim(ts);
         }
     }
 

@@ -191,6 +191,7 @@ mod tests {
 
     fn message(i: u64) -> EventMessage {
         EventMessage {
+            node: 0,
             ts_ns: 1_000 + i as i64,
             shard: (i % 3) as u32,
             offset: i,

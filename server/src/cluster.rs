@@ -1,0 +1,376 @@
+//! Cluster subscriptions (issue 20, first version; DESIGN.md 7): this node's
+//! shards merged with its peers' feeds.
+//!
+//! Sources are `(node, shard)`. This node's events come from an engine
+//! subscription, each peer's from a `Follower` (node scope, heartbeats on) on
+//! its own task; all go into one [`Merge`], which delivers in `(ts, node,
+//! shard)` order under each node's bound (the local subscription's watermark
+//! after it polls dry; a peer's heartbeat watermark), and skips a peer that
+//! holds it longer than `peer_hold`: its events then come late, in its own
+//! order, exactly once (the follower resumes exactly from its checkpoint
+//! however often the peer goes away). Each response's cursor is a
+//! [`ClusterCursor`]: per node, the node's cursor after its last event
+//! delivered, so it resumes exactly on any node.
+//!
+//! Not yet (docs/cluster.md): starts other than the beginning or a cluster
+//! cursor, `until_ns`, chunk mode, heartbeats to the subscriber, peers joining
+//! mid-stream, one shared stream per peer, the response budget and
+//! ListSubscribers for cluster streams.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ringfeed_engine::merge::{Merge, SourceId};
+use ringfeed_engine::ClusterCursor;
+use ringfeed_engine::{Cursor, Engine, Start, Step, SubscribeRequest, Subscription};
+use ringfeed_proto::bytes::Bytes;
+use ringfeed_proto::tonic::Status;
+use ringfeed_proto::{v1, RawEventBatch, RawEventMessage, RawItem, RawSubscribeResponse};
+use tokio::sync::{mpsc, watch};
+
+use crate::client::{Backoff, Follower, Step as FollowStep};
+use crate::membership::Membership;
+use crate::sender::{Responses, SubscriberLimits};
+
+/// How often peers send heartbeats to a cluster stream (their bounds).
+const PEER_HEARTBEAT_MS: u32 = 100;
+/// Most events pulled from the local subscription before merging them.
+const LOCAL_PULL: usize = 1024;
+/// Events a peer's task may have sent and the merge not taken yet.
+const PEER_CHANNEL: usize = 4096;
+
+/// One event on its way through the merge.
+struct Pending {
+    /// Index of its node in the stream's node list.
+    node: usize,
+    shard: u32,
+    offset: u64,
+    payload: Bytes,
+    /// Its node's cursor once it is delivered.
+    cursor_after: Cursor,
+}
+
+/// What a peer's task hands the stream.
+enum FromPeer {
+    Event {
+        ts: i64,
+        pending: Pending,
+    },
+    /// No event of peer `node` at or below `ts` will come.
+    Watermark {
+        node: usize,
+        ts: i64,
+    },
+    Failed(String),
+}
+
+/// A node of the stream: its id, where its shards' sources start in the
+/// merge, and its cursor after its last event delivered.
+struct Node {
+    id: u32,
+    first_source: usize,
+    shards: u32,
+    cursor: Option<Cursor>,
+}
+
+/// Starts a cluster stream for `r` and returns what its client reads.
+pub(crate) fn start(
+    engine: &Arc<Engine>,
+    membership: &Membership,
+    r: &v1::SubscribeRequest,
+    mut local_request: SubscribeRequest,
+    limits: &SubscriberLimits,
+    shutdown: watch::Receiver<bool>,
+) -> Result<Responses, Status> {
+    if r.until_ns != 0 || r.chunk_mode || r.heartbeats {
+        return Err(Status::invalid_argument(
+            "scope cluster: until_ns, chunk_mode and heartbeats are not supported yet",
+        ));
+    }
+    let start = match &r.start {
+        Some(v1::subscribe_request::Start::Beginning(_)) => ClusterCursor::new(),
+        Some(v1::subscribe_request::Start::Cursor(bytes)) => ClusterCursor::from_bytes(bytes)
+            .map_err(|e| Status::invalid_argument(format!("cursor: {e}")))?,
+        _ => {
+            return Err(Status::invalid_argument(
+                "scope cluster starts at the beginning or at a cluster cursor (for now)",
+            ))
+        }
+    };
+    let this = membership.node_id();
+    if this == 0 {
+        return Err(Status::failed_precondition(
+            "scope cluster: this node has no node id (start it with --node-id)",
+        ));
+    }
+    let peers = membership.known_peers().map_err(Status::unavailable)?;
+    local_request.start = match start.node(this) {
+        Some(cursor) => Start::Cursor(cursor.clone()),
+        None => Start::Beginning,
+    };
+    let local = engine
+        .subscribe(local_request)
+        .map_err(crate::status::subscribe_status)?;
+
+    let mut nodes = vec![Node {
+        id: this,
+        first_source: 0,
+        shards: engine.shard_count(),
+        cursor: Some(local.cursor()),
+    }];
+    for peer in &peers {
+        let first_source = nodes
+            .last()
+            .map_or(0, |n| n.first_source + n.shards as usize);
+        nodes.push(Node {
+            id: peer.node_id,
+            first_source,
+            shards: peer.shards,
+            cursor: start.node(peer.node_id).cloned(),
+        });
+    }
+    let sources: Vec<SourceId> = nodes
+        .iter()
+        .flat_map(|n| (0..n.shards).map(|shard| SourceId { node: n.id, shard }))
+        .collect();
+    let merge = Merge::new(&sources, membership.peer_hold.as_nanos() as u64);
+
+    let (peer_tx, peer_rx) = mpsc::channel(PEER_CHANNEL);
+    let mut peer_tasks = Vec::new();
+    for (i, peer) in peers.iter().enumerate() {
+        let mut request = r.clone();
+        request.scope = v1::Scope::Node as i32;
+        request.start = Some(match &nodes[i + 1].cursor {
+            Some(cursor) => v1::subscribe_request::Start::Cursor(cursor.to_bytes().into()),
+            None => v1::subscribe_request::Start::Beginning(true),
+        });
+        request.heartbeats = true;
+        request.heartbeat_interval_ms = PEER_HEARTBEAT_MS;
+        request.batching = true;
+        request.client_id = 0;
+        request.client_name = format!("cluster stream of node {this}");
+        let follower = Follower::new(&peer.address, request, Backoff::default())
+            .map_err(|e| Status::invalid_argument(format!("peer {}: {e}", peer.address)))?;
+        peer_tasks.push(tokio::spawn(follow_peer(follower, i + 1, peer_tx.clone())));
+    }
+    drop(peer_tx);
+
+    let (tx, rx) = mpsc::channel(limits.queue_responses.max(1));
+    let stream = ClusterStream {
+        local,
+        nodes,
+        merge,
+        peer_rx,
+        tx,
+        batch_max_events: limits.batch_max_events.max(1),
+        batching: r.batching,
+        started: tokio::time::Instant::now(),
+    };
+    tokio::spawn(async move {
+        stream.run(shutdown).await;
+        for task in peer_tasks {
+            task.abort();
+        }
+    });
+    Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+}
+
+/// Follows one peer, handing its events (with the peer's cursor after each)
+/// and its watermarks to the stream, until the stream goes away.
+async fn follow_peer(mut follower: Follower, node: usize, tx: mpsc::Sender<FromPeer>) {
+    loop {
+        let item = match follower.next_step().await {
+            Ok(FollowStep::Event(e)) => FromPeer::Event {
+                ts: e.ts_ns,
+                pending: Pending {
+                    node,
+                    shard: e.shard,
+                    offset: e.offset,
+                    payload: e.event,
+                    cursor_after: follower
+                        .checkpoint()
+                        .cloned()
+                        .expect("a checkpoint once an event was handed out"),
+                },
+            },
+            Ok(FollowStep::Watermark(ts)) => FromPeer::Watermark { node, ts },
+            Ok(FollowStep::End) => return,
+            Err(e) => FromPeer::Failed(e.to_string()),
+        };
+        let failed = matches!(item, FromPeer::Failed(_));
+        if tx.send(item).await.is_err() || failed {
+            return;
+        }
+    }
+}
+
+struct ClusterStream {
+    local: Subscription,
+    nodes: Vec<Node>,
+    merge: Merge<Pending>,
+    peer_rx: mpsc::Receiver<FromPeer>,
+    tx: mpsc::Sender<Result<RawSubscribeResponse, Status>>,
+    batch_max_events: usize,
+    batching: bool,
+    started: tokio::time::Instant,
+}
+
+impl ClusterStream {
+    async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+        if let Err(status) = self.feed(&mut shutdown).await {
+            let _ = self.tx.send(Err(status)).await;
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_nanos() as u64
+    }
+
+    async fn feed(&mut self, shutdown: &mut watch::Receiver<bool>) -> Result<(), Status> {
+        loop {
+            // Listen before looking, so news in between is not missed.
+            let changed = self.local.changed();
+            self.pull_local()?;
+            while let Ok(item) = self.peer_rx.try_recv() {
+                self.from_peer(item)?;
+            }
+            if self.send_ready().await? {
+                continue;
+            }
+            // This node's shards hold the merge: ask them to claim up to the
+            // stamp it waits for (an idle shard answers at once, and the
+            // answer wakes `changed`). Peers' claims come with their
+            // heartbeats.
+            if let Some(ts) = self.merge.held_at() {
+                let this = self.nodes[0].id;
+                if self.merge.holding().any(|s| s.node == this) {
+                    self.local.request_claims(ts);
+                }
+            }
+            let deadline = self
+                .merge
+                .deadline()
+                .map(|at| self.started + Duration::from_nanos(at));
+            let hold = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => {
+                    return Err(Status::unavailable("the server is shutting down"));
+                }
+                _ = self.tx.closed() => return Ok(()),
+                _ = changed => {}
+                item = self.peer_rx.recv() => match item {
+                    Some(item) => self.from_peer(item)?,
+                    None => return Err(Status::internal("the peers' tasks ended")),
+                },
+                _ = hold => {}
+            }
+        }
+    }
+
+    /// Takes what the local subscription has ready; when it has nothing
+    /// more, its watermark bounds every local shard.
+    fn pull_local(&mut self) -> Result<(), Status> {
+        for _ in 0..LOCAL_PULL {
+            match self.local.poll().map_err(crate::status::subscribe_status)? {
+                Step::Event(d) => self.push_local(d),
+                Step::Pending => {
+                    let bound = self.local.watermark();
+                    let node = &self.nodes[0];
+                    for shard in 0..node.shards as usize {
+                        self.merge.bound(node.first_source + shard, bound);
+                    }
+                    return Ok(());
+                }
+                Step::End => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    fn push_local(&mut self, d: ringfeed_engine::Delivered) {
+        let source = self.nodes[0].first_source + d.shard as usize;
+        let pending = Pending {
+            node: 0,
+            shard: d.shard,
+            offset: d.offset,
+            payload: d.payload(),
+            cursor_after: self.local.cursor(),
+        };
+        self.merge.push(source, d.ts, pending);
+    }
+
+    fn from_peer(&mut self, item: FromPeer) -> Result<(), Status> {
+        match item {
+            FromPeer::Event { ts, pending } => {
+                let node = &self.nodes[pending.node];
+                if pending.shard >= node.shards {
+                    return Err(Status::internal(format!(
+                        "node {} sent an event of shard {}, but it has {} shard(s)",
+                        node.id, pending.shard, node.shards
+                    )));
+                }
+                let source = node.first_source + pending.shard as usize;
+                self.merge.push(source, ts, pending);
+            }
+            FromPeer::Watermark { node, ts } => {
+                let node = &self.nodes[node];
+                for shard in 0..node.shards as usize {
+                    self.merge.bound(node.first_source + shard, ts);
+                }
+            }
+            FromPeer::Failed(why) => {
+                return Err(Status::unavailable(format!("following a peer: {why}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends one response of the events the merge delivers now, if any.
+    async fn send_ready(&mut self) -> Result<bool, Status> {
+        let limit = if self.batching {
+            self.batch_max_events
+        } else {
+            1
+        };
+        let now = self.now();
+        let mut events = Vec::new();
+        while events.len() < limit {
+            let Some(popped) = self.merge.pop(now) else {
+                break;
+            };
+            let p = popped.event;
+            let node = &mut self.nodes[p.node];
+            events.push(RawEventMessage {
+                node: node.id,
+                ..RawEventMessage::new(popped.ts, p.shard, p.offset, p.payload)
+            });
+            node.cursor = Some(p.cursor_after);
+        }
+        if events.is_empty() {
+            return Ok(false);
+        }
+        let mut cursor = ClusterCursor::new();
+        for node in &self.nodes {
+            if let Some(c) = &node.cursor {
+                cursor.set(node.id, c.clone());
+            }
+        }
+        let item = if events.len() == 1 {
+            RawItem::Event(events.pop().expect("one"))
+        } else {
+            RawItem::Batch(RawEventBatch { events })
+        };
+        let response = RawSubscribeResponse::new(cursor.to_bytes().into(), item);
+        self.tx
+            .send(Ok(response))
+            .await
+            .map_err(|_| Status::cancelled("the client went away"))?;
+        Ok(true)
+    }
+}
