@@ -38,6 +38,14 @@ const PEER_HEARTBEAT_MS: u32 = 100;
 const LOCAL_PULL: usize = 1024;
 /// Events a peer's task may have sent and the merge not taken yet.
 const PEER_CHANNEL: usize = 4096;
+/// Reconnecting to a peer: soon, so a restarted peer's late events come
+/// soon after it is back (gRPC's defaults grow to two minutes).
+const PEER_BACKOFF: Backoff = Backoff {
+    initial: Duration::from_millis(100),
+    multiplier: 1.6,
+    jitter: 0.2,
+    max: Duration::from_secs(1),
+};
 
 /// One event on its way through the merge.
 struct Pending {
@@ -149,7 +157,7 @@ pub(crate) fn start(
         request.batching = true;
         request.client_id = 0;
         request.client_name = format!("cluster stream of node {this}");
-        let follower = Follower::new(&peer.address, request, Backoff::default())
+        let follower = Follower::new(&peer.address, request, PEER_BACKOFF)
             .map_err(|e| Status::invalid_argument(format!("peer {}: {e}", peer.address)))?;
         peer_tasks.push(tokio::spawn(follow_peer(follower, i + 1, peer_tx.clone())));
     }
