@@ -7,40 +7,19 @@
 //! node it yields nothing more (nothing was appended since) while a new
 //! append on any node comes through it.
 
+mod cluster_nodes;
 mod serve_binary;
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
+use cluster_nodes::*;
 use ringfeed_engine::ClusterCursor;
 use ringfeed_proto::prost::Message;
-use ringfeed_proto::tonic::transport::Channel;
-use ringfeed_proto::v1::{self, subscribe_request::Start, subscribe_response::Item};
-use ringfeed_proto::RingFeedClient;
+use ringfeed_proto::v1::{self, subscribe_request::Start};
 use serve_binary::Server;
 
 const PER_NODE: usize = 240;
-
-/// (ts, node, shard, offset, event bytes)
-type Seen = (i64, u32, u32, u64, Vec<u8>);
-
-fn event(node: usize, i: usize) -> v1::Event {
-    v1::Event {
-        directory: format!("/n{node}/d{}", i % 7),
-        new_entry: Some(v1::Entry {
-            name: format!("f{i}"),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-async fn client(addr: &str) -> RingFeedClient<Channel> {
-    RingFeedClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap()
-}
 
 /// Reads `count` events from a subscription (and returns the last cursor),
 /// failing after 30 s.
@@ -65,16 +44,9 @@ async fn read(addr: &str, scope: v1::Scope, start: Start, count: usize) -> (Vec<
             .unwrap_or_else(|_| panic!("{addr}: {} of {count} events in 30 s", seen.len()))
             .unwrap_or_else(|s| panic!("{addr}: {s}"))
             .expect("the stream goes on");
-        let events = match response.item {
-            Some(Item::Event(e)) => vec![e],
-            Some(Item::Batch(b)) => b.events,
-            other => panic!("{addr}: unexpected {other:?}"),
-        };
-        for e in events {
-            let bytes = e.event.map(|e| e.encode_to_vec()).unwrap_or_default();
-            seen.push((e.ts_ns, e.node, e.shard, e.offset, bytes));
-        }
-        cursor = response.cursor.to_vec();
+        let response_cursor = response.cursor.to_vec();
+        seen.extend(events_of(response));
+        cursor = response_cursor;
     }
     assert_eq!(seen.len(), count, "{addr}: no more than asked for");
     (seen, cursor)
@@ -83,68 +55,26 @@ async fn read(addr: &str, scope: v1::Scope, start: Start, count: usize) -> (Vec<
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_one_exact_merged_feed_on_each() {
     let _watchdog = ringfeed_watchdog::arm();
-    let ports: Vec<String> = (0..3)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect::<Vec<_>>()
-        .iter()
-        .map(|l| l.local_addr().unwrap().to_string())
-        .collect();
-    let dirs: Vec<_> = (0..3)
-        .map(|_| {
-            tempfile::Builder::new()
-                .prefix("cluster-")
-                .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-                .unwrap()
-        })
-        .collect();
+    let ports = free_ports(3);
+    let dirs = data_dirs(3, "cluster-");
     let servers: Vec<Server> = (0..3)
         .map(|i| {
-            let peers: Vec<&str> = (0..3)
-                .filter(|&j| j != i)
-                .map(|j| ports[j].as_str())
-                .collect();
+            let id = (i + 1).to_string();
+            let peers = peers_of(&ports, i);
             Server::start_on_with(
                 dirs[i].path(),
                 2,
                 &ports[i],
-                &[
-                    "--node-id",
-                    &(i + 1).to_string(),
-                    "--peers",
-                    &peers.join(","),
-                ],
+                &["--node-id", &id, "--peers", &peers],
             )
         })
         .collect();
-    // Every node has reached its peers (their ids are known).
     for addr in &ports {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let nodes = client(addr)
-                .await
-                .list_nodes(v1::ListNodesRequest {})
-                .await
-                .unwrap()
-                .into_inner()
-                .nodes;
-            if nodes.iter().all(|n| n.up && n.node_id != 0) {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{addr}: {nodes:?}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_all_up(addr).await;
     }
     for round in 0..PER_NODE / 30 {
         for (node, addr) in ports.iter().enumerate() {
-            let events = (0..30).map(|k| event(node + 1, round * 30 + k)).collect();
-            client(addr)
-                .await
-                .append(v1::AppendRequest {
-                    events,
-                    ..Default::default()
-                })
-                .await
-                .unwrap();
+            append(addr, node + 1, round * 30, 30, false).await;
         }
     }
     // The reference: each node read alone.
@@ -194,14 +124,7 @@ async fn three_nodes_one_exact_merged_feed_on_each() {
     }
 
     // Node 1's cursor resumed on node 3: the next event is a new one.
-    client(&ports[1])
-        .await
-        .append(v1::AppendRequest {
-            events: vec![event(2, 9_999)],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    append(&ports[1], 2, 9_999, 1, false).await;
     let (next, _) = read(
         &ports[2],
         v1::Scope::Cluster,

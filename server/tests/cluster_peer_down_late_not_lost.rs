@@ -5,49 +5,16 @@
 //! appends more; the stream then has every durable event of every node
 //! exactly once, each source in order, node 3's equal to reading it alone.
 
+mod cluster_nodes;
 mod serve_binary;
 
 use std::collections::BTreeSet;
-use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ringfeed_proto::prost::Message;
-use ringfeed_proto::tonic::transport::Channel;
-use ringfeed_proto::v1::{self, subscribe_request::Start, subscribe_response::Item};
-use ringfeed_proto::RingFeedClient;
+use cluster_nodes::*;
+use ringfeed_proto::v1::{self, subscribe_request::Start};
 use serve_binary::Server;
-
-/// (node, shard, offset, ts, event bytes)
-type Seen = (u32, u32, u64, i64, Vec<u8>);
-
-async fn client(addr: &str) -> RingFeedClient<Channel> {
-    RingFeedClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap()
-}
-
-async fn append(addr: &str, node: usize, from: usize, count: usize) {
-    let events = (from..from + count)
-        .map(|i| v1::Event {
-            directory: format!("/n{node}/d{}", i % 5),
-            new_entry: Some(v1::Entry {
-                name: format!("f{i}"),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .collect();
-    client(addr)
-        .await
-        .append(v1::AppendRequest {
-            events,
-            durability: v1::Durability::Durable as i32,
-            ..Default::default()
-        })
-        .await
-        .unwrap_or_else(|s| panic!("append to {addr}: {s}"));
-}
 
 /// Waits (at most `limit`) until `seen` holds `count` events.
 async fn until(seen: &Mutex<Vec<Seen>>, count: usize, limit: Duration, what: &str) {
@@ -65,62 +32,18 @@ async fn until(seen: &Mutex<Vec<Seen>>, count: usize, limit: Duration, what: &st
     }
 }
 
-async fn wait_all_up(addr: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let nodes = client(addr)
-            .await
-            .list_nodes(v1::ListNodesRequest {})
-            .await
-            .unwrap()
-            .into_inner()
-            .nodes;
-        if nodes.iter().all(|n| n.up && n.node_id != 0) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{addr}: {nodes:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_peer_holds_the_feed_briefly_and_its_events_come_late_exactly_once() {
     let _watchdog = ringfeed_watchdog::arm();
-    let ports: Vec<String> = (0..3)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect::<Vec<_>>()
-        .iter()
-        .map(|l| l.local_addr().unwrap().to_string())
-        .collect();
-    let dirs: Vec<_> = (0..3)
-        .map(|_| {
-            tempfile::Builder::new()
-                .prefix("cluster-down-")
-                .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-                .unwrap()
-        })
-        .collect();
+    let ports = free_ports(3);
+    let dirs = data_dirs(3, "cluster-down-");
     let config = dirs[0].path().join("hold.toml");
     std::fs::write(&config, "peer_hold_ms = 500\n").unwrap();
     let config = config.to_str().unwrap().to_owned();
-    let flags = |i: usize| -> Vec<String> {
-        let peers: Vec<&str> = (0..3)
-            .filter(|&j| j != i)
-            .map(|j| ports[j].as_str())
-            .collect();
-        vec![
-            "--node-id".into(),
-            (i + 1).to_string(),
-            "--peers".into(),
-            peers.join(","),
-            "--config".into(),
-            config.clone(),
-        ]
-    };
     let start = |i: usize| {
-        let f = flags(i);
-        let f: Vec<&str> = f.iter().map(String::as_str).collect();
-        Server::start_on_with(dirs[i].path(), 2, &ports[i], &f)
+        let (id, peers) = ((i + 1).to_string(), peers_of(&ports, i));
+        let flags = ["--node-id", &id, "--peers", &peers, "--config", &config];
+        Server::start_on_with(dirs[i].path(), 2, &ports[i], &flags)
     };
     let mut servers: Vec<Option<Server>> = (0..3).map(|i| Some(start(i))).collect();
     for addr in &ports {
@@ -143,33 +66,24 @@ async fn a_killed_peer_holds_the_feed_briefly_and_its_events_come_late_exactly_o
         let seen = seen.clone();
         tokio::spawn(async move {
             while let Ok(Some(response)) = stream.message().await {
-                let events = match response.item {
-                    Some(Item::Event(e)) => vec![e],
-                    Some(Item::Batch(b)) => b.events,
-                    _ => continue,
-                };
-                let mut seen = seen.lock().unwrap();
-                for e in events {
-                    let bytes = e.event.map(|e| e.encode_to_vec()).unwrap_or_default();
-                    seen.push((e.node, e.shard, e.offset, e.ts_ns, bytes));
-                }
+                seen.lock().unwrap().extend(events_of(response));
             }
         })
     };
 
     for (i, addr) in ports.iter().enumerate() {
-        append(addr, i + 1, 0, 40).await;
+        append(addr, i + 1, 0, 40, true).await;
     }
     until(&seen, 120, Duration::from_secs(20), "before the kill").await;
 
     servers[2].take().expect("node 3").kill();
-    append(&ports[0], 1, 40, 40).await;
-    append(&ports[1], 2, 40, 40).await;
+    append(&ports[0], 1, 40, 40, true).await;
+    append(&ports[1], 2, 40, 40, true).await;
     // The feed goes on without node 3 once it has held it for peer_hold.
     until(&seen, 200, Duration::from_secs(20), "with node 3 down").await;
 
     servers[2] = Some(start(2));
-    append(&ports[2], 3, 40, 40).await;
+    append(&ports[2], 3, 40, 40, true).await;
     until(
         &seen,
         240,
@@ -181,14 +95,14 @@ async fn a_killed_peer_holds_the_feed_briefly_and_its_events_come_late_exactly_o
     tokio::time::sleep(Duration::from_millis(500)).await;
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 240, "every event once, nothing more");
-    let unique: BTreeSet<(u32, u32, u64)> = seen.iter().map(|e| (e.0, e.1, e.2)).collect();
+    let unique: BTreeSet<(u32, u32, u64)> = seen.iter().map(|e| (e.1, e.2, e.3)).collect();
     assert_eq!(unique.len(), 240, "no event twice");
     for node in 1..=3u32 {
         for shard in 0..2u32 {
             let offsets: Vec<u64> = seen
                 .iter()
-                .filter(|e| e.0 == node && e.1 == shard)
-                .map(|e| e.2)
+                .filter(|e| e.1 == node && e.2 == shard)
+                .map(|e| e.3)
                 .collect();
             let dense: Vec<u64> = (0..offsets.len() as u64).collect();
             assert_eq!(
@@ -197,7 +111,7 @@ async fn a_killed_peer_holds_the_feed_briefly_and_its_events_come_late_exactly_o
             );
         }
     }
-    // Node 3's events as it holds them now.
+    // Node 3's events as it holds them now, read alone (node scope: node 0).
     let mut alone = client(&ports[2])
         .await
         .subscribe(v1::SubscribeRequest {
@@ -215,19 +129,12 @@ async fn a_killed_peer_holds_the_feed_briefly_and_its_events_come_late_exactly_o
             .expect("node 3 reads alone")
             .unwrap()
             .unwrap();
-        let events = match response.item {
-            Some(Item::Event(e)) => vec![e],
-            Some(Item::Batch(b)) => b.events,
-            _ => continue,
-        };
-        for e in events {
-            let bytes = e.event.map(|e| e.encode_to_vec()).unwrap_or_default();
-            want.push((3u32, e.shard, e.offset, e.ts_ns, bytes));
-        }
+        want.extend(events_of(response));
     }
-    let mut got: Vec<Seen> = seen.into_iter().filter(|e| e.0 == 3).collect();
-    got.sort_by_key(|e| (e.3, e.1, e.2));
-    want.sort_by_key(|e| (e.3, e.1, e.2));
+    let mut want: Vec<Seen> = want.into_iter().map(|e| (e.0, 3, e.2, e.3, e.4)).collect();
+    let mut got: Vec<Seen> = seen.into_iter().filter(|e| e.1 == 3).collect();
+    got.sort();
+    want.sort();
     assert_eq!(got, want, "node 3's events exactly as it holds them");
 
     reader.abort();

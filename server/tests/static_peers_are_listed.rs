@@ -4,9 +4,9 @@
 //! a killed node shows as down, with why; a node
 //! with peers but no id, or a peer that is not HOST:PORT, is refused at start.
 
+mod cluster_nodes;
 mod serve_binary;
 
-use std::net::TcpListener;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -68,28 +68,12 @@ fn until(addr: &str, what: &str, done: impl Fn(&[(u64, String, bool, bool, Strin
 fn three_nodes_list_each_other_and_a_killed_one_goes_down() {
     let _watchdog = ringfeed_watchdog::arm();
     // Ports from the OS, handed to the nodes (each must know the others').
-    let ports: Vec<String> = (0..3)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect::<Vec<_>>()
-        .iter()
-        .map(|l| l.local_addr().unwrap().to_string())
-        .collect();
-    let dirs: Vec<_> = (0..3)
-        .map(|_| {
-            tempfile::Builder::new()
-                .prefix("peers-")
-                .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-                .unwrap()
-        })
-        .collect();
+    let ports = cluster_nodes::free_ports(3);
+    let dirs = cluster_nodes::data_dirs(3, "peers-");
     let mut servers: Vec<Server> = (0..3)
         .map(|i| {
-            let others: Vec<&str> = (0..3)
-                .filter(|&j| j != i)
-                .map(|j| ports[j].as_str())
-                .collect();
             let id = (i + 1).to_string();
-            let peers = others.join(",");
+            let peers = cluster_nodes::peers_of(&ports, i);
             Server::start_on_with(
                 dirs[i].path(),
                 1,
@@ -176,14 +160,7 @@ fn peers_need_a_node_id_and_addresses() {
 #[test]
 fn a_peer_with_this_nodes_id_is_down_with_that_reason() {
     let _watchdog = ringfeed_watchdog::arm();
-    let dirs: Vec<_> = (0..2)
-        .map(|_| {
-            tempfile::Builder::new()
-                .prefix("peers-")
-                .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-                .unwrap()
-        })
-        .collect();
+    let dirs = cluster_nodes::data_dirs(2, "peers-");
     let b = Server::start_with(dirs[1].path(), 1, &["--node-id", "1"]);
     let a = Server::start_with(dirs[0].path(), 1, &["--node-id", "1", "--peers", &b.addr]);
     until(&a.addr, "the twin listed down", |seen| {
