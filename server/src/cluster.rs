@@ -38,6 +38,10 @@ const PEER_HEARTBEAT_MS: u32 = 100;
 const LOCAL_PULL: usize = 1024;
 /// Events a peer's task may have sent and the merge not taken yet.
 const PEER_CHANNEL: usize = 4096;
+/// Most events the merge holds queued: past it nothing more is pulled from
+/// this node's subscription or the peers' channels until the merge moves
+/// (a held merge moves at the latest after `peer_hold`).
+const MAX_QUEUED: usize = 65_536;
 /// Reconnecting to a peer: soon, so a restarted peer's late events come
 /// soon after it is back (gRPC's defaults grow to two minutes).
 const PEER_BACKOFF: Backoff = Backoff {
@@ -239,9 +243,13 @@ impl ClusterStream {
             // Listen before looking, so news in between is not missed.
             let changed = self.local.changed();
             self.pull_local()?;
-            while let Ok(item) = self.peer_rx.try_recv() {
+            while !self.full(false) {
+                let Ok(item) = self.peer_rx.try_recv() else {
+                    break;
+                };
                 self.from_peer(item)?;
             }
+            let full = self.full(false);
             if self.send_ready().await? {
                 continue;
             }
@@ -272,7 +280,7 @@ impl ClusterStream {
                 }
                 _ = self.tx.closed() => return Ok(()),
                 _ = changed => {}
-                item = self.peer_rx.recv() => match item {
+                item = self.peer_rx.recv(), if !full => match item {
                     Some(item) => self.from_peer(item)?,
                     None => return Err(Status::internal("the peers' tasks ended")),
                 },
@@ -283,8 +291,20 @@ impl ClusterStream {
 
     /// Takes what the local subscription has ready; when it has nothing
     /// more, its watermark bounds every local shard.
+    /// Whether the merge holds [`MAX_QUEUED`] events and neither this node
+    /// (`local`) nor the peers (`!local`) hold it: a source that holds the
+    /// merge has nothing queued, and taking its events is what moves it.
+    fn full(&self, local: bool) -> bool {
+        let this = self.nodes[0].id;
+        self.merge.queued() >= MAX_QUEUED
+            && !self.merge.holding().any(|s| (s.node == this) == local)
+    }
+
     fn pull_local(&mut self) -> Result<(), Status> {
         for _ in 0..LOCAL_PULL {
+            if self.full(true) {
+                return Ok(());
+            }
             match self.local.poll().map_err(crate::status::subscribe_status)? {
                 Step::Event(d) => self.push_local(d),
                 Step::Pending => {
