@@ -230,7 +230,10 @@ struct ClusterStream {
 impl ClusterStream {
     async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
         if let Err(status) = self.feed(&mut shutdown).await {
-            let _ = self.tx.send(Err(status)).await;
+            // Never waits: a client that stopped reading does not get it,
+            // and its stream ends when it goes (the node-scope sender's
+            // separate final-status channel is not built here yet).
+            let _ = self.tx.try_send(Err(status));
         }
     }
 
@@ -250,7 +253,7 @@ impl ClusterStream {
                 self.from_peer(item)?;
             }
             let full = self.full(false);
-            if self.send_ready().await? {
+            if self.send_ready(shutdown).await? {
                 continue;
             }
             // This node's shards hold the merge: ask them to claim up to the
@@ -360,7 +363,7 @@ impl ClusterStream {
     }
 
     /// Sends one response of the events the merge delivers now, if any.
-    async fn send_ready(&mut self) -> Result<bool, Status> {
+    async fn send_ready(&mut self, shutdown: &mut watch::Receiver<bool>) -> Result<bool, Status> {
         let limit = if self.batching {
             self.batch_max_events
         } else {
@@ -395,10 +398,13 @@ impl ClusterStream {
             RawItem::Batch(RawEventBatch { events })
         };
         let response = RawSubscribeResponse::new(cursor.to_bytes().into(), item);
-        self.tx
-            .send(Ok(response))
-            .await
-            .map_err(|_| Status::cancelled("the client went away"))?;
-        Ok(true)
+        tokio::select! {
+            biased;
+            _ = shutdown.changed() => Err(Status::unavailable("the server is shutting down")),
+            sent = self.tx.send(Ok(response)) => {
+                sent.map_err(|_| Status::cancelled("the client went away"))?;
+                Ok(true)
+            }
+        }
     }
 }
