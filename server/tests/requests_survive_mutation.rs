@@ -553,6 +553,8 @@ fn subscribe_request(i: u64, start: u8, cursor: &[u8]) -> v1::SubscribeRequest {
         chunk_mode: i % 4 == 1,
         durable_only: i % 5 == 2,
         resume_truncated: i % 6 == 3,
+        // 0 = this node, 1 = the cluster (refused without peers), 2 = unknown.
+        scope: (i % 3) as i32,
     }
 }
 
@@ -833,7 +835,7 @@ fn arb_subscribe() -> impl Strategy<Value = v1::SubscribeRequest> {
             (path_prefix, path_prefixes, directories, exclude_prefixes, signature),
             (start, until_ns, ordering, flags, heartbeat_interval_ms),
         )| {
-            let [batching, heartbeats, chunk_mode, durable_only, resume_truncated, _] = flags;
+            let [batching, heartbeats, chunk_mode, durable_only, resume_truncated, cluster] = flags;
             v1::SubscribeRequest {
                 client_name,
                 client_id,
@@ -852,6 +854,7 @@ fn arb_subscribe() -> impl Strategy<Value = v1::SubscribeRequest> {
                 chunk_mode,
                 durable_only,
                 resume_truncated,
+                scope: i32::from(cluster),
             }
         },
     )
