@@ -67,22 +67,38 @@ pub struct Merge<E> {
 impl<E> Merge<E> {
     /// A merge of `sources` (distinct ids), each bound at `i64::MIN`.
     pub fn new(sources: &[SourceId], peer_hold_ns: u64) -> Merge<E> {
-        Merge {
-            sources: sources
-                .iter()
-                .map(|&id| Source {
-                    id,
-                    queue: VecDeque::new(),
-                    bound: i64::MIN,
-                    last_ts: i64::MIN,
-                    holding_since: None,
-                    skipped: None,
-                })
-                .collect(),
+        let mut merge = Merge {
+            sources: Vec::with_capacity(sources.len()),
             peer_hold_ns,
             delivered: None,
             held_at: None,
+        };
+        for &id in sources {
+            merge.add_source(id);
         }
+        merge
+    }
+
+    /// Adds a source to a running merge (a node joining) and returns its
+    /// index. Its events at or below where the merge stands are delivered
+    /// late: it starts skipped at the last event delivered, and rejoins the
+    /// order once it has caught up, as a skipped source does, so it never
+    /// holds the merge before it has said anything. Before anything was
+    /// delivered it is an ordinary source.
+    pub fn add_source(&mut self, id: SourceId) -> usize {
+        assert!(
+            self.sources.iter().all(|s| s.id != id),
+            "source {id:?} is in the merge already"
+        );
+        self.sources.push(Source {
+            id,
+            queue: VecDeque::new(),
+            bound: i64::MIN,
+            last_ts: i64::MIN,
+            holding_since: None,
+            skipped: self.delivered,
+        });
+        self.sources.len() - 1
     }
 
     /// Queues the next event of `source`; its stamp must be above the

@@ -1,7 +1,9 @@
 //! The cluster merge (DESIGN.md 7), against a model of peers: each source
 //! sends its events (stamped at send time) and heartbeats (its clock as a
 //! bound) down one ordered channel with a delay, and some channels stall for
-//! a while and then deliver everything at once. Whatever happens, every
+//! a while and then deliver everything at once; in some runs the last source
+//! joins the merge mid-way (a node joining, its events since the start
+//! pending). Whatever happens, every
 //! event comes out exactly once and each source's in order; events not
 //! marked late come out in `(ts, source)` order and late ones really are
 //! below it; a stall shorter than `peer_hold` makes nothing late; and a
@@ -33,6 +35,8 @@ struct Channel {
 
 struct Run {
     late: usize,
+    /// A source joined after events were delivered.
+    joined_late: bool,
     longest_stall: u64,
 }
 
@@ -48,7 +52,10 @@ fn run(seed: u64) -> Run {
             shard: i as u32 % 2,
         })
         .collect();
-    let mut merge: Merge<(usize, usize)> = Merge::new(&ids, PEER_HOLD);
+    // The last source joins at `joins_at` (its messages wait until then).
+    let joins_at = (rng.below(4) == 0).then(|| rng.below(HORIZON as u64));
+    let founders = count - usize::from(joins_at.is_some());
+    let mut merge: Merge<(usize, usize)> = Merge::new(&ids[..founders], PEER_HOLD);
     let mut sent: Vec<Vec<i64>> = vec![Vec::new(); count];
     let mut channels = Vec::new();
     let mut longest_stall = 0;
@@ -94,9 +101,17 @@ fn run(seed: u64) -> Run {
     let mut got: Vec<Vec<i64>> = vec![Vec::new(); count];
     let mut in_order: Option<(i64, SourceId)> = None;
     let mut late = 0;
+    let mut joined_late = false;
     let end = HORIZON as u64 + 400;
     for now in 0..=end {
+        if joins_at == Some(now) {
+            joined_late = in_order.is_some();
+            assert_eq!(merge.add_source(ids[count - 1]), count - 1);
+        }
         for (i, channel) in channels.iter_mut().enumerate() {
+            if i >= founders && joins_at.is_some_and(|at| now < at) {
+                continue;
+            }
             while let Some((arrival, msg)) = channel.arrivals.get(channel.at) {
                 if *arrival > now {
                     break;
@@ -145,22 +160,27 @@ fn run(seed: u64) -> Run {
     assert_eq!(merge.queued(), 0);
     Run {
         late,
+        joined_late,
         longest_stall,
     }
 }
 
 #[test]
 fn every_event_exactly_once_in_order_and_late_only_after_a_long_stall() {
-    let (mut runs_with_late, mut short_stall_runs) = (0, 0);
+    let (mut runs_with_late, mut short_stall_runs, mut joins) = (0, 0, 0);
     for seed in 0..2_000 {
         let run = run(seed);
         // A stall under peer_hold (delays are under 4 ticks) never skips.
-        if run.longest_stall + 4 < PEER_HOLD {
+        // (A source joining after events were delivered is late at once.)
+        if run.longest_stall + 4 < PEER_HOLD && !run.joined_late {
             short_stall_runs += 1;
             assert_eq!(run.late, 0, "seed {seed}: late events without a long stall");
         }
         runs_with_late += usize::from(run.late > 0);
+        joins += usize::from(run.joined_late);
     }
+    // Sources really joined after the merge had delivered events.
+    assert!(joins > 50, "only {joins} runs had a source join late");
     eprintln!("{runs_with_late} runs with late events, {short_stall_runs} with short stalls only");
     // Both kinds of run really happened.
     assert!(
