@@ -12,10 +12,16 @@
 //! [`ClusterCursor`]: per node, the node's cursor after its last event
 //! delivered, so it resumes exactly on any node.
 //!
+//! A peer that joins the membership mid-stream (etcd, or a static peer
+//! first reached) joins the merge as new sources: followed from the stream's
+//! start (its part of the start cursor, or the beginning), its backlog
+//! delivered late until it has caught up ([`Merge::add_source`]). A cursor
+//! part of a node not in the stream is carried on unchanged in every cursor.
+//!
 //! Not yet (docs/cluster.md): starts other than the beginning or a cluster
-//! cursor, `until_ns`, chunk mode, heartbeats to the subscriber, peers joining
-//! mid-stream, one shared stream per peer, the response budget and
-//! ListSubscribers for cluster streams.
+//! cursor, `until_ns`, chunk mode, heartbeats to the subscriber, one shared
+//! stream per peer, the response budget and ListSubscribers for cluster
+//! streams.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +35,7 @@ use ringfeed_proto::{v1, RawEventBatch, RawEventMessage, RawItem, RawSubscribeRe
 use tokio::sync::{mpsc, watch};
 
 use crate::client::{Backoff, Follower, Step as FollowStep};
-use crate::membership::Membership;
+use crate::membership::{KnownPeer, Membership};
 use crate::sender::{Responses, SubscriberLimits};
 
 /// How often peers send heartbeats to a cluster stream (their bounds).
@@ -88,7 +94,7 @@ struct Node {
 /// Starts a cluster stream for `r` and returns what its client reads.
 pub(crate) fn start(
     engine: &Arc<Engine>,
-    membership: &Membership,
+    membership: &Arc<Membership>,
     r: &v1::SubscribeRequest,
     mut local_request: SubscribeRequest,
     limits: &SubscriberLimits,
@@ -115,6 +121,8 @@ pub(crate) fn start(
             "scope cluster: this node has no node id (start it with --node-id)",
         ));
     }
+    // Listen before listing, so a peer joining in between is not missed.
+    let changes = membership.changes();
     let peers = membership.known_peers().map_err(Status::unavailable)?;
     local_request.start = match start.node(this) {
         Some(cursor) => Start::Cursor(cursor.clone()),
@@ -124,66 +132,37 @@ pub(crate) fn start(
         .subscribe(local_request)
         .map_err(crate::status::subscribe_status)?;
 
-    let mut nodes = vec![Node {
+    let local_sources: Vec<SourceId> = (0..engine.shard_count())
+        .map(|shard| SourceId { node: this, shard })
+        .collect();
+    let nodes = vec![Node {
         id: this,
         first_source: 0,
         shards: engine.shard_count(),
         cursor: Some(local.cursor()),
     }];
-    for peer in &peers {
-        let first_source = nodes
-            .last()
-            .map_or(0, |n| n.first_source + n.shards as usize);
-        nodes.push(Node {
-            id: peer.node_id,
-            first_source,
-            shards: peer.shards,
-            cursor: start.node(peer.node_id).cloned(),
-        });
-    }
-    let sources: Vec<SourceId> = nodes
-        .iter()
-        .flat_map(|n| (0..n.shards).map(|shard| SourceId { node: n.id, shard }))
-        .collect();
-    let merge = Merge::new(&sources, membership.peer_hold.as_nanos() as u64);
-
     let (peer_tx, peer_rx) = mpsc::channel(PEER_CHANNEL);
-    let mut peer_tasks = Vec::new();
-    for (i, peer) in peers.iter().enumerate() {
-        let mut request = r.clone();
-        request.scope = v1::Scope::Node as i32;
-        request.start = Some(match &nodes[i + 1].cursor {
-            Some(cursor) => v1::subscribe_request::Start::Cursor(cursor.to_bytes().into()),
-            None => v1::subscribe_request::Start::Beginning(true),
-        });
-        request.heartbeats = true;
-        request.heartbeat_interval_ms = PEER_HEARTBEAT_MS;
-        request.batching = true;
-        request.client_id = 0;
-        request.client_name = format!("cluster stream of node {this}");
-        let follower = Follower::new(&peer.address, request, PEER_BACKOFF)
-            .map_err(|e| Status::invalid_argument(format!("peer {}: {e}", peer.address)))?;
-        peer_tasks.push(tokio::spawn(follow_peer(follower, i + 1, peer_tx.clone())));
-    }
-    drop(peer_tx);
-
     let (tx, rx) = mpsc::channel(limits.queue_responses.max(1));
-    let stream = ClusterStream {
+    let mut stream = ClusterStream {
         local,
         nodes,
-        merge,
+        merge: Merge::new(&local_sources, membership.peer_hold.as_nanos() as u64),
+        membership: membership.clone(),
+        changes,
+        peer_request: r.clone(),
+        start,
+        peer_tx,
         peer_rx,
+        peer_tasks: Vec::new(),
         tx,
         batch_max_events: limits.batch_max_events.max(1),
         batching: r.batching,
         started: tokio::time::Instant::now(),
     };
-    tokio::spawn(async move {
-        stream.run(shutdown).await;
-        for task in peer_tasks {
-            task.abort();
-        }
-    });
+    for peer in &peers {
+        stream.add_peer(peer)?;
+    }
+    tokio::spawn(stream.run(shutdown));
     Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
 }
 
@@ -220,11 +199,29 @@ struct ClusterStream {
     local: Subscription,
     nodes: Vec<Node>,
     merge: Merge<Pending>,
+    membership: Arc<Membership>,
+    /// Wakes when peers come, go or are first reached.
+    changes: watch::Receiver<u64>,
+    /// The client's request: the filter and order each peer is followed with.
+    peer_request: v1::SubscribeRequest,
+    /// Where the stream started: a peer joining is followed from its part.
+    start: ClusterCursor,
+    peer_tx: mpsc::Sender<FromPeer>,
     peer_rx: mpsc::Receiver<FromPeer>,
+    peer_tasks: Vec<tokio::task::JoinHandle<()>>,
     tx: mpsc::Sender<Result<RawSubscribeResponse, Status>>,
     batch_max_events: usize,
     batching: bool,
     started: tokio::time::Instant,
+}
+
+impl Drop for ClusterStream {
+    /// The peers' tasks end with the stream.
+    fn drop(&mut self) {
+        for task in &self.peer_tasks {
+            task.abort();
+        }
+    }
 }
 
 impl ClusterStream {
@@ -235,6 +232,58 @@ impl ClusterStream {
             // separate final-status channel is not built here yet).
             let _ = self.tx.try_send(Err(status));
         }
+    }
+
+    /// Follows `peer` from its part of the start cursor (or the beginning):
+    /// its shards join the merge (late, if the merge has delivered events).
+    fn add_peer(&mut self, peer: &KnownPeer) -> Result<(), Status> {
+        let cursor = self.start.node(peer.node_id).cloned();
+        let mut request = self.peer_request.clone();
+        request.scope = v1::Scope::Node as i32;
+        request.start = Some(match &cursor {
+            Some(cursor) => v1::subscribe_request::Start::Cursor(cursor.to_bytes().into()),
+            None => v1::subscribe_request::Start::Beginning(true),
+        });
+        request.heartbeats = true;
+        request.heartbeat_interval_ms = PEER_HEARTBEAT_MS;
+        request.batching = true;
+        request.client_id = 0;
+        request.client_name = format!("cluster stream of node {}", self.nodes[0].id);
+        let follower = Follower::new(&peer.address, request, PEER_BACKOFF)
+            .map_err(|e| Status::invalid_argument(format!("peer {}: {e}", peer.address)))?;
+        let mut first_source = None;
+        for shard in 0..peer.shards {
+            let source = self.merge.add_source(SourceId {
+                node: peer.node_id,
+                shard,
+            });
+            first_source.get_or_insert(source);
+        }
+        let node = self.nodes.len();
+        self.nodes.push(Node {
+            id: peer.node_id,
+            first_source: first_source.expect("a peer has at least one shard"),
+            shards: peer.shards,
+            cursor,
+        });
+        self.peer_tasks.push(tokio::spawn(follow_peer(
+            follower,
+            node,
+            self.peer_tx.clone(),
+        )));
+        Ok(())
+    }
+
+    /// Peers reached since the stream started (or last looked) join it.
+    fn join_new_peers(&mut self) -> Result<(), Status> {
+        self.changes.borrow_and_update();
+        for peer in self.membership.reached_peers() {
+            if self.nodes.iter().all(|n| n.id != peer.node_id) {
+                tracing::info!(node = peer.node_id, address = %peer.address, "a peer joins a cluster stream");
+                self.add_peer(&peer)?;
+            }
+        }
+        Ok(())
     }
 
     fn now(&self) -> u64 {
@@ -283,6 +332,7 @@ impl ClusterStream {
                 }
                 _ = self.tx.closed() => return Ok(()),
                 _ = changed => {}
+                _ = self.changes.changed() => self.join_new_peers()?,
                 item = self.peer_rx.recv(), if !full => match item {
                     Some(item) => self.from_peer(item)?,
                     None => return Err(Status::internal("the peers' tasks ended")),
@@ -386,7 +436,8 @@ impl ClusterStream {
         if events.is_empty() {
             return Ok(false);
         }
-        let mut cursor = ClusterCursor::new();
+        // Nodes not in the stream keep their start part.
+        let mut cursor = self.start.clone();
         for node in &self.nodes {
             if let Some(c) = &node.cursor {
                 cursor.set(node.id, c.clone());

@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use ringfeed_engine::{EngineConfig, Limits, RetentionPolicy};
 use serde::Deserialize;
 
+use crate::membership::{EtcdMembers, Members, DEFAULT_ETCD_LEASE, DEFAULT_ETCD_PREFIX};
 use crate::sender::SubscriberLimits;
 
 /// Default data dir and listen address (also the client's default server).
@@ -33,6 +34,13 @@ pub struct FileConfig {
     /// How long a peer may hold a cluster subscription's merge before the
     /// feed goes on without it (its events then come late).
     pub peer_hold_ms: Option<u64>,
+    /// etcd endpoints (URLs): membership through etcd instead of `peers`.
+    pub etcd: Option<Vec<String>>,
+    /// Where nodes register in etcd: `<prefix><node id>`.
+    pub etcd_prefix: Option<String>,
+    /// The node's etcd lease: a node that dies leaves the member list this
+    /// long after its last keep-alive (whole seconds, at least 1).
+    pub etcd_lease_s: Option<u64>,
     pub listen: Option<String>,
     pub metrics_listen: Option<String>,
     pub shards: Option<u32>,
@@ -83,8 +91,8 @@ pub struct ServerConfig {
     pub subscribers: SubscriberLimits,
     /// See [`FileConfig::append_budget_bytes`].
     pub append_budget_bytes: usize,
-    /// See [`FileConfig::peers`].
-    pub peers: Vec<String>,
+    /// See [`FileConfig::peers`] and [`FileConfig::etcd`].
+    pub members: Members,
     pub advertise: Option<String>,
     pub peer_hold: Duration,
 }
@@ -129,6 +137,26 @@ impl FileConfig {
                 bail!("peers: {peer:?} is not HOST:PORT");
             }
         }
+        let members = match (self.peers, self.etcd) {
+            (Some(_), Some(_)) => bail!("peers and etcd: membership comes from one or the other"),
+            (_, Some(endpoints)) => {
+                if endpoints.is_empty() {
+                    bail!("etcd: give at least one endpoint URL");
+                }
+                let lease = self.etcd_lease_s.unwrap_or(DEFAULT_ETCD_LEASE.as_secs());
+                if lease == 0 {
+                    bail!("etcd_lease_s: must be at least 1");
+                }
+                Members::Etcd(EtcdMembers {
+                    endpoints,
+                    prefix: self
+                        .etcd_prefix
+                        .unwrap_or_else(|| DEFAULT_ETCD_PREFIX.into()),
+                    lease: Duration::from_secs(lease),
+                })
+            }
+            (peers, None) => Members::Static(peers.unwrap_or_default()),
+        };
         let engine = EngineConfig {
             data_dir: self.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
             node_id: self.node_id,
@@ -201,7 +229,7 @@ impl FileConfig {
                 self.append_budget_bytes,
                 DEFAULT_APPEND_BUDGET,
             )?,
-            peers: self.peers.unwrap_or_default(),
+            members,
             advertise: self.advertise,
             peer_hold: self
                 .peer_hold_ms

@@ -21,7 +21,7 @@ use ringfeed_engine::storage::DmaStorage;
 use ringfeed_engine::{Engine, Log, LogConfig};
 use ringfeed_proto::RingFeedServer;
 use ringfeed_server::config::{FileConfig, ServerConfig, DEFAULT_DATA_DIR};
-use ringfeed_server::membership::Membership;
+use ringfeed_server::membership::{Members, Membership};
 use ringfeed_server::metrics::Exporter;
 use ringfeed_server::service::Service;
 
@@ -125,6 +125,11 @@ struct ServeArgs {
     /// needs a node id). `ringfeed nodes` shows which are up.
     #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',')]
     peers: Option<Vec<String>>,
+    /// Membership through etcd: its endpoint URLs, comma-separated (needs a node id). The node
+    /// registers its advertise address under a lease and follows the member list, so nodes
+    /// joining and leaving are picked up without restarts. Instead of --peers.
+    #[arg(long, value_name = "URL,...", value_delimiter = ',')]
+    etcd: Option<Vec<String>>,
     /// Where peers reach this node [default: the address it listens on].
     #[arg(long, value_name = "HOST:PORT")]
     advertise: Option<String>,
@@ -253,6 +258,7 @@ fn serve_command(args: ServeArgs) -> Result<()> {
     file.shards = args.shards.or(file.shards);
     file.node_id = args.node_id.or(file.node_id);
     file.peers = args.peers.or(file.peers);
+    file.etcd = args.etcd.or(file.etcd);
     file.advertise = args.advertise.or(file.advertise);
     file.metrics_listen = args.metrics_listen.or(file.metrics_listen);
     serve(file.resolve()?)
@@ -265,9 +271,13 @@ fn serve(config: ServerConfig) -> Result<()> {
     let engine = Engine::open(config.engine.clone())
         .with_context(|| format!("opening data dir {}", data_dir.display()))?;
     let engine_node = engine.node_id();
-    if !config.peers.is_empty() && engine_node.is_none() {
+    let clustered = match &config.members {
+        Members::Static(peers) => !peers.is_empty(),
+        Members::Etcd(_) => true,
+    };
+    if clustered && engine_node.is_none() {
         anyhow::bail!(
-            "a node with peers needs a node id: start it with --node-id N (each node its own)"
+            "a node with peers or etcd needs a node id: start it with --node-id N (each node its own)"
         );
     }
     for (shard, report) in engine.recovery_reports().iter().enumerate() {
@@ -310,10 +320,10 @@ fn serve(config: ServerConfig) -> Result<()> {
         };
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let advertise = config.advertise.clone().unwrap_or_else(|| addr.to_string());
-        let membership = Membership::with_peer_hold(
+        let membership = Membership::with_members(
             engine_node.unwrap_or(0),
             advertise,
-            config.peers.clone(),
+            config.members.clone(),
             config.peer_hold,
         );
         membership.start(stop_rx.clone());

@@ -1,8 +1,11 @@
-//! Who is in the cluster (issue 20, static membership): this node and the
-//! peers it was given (`--peers`), each peer's `Status` asked every
-//! [`POLL_INTERVAL`] to learn its node id and whether it is up. `ListNodes`
-//! and `ringfeed nodes` show the result. Membership through etcd (leases and
-//! a watch) will feed the same list.
+//! Who is in the cluster (issue 20): this node and its peers, given
+//! statically (`--peers`) or found in etcd (`--etcd`: each node registers
+//! `PREFIX<node id> = advertise address` under a lease and watches the
+//! prefix, so nodes joining and leaving are picked up without restarts).
+//! Each peer's `Status` is asked every [`POLL_INTERVAL`] to learn its node id
+//! and shard count and whether it is up. `ListNodes` / `ringfeed nodes` show
+//! the result; cluster subscriptions follow the peers it knows and are told
+//! when that changes ([`Membership::changes`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,11 +24,37 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 /// How long a peer may hold a cluster subscription's merge, by default.
 pub const DEFAULT_PEER_HOLD: Duration = Duration::from_secs(3);
 
+/// Where nodes register in etcd, by default: `ringfeed/nodes/<id>`.
+pub const DEFAULT_ETCD_PREFIX: &str = "ringfeed/nodes/";
+/// A node's etcd lease, by default: a node that dies leaves the member list
+/// this long after its last keep-alive (one that stops cleanly revokes it
+/// and leaves at once).
+pub const DEFAULT_ETCD_LEASE: Duration = Duration::from_secs(5);
+
+/// Where the member list comes from, besides this node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Members {
+    /// These peers, HOST:PORT each, for the node's lifetime.
+    Static(Vec<String>),
+    /// Registered in etcd at `endpoints` (URLs) under `prefix`.
+    Etcd(EtcdMembers),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct EtcdMembers {
+    pub endpoints: Vec<String>,
+    pub prefix: String,
+    pub lease: Duration,
+}
+
 /// This node and its peers.
 pub struct Membership {
     node_id: u32,
     advertise: String,
-    peers: Vec<Peer>,
+    members: Members,
+    peers: Mutex<Vec<Arc<Peer>>>,
+    /// Bumped when a peer comes, goes or is first reached.
+    changes: watch::Sender<u64>,
     /// How long a peer may hold a cluster subscription's merge.
     pub peer_hold: Duration,
 }
@@ -40,65 +69,271 @@ pub struct KnownPeer {
 
 struct Peer {
     address: String,
+    /// The id it registered under (etcd), 0 when given statically.
+    registered_id: u32,
     /// What the last try found (`address` filled in when listed).
     seen: Mutex<NodeInfo>,
+    /// Set when it leaves the member list: its poll task ends.
+    gone: watch::Sender<bool>,
 }
 
 impl Membership {
     /// `node_id` 0: none (a single node). `peers`: HOST:PORT each.
     pub fn new(node_id: u32, advertise: String, peers: Vec<String>) -> Arc<Membership> {
-        Membership::with_peer_hold(node_id, advertise, peers, DEFAULT_PEER_HOLD)
+        Membership::with_members(
+            node_id,
+            advertise,
+            Members::Static(peers),
+            DEFAULT_PEER_HOLD,
+        )
     }
 
-    /// [`Membership::new`] with a given `peer_hold`.
-    pub fn with_peer_hold(
+    /// A membership whose peers come from `members`.
+    pub fn with_members(
         node_id: u32,
         advertise: String,
-        peers: Vec<String>,
+        members: Members,
         peer_hold: Duration,
     ) -> Arc<Membership> {
+        let peers = match &members {
+            Members::Static(peers) => peers.iter().map(|a| Peer::new(a.clone(), 0)).collect(),
+            Members::Etcd(_) => Vec::new(),
+        };
         Arc::new(Membership {
             node_id,
             advertise,
+            members,
+            peers: Mutex::new(peers),
+            changes: watch::channel(0).0,
             peer_hold,
-            peers: peers
-                .into_iter()
-                .map(|address| Peer {
-                    address,
-                    seen: Mutex::new(NodeInfo {
-                        error: "not reached yet".into(),
-                        ..NodeInfo::default()
-                    }),
-                })
-                .collect(),
         })
     }
 
-    /// Asks every peer for its status every [`POLL_INTERVAL`] until
+    /// Asks every peer for its status every [`POLL_INTERVAL`], and with
+    /// etcd registers this node and follows the member list, until
     /// `shutdown`, on the current tokio runtime.
     pub fn start(self: &Arc<Self>, shutdown: watch::Receiver<bool>) {
-        for (i, peer) in self.peers.iter().enumerate() {
-            let channel = Endpoint::from_shared(format!("http://{}", peer.address))
-                .map(|e| e.connect_timeout(ANSWER_WITHIN).timeout(ANSWER_WITHIN))
-                .map(|e| e.connect_lazy());
-            let membership = self.clone();
-            let mut shutdown = shutdown.clone();
-            tokio::spawn(async move {
-                let mut ticks = tokio::time::interval(POLL_INTERVAL);
-                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    tokio::select! {
-                        biased;
-                        _ = shutdown.changed() => return,
-                        _ = ticks.tick() => {}
-                    }
-                    let found = match &channel {
-                        Ok(channel) => membership.ask(channel.clone()).await,
-                        Err(e) => Err(format!("bad peer address: {e}")),
-                    };
-                    membership.record(i, found);
+        for peer in self.peer_list() {
+            self.poll(peer, shutdown.clone());
+        }
+        if let Members::Etcd(etcd) = &self.members {
+            tokio::spawn(self.clone().follow_etcd(etcd.clone(), shutdown));
+        }
+    }
+
+    /// Wakes when the member list changes or a peer is first reached.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn peer_list(&self) -> Vec<Arc<Peer>> {
+        self.peers.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    /// Asks `peer` for its status every [`POLL_INTERVAL`] until it leaves
+    /// or `shutdown`.
+    fn poll(self: &Arc<Self>, peer: Arc<Peer>, mut shutdown: watch::Receiver<bool>) {
+        let channel = Endpoint::from_shared(format!("http://{}", peer.address))
+            .map(|e| e.connect_timeout(ANSWER_WITHIN).timeout(ANSWER_WITHIN))
+            .map(|e| e.connect_lazy());
+        let membership = self.clone();
+        let mut gone = peer.gone.subscribe();
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(POLL_INTERVAL);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = shutdown.changed() => return,
+                    _ = gone.changed() => return,
+                    _ = ticks.tick() => {}
                 }
-            });
+                let found = match &channel {
+                    Ok(channel) => membership.ask(channel.clone()).await,
+                    Err(e) => Err(format!("bad peer address: {e}")),
+                };
+                membership.record(&peer, found);
+            }
+        });
+    }
+
+    /// Registers this node in etcd and follows the member list until
+    /// `shutdown`; a lost session (etcd down, lease expired) is started
+    /// again after a second, the member list kept meanwhile.
+    async fn follow_etcd(self: Arc<Self>, etcd: EtcdMembers, mut shutdown: watch::Receiver<bool>) {
+        loop {
+            match self.etcd_session(&etcd, &mut shutdown).await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!(endpoints = ?etcd.endpoints, "etcd membership: {e}; trying again in 1 s")
+                }
+            }
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
+    async fn etcd_session(
+        self: &Arc<Self>,
+        etcd: &EtcdMembers,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<(), String> {
+        use etcd_client::{
+            Client, ConnectOptions, EventType, GetOptions, PutOptions, WatchOptions,
+        };
+        let e = |what: &str| {
+            let what = what.to_string();
+            move |e: etcd_client::Error| format!("{what}: {e}")
+        };
+        let options = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(2))
+            .with_timeout(Duration::from_secs(5));
+        let mut client = Client::connect(&etcd.endpoints, Some(options))
+            .await
+            .map_err(e("connecting"))?;
+        let ttl = etcd.lease.as_secs().max(1) as i64;
+        let lease = client
+            .lease_grant(ttl, None)
+            .await
+            .map_err(e("lease"))?
+            .id();
+        let key = format!("{}{}", etcd.prefix, self.node_id);
+        client
+            .put(
+                key.as_str(),
+                self.advertise.as_str(),
+                Some(PutOptions::new().with_lease(lease)),
+            )
+            .await
+            .map_err(e("registering"))?;
+        let (mut keeper, mut kept) = client
+            .lease_keep_alive(lease)
+            .await
+            .map_err(e("keep-alive"))?;
+        let listed = client
+            .get(etcd.prefix.as_str(), Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(e("listing members"))?;
+        let revision = listed.header().map_or(0, |h| h.revision());
+        let members: Vec<(u32, String)> = listed
+            .kvs()
+            .iter()
+            .filter_map(|kv| self.member(&etcd.prefix, kv.key(), kv.value()))
+            .collect();
+        self.set_members(&members, shutdown);
+        tracing::info!(key, lease, members = members.len(), "registered in etcd");
+        let (_watcher, mut watched) = client
+            .watch(
+                etcd.prefix.as_str(),
+                Some(
+                    WatchOptions::new()
+                        .with_prefix()
+                        .with_start_revision(revision + 1),
+                ),
+            )
+            .await
+            .map_err(e("watching members"))?;
+        let mut ticks = tokio::time::interval(etcd.lease / 3);
+        loop {
+            tokio::select! {
+                biased;
+                _ = shutdown.changed() => {
+                    // Leave at once rather than when the lease runs out.
+                    let _ = tokio::time::timeout(ANSWER_WITHIN, client.lease_revoke(lease)).await;
+                    return Ok(());
+                }
+                _ = ticks.tick() => keeper.keep_alive().await.map_err(e("keep-alive"))?,
+                answer = kept.message() => match answer.map_err(e("keep-alive"))? {
+                    Some(a) if a.ttl() > 0 => {}
+                    _ => return Err("the lease expired".into()),
+                },
+                news = watched.message() => {
+                    let news = news.map_err(e("watching members"))?.ok_or("the watch ended")?;
+                    if news.canceled() {
+                        return Err(format!("the watch was cancelled: {}", news.cancel_reason()));
+                    }
+                    for event in news.events() {
+                        let Some(kv) = event.kv() else { continue };
+                        match event.event_type() {
+                            EventType::Put => {
+                                if let Some((id, address)) = self.member(&etcd.prefix, kv.key(), kv.value()) {
+                                    self.add_member(id, address, shutdown);
+                                }
+                            }
+                            EventType::Delete => {
+                                let id = kv.key().strip_prefix(etcd.prefix.as_bytes())
+                                    .and_then(|id| std::str::from_utf8(id).ok()?.parse().ok());
+                                if let Some(id) = id {
+                                    self.remove_member(id);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A registered peer, from its key and value (not this node).
+    fn member(&self, prefix: &str, key: &[u8], value: &[u8]) -> Option<(u32, String)> {
+        let id: u32 = std::str::from_utf8(key.strip_prefix(prefix.as_bytes())?)
+            .ok()?
+            .parse()
+            .ok()?;
+        let address = std::str::from_utf8(value).ok()?.to_string();
+        (id != self.node_id && id != 0).then_some((id, address))
+    }
+
+    /// The member list is `members` (a fresh etcd listing).
+    fn set_members(self: &Arc<Self>, members: &[(u32, String)], shutdown: &watch::Receiver<bool>) {
+        let listed: Vec<u32> = members.iter().map(|m| m.0).collect();
+        for peer in self.peer_list() {
+            if !listed.contains(&peer.registered_id) {
+                self.remove_member(peer.registered_id);
+            }
+        }
+        for (id, address) in members {
+            self.add_member(*id, address.clone(), shutdown);
+        }
+    }
+
+    /// Node `id` is registered at `address` (a new peer, or one that moved).
+    fn add_member(self: &Arc<Self>, id: u32, address: String, shutdown: &watch::Receiver<bool>) {
+        let peer = {
+            let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+            if peers
+                .iter()
+                .any(|p| p.registered_id == id && p.address == address)
+            {
+                return;
+            }
+            if let Some(i) = peers.iter().position(|p| p.registered_id == id) {
+                let _ = peers.remove(i).gone.send(true);
+            }
+            let peer = Peer::new(address, id);
+            peers.push(peer.clone());
+            peer
+        };
+        tracing::info!(node = id, address = %peer.address, "peer joined");
+        self.poll(peer, shutdown.clone());
+        self.changed();
+    }
+
+    /// Node `id` left the member list (its lease ended or was revoked).
+    fn remove_member(&self, id: u32) {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = peers.iter().position(|p| p.registered_id == id) {
+            let peer = peers.remove(i);
+            let _ = peer.gone.send(true);
+            tracing::info!(node = id, address = %peer.address, "peer left");
+            drop(peers);
+            self.changed();
         }
     }
 
@@ -127,16 +362,28 @@ impl Membership {
         })
     }
 
-    fn record(&self, peer: usize, found: Result<NodeInfo, String>) {
-        let mut seen = self.peers[peer]
-            .seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+    fn record(&self, peer: &Peer, found: Result<NodeInfo, String>) {
+        let mut seen = peer.seen.lock().unwrap_or_else(|p| p.into_inner());
         match found {
-            Ok(info) => *seen = info,
+            Ok(info) => {
+                if peer.registered_id != 0 && info.node_id != peer.registered_id {
+                    drop(seen);
+                    let error = format!(
+                        "it answers as node {} but registered as node {}",
+                        info.node_id, peer.registered_id
+                    );
+                    return self.record(peer, Err(error));
+                }
+                let first = seen.node_id != info.node_id || seen.shards != info.shards;
+                *seen = info;
+                drop(seen);
+                if first {
+                    self.changed();
+                }
+            }
             Err(error) => {
                 if seen.up || seen.error != error {
-                    tracing::warn!(peer = %self.peers[peer].address, "peer unreachable: {error}");
+                    tracing::warn!(peer = %peer.address, "peer unreachable: {error}");
                 }
                 // Keep what it said last (id, shards, version, when).
                 seen.up = false;
@@ -153,7 +400,7 @@ impl Membership {
     /// Every peer with its id and shard count, or why one cannot be
     /// followed (never reached, so its id is unknown).
     pub fn known_peers(&self) -> Result<Vec<KnownPeer>, String> {
-        self.peers
+        self.peer_list()
             .iter()
             .map(|peer| {
                 let seen = peer.seen.lock().unwrap_or_else(|p| p.into_inner());
@@ -164,6 +411,21 @@ impl Membership {
                     ));
                 }
                 Ok(KnownPeer {
+                    node_id: seen.node_id,
+                    address: peer.address.clone(),
+                    shards: seen.shards,
+                })
+            })
+            .collect()
+    }
+
+    /// The peers whose id and shard count are known (reached at least once).
+    pub fn reached_peers(&self) -> Vec<KnownPeer> {
+        self.peer_list()
+            .iter()
+            .filter_map(|peer| {
+                let seen = peer.seen.lock().unwrap_or_else(|p| p.into_inner());
+                (seen.node_id != 0 && seen.shards != 0).then(|| KnownPeer {
                     node_id: seen.node_id,
                     address: peer.address.clone(),
                     shards: seen.shards,
@@ -185,10 +447,25 @@ impl Membership {
             error: String::new(),
         };
         std::iter::once(this)
-            .chain(self.peers.iter().map(|peer| NodeInfo {
+            .chain(self.peer_list().iter().map(|peer| NodeInfo {
                 address: peer.address.clone(),
                 ..peer.seen.lock().unwrap_or_else(|p| p.into_inner()).clone()
             }))
             .collect()
+    }
+}
+
+impl Peer {
+    fn new(address: String, registered_id: u32) -> Arc<Peer> {
+        Arc::new(Peer {
+            address,
+            registered_id,
+            seen: Mutex::new(NodeInfo {
+                node_id: registered_id,
+                error: "not reached yet".into(),
+                ..NodeInfo::default()
+            }),
+            gone: watch::channel(false).0,
+        })
     }
 }

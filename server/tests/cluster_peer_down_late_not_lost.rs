@@ -10,27 +10,11 @@ mod serve_binary;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cluster_nodes::*;
 use ringfeed_proto::v1::{self, subscribe_request::Start};
 use serve_binary::Server;
-
-/// Waits (at most `limit`) until `seen` holds `count` events.
-async fn until(seen: &Mutex<Vec<Seen>>, count: usize, limit: Duration, what: &str) {
-    let start = Instant::now();
-    loop {
-        let n = seen.lock().unwrap().len();
-        if n >= count {
-            return;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "{what}: {n} of {count} events after {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_peer_holds_the_feed_briefly_and_its_events_come_late_exactly_once() {

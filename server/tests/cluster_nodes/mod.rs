@@ -117,3 +117,192 @@ pub fn events_of(response: v1::SubscribeResponse) -> Vec<Seen> {
         })
         .collect()
 }
+
+/// A real etcd (Debian's `etcd-server`) on loopback ports from the OS, with
+/// its data in a scratch dir; killed on drop.
+pub struct Etcd {
+    child: std::process::Child,
+    pub url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Etcd {
+    /// Starts etcd and waits until it answers (at most 20 s). `None` when
+    /// etcd is not installed and this is not CI (`.ci/run` installs it, so
+    /// under `CI` a missing etcd fails the test).
+    pub async fn start() -> Option<Etcd> {
+        let installed = std::process::Command::new("etcd")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !installed {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "etcd is missing: .ci/run installs it (bench/peers/install.sh), so CI must have it"
+            );
+            eprintln!("etcd not installed: skipped (apt-get install etcd-server; CI installs it)");
+            return None;
+        }
+        let dir = data_dirs(1, "etcd-").pop().unwrap();
+        let ports = free_ports(2);
+        let (client, peer) = (
+            format!("http://{}", ports[0]),
+            format!("http://{}", ports[1]),
+        );
+        let log = std::fs::File::create(dir.path().join("etcd.log")).unwrap();
+        let child = std::process::Command::new("etcd")
+            .arg("--name=test")
+            .arg(format!("--data-dir={}", dir.path().join("data").display()))
+            .arg(format!("--listen-client-urls={client}"))
+            .arg(format!("--advertise-client-urls={client}"))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster=test={peer}"))
+            .arg("--initial-cluster-state=new")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting etcd");
+        let etcd = Etcd {
+            child,
+            url: client,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let answered = async {
+                let mut c = etcd_client::Client::connect([&etcd.url], None).await?;
+                c.get("ready", None).await
+            };
+            match tokio::time::timeout(Duration::from_secs(2), answered).await {
+                Ok(Ok(_)) => return Some(etcd),
+                failed => {
+                    let log = std::fs::read_to_string(etcd._dir.path().join("etcd.log"));
+                    assert!(
+                        Instant::now() < deadline,
+                        "etcd did not answer within 20 s: {failed:?}\n{}",
+                        log.unwrap_or_default()
+                    );
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The nodes `addr` lists (ListNodes): (node id, up), this node first.
+pub async fn nodes_of(addr: &str) -> Vec<(u32, bool)> {
+    client(addr)
+        .await
+        .list_nodes(v1::ListNodesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .nodes
+        .iter()
+        .map(|n| (n.node_id, n.up))
+        .collect()
+}
+
+/// Waits (at most `limit`) until `addr` lists exactly the nodes `ids`
+/// (in any order), every one up.
+pub async fn wait_nodes(addr: &str, ids: &[u32], limit: Duration) {
+    let deadline = Instant::now() + limit;
+    let mut want = ids.to_vec();
+    want.sort();
+    loop {
+        let nodes = nodes_of(addr).await;
+        let mut got: Vec<u32> = nodes.iter().map(|n| n.0).collect();
+        got.sort();
+        if got == want && nodes.iter().all(|n| n.1) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{addr}: lists {nodes:?} after {limit:?}, not nodes {ids:?} all up"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits (at most `limit`) until `seen` holds `count` events.
+pub async fn until(seen: &std::sync::Mutex<Vec<Seen>>, count: usize, limit: Duration, what: &str) {
+    let start = Instant::now();
+    loop {
+        let n = seen.lock().unwrap().len();
+        if n >= count {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{what}: {n} of {count} events after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Every event of `seen` once, and each `(node, shard)`'s offsets dense
+/// from 0 in delivery order (none missing, none twice, in order); the
+/// events of each node counted.
+pub fn assert_exact(seen: &[Seen], nodes: &[u32], shards: u32) -> Vec<usize> {
+    let unique: std::collections::BTreeSet<(u32, u32, u64)> =
+        seen.iter().map(|e| (e.1, e.2, e.3)).collect();
+    assert_eq!(unique.len(), seen.len(), "no event twice");
+    let mut per_node = Vec::new();
+    for &node in nodes {
+        let mut count = 0;
+        for shard in 0..shards {
+            let offsets: Vec<u64> = seen
+                .iter()
+                .filter(|e| e.1 == node && e.2 == shard)
+                .map(|e| e.3)
+                .collect();
+            let dense: Vec<u64> = (0..offsets.len() as u64).collect();
+            assert_eq!(
+                offsets, dense,
+                "node {node} shard {shard}: in order, none missing"
+            );
+            count += offsets.len();
+        }
+        per_node.push(count);
+    }
+    per_node
+}
+
+/// Follows a cluster stream of `addr` from the beginning on a task, every
+/// event into the returned list.
+pub async fn follow_cluster(
+    addr: &str,
+) -> (
+    std::sync::Arc<std::sync::Mutex<Vec<Seen>>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Seen>::new()));
+    let mut stream = client(addr)
+        .await
+        .subscribe(v1::SubscribeRequest {
+            start: Some(v1::subscribe_request::Start::Beginning(true)),
+            scope: v1::Scope::Cluster as i32,
+            batching: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let reader = {
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(response)) = stream.message().await {
+                seen.lock().unwrap().extend(events_of(response));
+            }
+        })
+    };
+    (seen, reader)
+}

@@ -156,6 +156,18 @@ impl Server {
         let _ = self.exited.recv_timeout(SHUTDOWN);
     }
 
+    /// SIGSTOP: the server freezes, connections open (a gray failure).
+    pub fn pause(&self) {
+        assert!(!self.stopped, "pausing a stopped server");
+        signal(self.pid, "STOP");
+    }
+
+    /// SIGCONT after [`Server::pause`].
+    pub fn resume(&self) {
+        assert!(!self.stopped, "resuming a stopped server");
+        signal(self.pid, "CONT");
+    }
+
     /// SIGTERM, then wait for the exit (SIGKILL after a bound).
     pub fn stop(mut self) {
         self.terminate();
@@ -172,6 +184,7 @@ impl Server {
             return;
         }
         signal(self.pid, "TERM");
+        signal(self.pid, "CONT"); // a paused server acts on it only then
         match self.exited.recv_timeout(SHUTDOWN) {
             Ok(status) => eprintln!("server exited: {status}"),
             Err(_) => {

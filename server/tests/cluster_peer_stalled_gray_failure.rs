@@ -1,0 +1,76 @@
+//! A gray failure (issue 20): node 3 is frozen with SIGSTOP for 20 s, its
+//! connections open and silent. A cluster stream on node 1 goes on with
+//! nodes 1 and 2 once node 3 has held it for `peer_hold` (events appended
+//! to them during the freeze arrive during the freeze, not after it); after
+//! SIGCONT node 3's new events arrive too, and the stream has every event
+//! of every node exactly once, each `(node, shard)` in order.
+
+mod cluster_nodes;
+mod serve_binary;
+
+use std::time::{Duration, Instant};
+
+use cluster_nodes::*;
+use serve_binary::Server;
+
+const FROZEN: Duration = Duration::from_secs(20);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_peer_holds_the_feed_only_for_peer_hold_and_loses_nothing() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let ports = free_ports(3);
+    let dirs = data_dirs(3, "cluster-stop-");
+    let config = dirs[0].path().join("hold.toml");
+    std::fs::write(&config, "peer_hold_ms = 500\n").unwrap();
+    let config = config.to_str().unwrap().to_owned();
+    let servers: Vec<Server> = (0..3)
+        .map(|i| {
+            let (id, peers) = ((i + 1).to_string(), peers_of(&ports, i));
+            let flags = ["--node-id", &id, "--peers", &peers, "--config", &config];
+            Server::start_on_with(dirs[i].path(), 2, &ports[i], &flags)
+        })
+        .collect();
+    for addr in &ports {
+        wait_all_up(addr).await;
+    }
+    let (seen, reader) = follow_cluster(&ports[0]).await;
+    for (i, addr) in ports.iter().enumerate() {
+        append(addr, i + 1, 0, 20, true).await;
+    }
+    until(&seen, 60, Duration::from_secs(10), "before the freeze").await;
+
+    servers[2].pause();
+    let frozen = Instant::now();
+    // Rounds of appends to nodes 1 and 2 while node 3 is frozen: each
+    // round arrives while it still is.
+    let mut next = 20;
+    let mut want = 60;
+    while frozen.elapsed() + Duration::from_secs(3) < FROZEN {
+        append(&ports[0], 1, next, 10, true).await;
+        append(&ports[1], 2, next, 10, true).await;
+        next += 10;
+        want += 20;
+        until(&seen, want, Duration::from_secs(2), "node 3 frozen").await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        frozen.elapsed() < FROZEN,
+        "the rounds took longer than the freeze"
+    );
+    tokio::time::sleep(FROZEN.saturating_sub(frozen.elapsed())).await;
+    servers[2].resume();
+
+    append(&ports[2], 3, 20, 20, true).await;
+    append(&ports[0], 1, next, 10, true).await;
+    want += 30;
+    until(&seen, want, Duration::from_secs(10), "after the thaw").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), want, "every event once, nothing more");
+    let per_node = assert_exact(&seen, &[1, 2, 3], 2);
+    assert_eq!(per_node, vec![next + 10, next, 40]);
+    reader.abort();
+    for server in servers {
+        server.stop();
+    }
+}
