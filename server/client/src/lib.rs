@@ -98,6 +98,8 @@ pub struct FollowedEvent {
     pub ts_ns: i64,
     pub shard: u32,
     pub offset: u64,
+    /// The node that took it (cluster scope; 0 otherwise).
+    pub node: u32,
     /// The producer's encoded `Event`, byte for byte.
     pub event: Bytes,
 }
@@ -205,12 +207,23 @@ pub struct Follower {
     checkpoint: Option<Cursor>,
     /// The cursor of the response `pending` came from.
     response_cursor: Option<Cursor>,
+    /// Cluster scope: cursors are cluster cursors, kept as the server sent
+    /// them (one event per response, so a response's cursor is exact after
+    /// its event); `checkpoint` and `response_cursor` stay `None`.
+    cluster: Option<ClusterPoint>,
     watermark_ns: i64,
     failures: u32,
     ended: bool,
     in_chunks: bool,
     seed: u64,
     pub stats: FollowStats,
+}
+
+/// A cluster follower's checkpoint and its current response's cursor.
+#[derive(Debug, Default)]
+struct ClusterPoint {
+    checkpoint: Option<Bytes>,
+    response: Option<Bytes>,
 }
 
 /// The unread part of a response.
@@ -267,6 +280,7 @@ impl ChunkRecords {
                     ts_ns: h.ts,
                     shard: self.shard,
                     offset: h.offset,
+                    node: 0,
                     event: self.records.slice(at + h.payload_at..at + h.len),
                 }));
             }
@@ -314,7 +328,20 @@ impl Follower {
         if request.client_epoch == 0 {
             request.client_epoch = now_us;
         }
+        let cluster = (request.scope == v1::Scope::Cluster as i32).then(|| ClusterPoint {
+            checkpoint: match &request.start {
+                Some(Start::Cursor(bytes)) => Some(bytes.clone()),
+                _ => None,
+            },
+            response: None,
+        });
+        if cluster.is_some() && (request.batching || request.chunk_mode) {
+            return Err(FollowError::Refused(Status::invalid_argument(
+                "a cluster follower reads one event per response: no batching or chunk mode",
+            )));
+        }
         let checkpoint = match &request.start {
+            _ if cluster.is_some() => None,
             Some(Start::Cursor(bytes)) => Some(
                 Cursor::from_bytes(bytes)
                     .map_err(|e| FollowError::Refused(Status::invalid_argument(e.to_string())))?,
@@ -331,6 +358,7 @@ impl Follower {
             pending: Pending::Empty,
             ahead: None,
             response_cursor: None,
+            cluster,
             checkpoint,
             watermark_ns: 0,
             failures: 0,
@@ -345,6 +373,20 @@ impl Follower {
     /// [`Follower::next`] returned. `None` before the first response.
     pub fn cursor(&self) -> Option<Cursor> {
         self.checkpoint.clone()
+    }
+
+    /// The checkpoint's bytes (a cluster cursor in cluster scope) into
+    /// `out`, as `--cursor` and `Start::Cursor` take them; nothing before
+    /// the first response.
+    pub fn checkpoint_bytes(&self, out: &mut Vec<u8>) {
+        match &self.cluster {
+            Some(point) => out.extend_from_slice(point.checkpoint.as_deref().unwrap_or_default()),
+            None => {
+                if let Some(checkpoint) = &self.checkpoint {
+                    checkpoint.write_bytes(out);
+                }
+            }
+        }
     }
 
     /// [`Follower::cursor`] without a copy.
@@ -465,6 +507,9 @@ impl Follower {
         if let Some(cursor) = &self.checkpoint {
             request.start = Some(Start::Cursor(cursor.to_bytes().into()));
         }
+        if let Some(cursor) = self.cluster.as_ref().and_then(|c| c.checkpoint.clone()) {
+            request.start = Some(Start::Cursor(cursor));
+        }
         let mut grpc =
             tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES);
         grpc.ready()
@@ -510,7 +555,9 @@ impl Follower {
     fn take(&mut self, message: Bytes) -> Result<(), FollowError> {
         let response = Response::parse(message)
             .map_err(|e| FollowError::Corrupt(format!("a response does not decode: {e}")))?;
-        let cursor = (!response.cursor.is_empty())
+        let cluster_cursor = (self.cluster.is_some() && !response.cursor.is_empty())
+            .then(|| response.cursor.clone());
+        let cursor = (!response.cursor.is_empty() && self.cluster.is_none())
             .then(|| Cursor::from_bytes(&response.cursor))
             .transpose()
             .map_err(|e| FollowError::Corrupt(format!("cursor: {e}")))?;
@@ -537,6 +584,13 @@ impl Follower {
             Item::Nothing => Pending::Empty,
         };
         self.ahead = self.next_pending()?;
+        if let (Some(point), Some(cursor)) = (self.cluster.as_mut(), cluster_cursor) {
+            match self.ahead {
+                None => point.checkpoint = Some(cursor),
+                Some(_) => point.response = Some(cursor),
+            }
+            return Ok(());
+        }
         let Some(cursor) = cursor else {
             return Ok(());
         };
@@ -598,6 +652,11 @@ impl Follower {
         self.ahead = self.next_pending()?;
         if self.ahead.is_none() {
             self.pending = Pending::Empty;
+            if let Some(point) = self.cluster.as_mut() {
+                if let Some(cursor) = point.response.take() {
+                    point.checkpoint = Some(cursor);
+                }
+            }
             if let Some(cursor) = self.response_cursor.take() {
                 self.reached(cursor);
             }

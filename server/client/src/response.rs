@@ -168,6 +168,7 @@ fn event_message(whole: &Bytes, message: &[u8]) -> Result<FollowedEvent, DecodeE
         ts_ns: 0,
         shard: 0,
         offset: 0,
+        node: 0,
         event: Bytes::new(),
     };
     for field in Fields::new(message) {
@@ -176,7 +177,8 @@ fn event_message(whole: &Bytes, message: &[u8]) -> Result<FollowedEvent, DecodeE
             (2, Value::Varint(v)) => event.shard = v as u32,
             (3, Value::Varint(v)) => event.offset = v,
             (4, Value::Bytes(b)) => event.event = whole.slice_ref(b),
-            (1..=4, _) => return Err(DecodeError::new("invalid wire type in an event message")),
+            (5, Value::Varint(v)) => event.node = v as u32,
+            (1..=5, _) => return Err(DecodeError::new("invalid wire type in an event message")),
             _ => {}
         }
     }

@@ -368,6 +368,7 @@ fn tail_lines_are_one_json_object_per_event() {
         ts_ns: 1000,
         shard: 1,
         offset: 0,
+        node: 0,
         event: dir_event("/a").encode_to_vec().into(),
     };
     let mut text = Vec::new();

@@ -1,0 +1,110 @@
+//! `ringfeed tail --cluster` (issue 20): three real nodes, appends to each;
+//! the tail on node 1 prints every event of every node once, with its node,
+//! each `(node, shard)` in order; the cursor printed on a line, given to a
+//! tail on node 2, prints exactly the lines after it.
+
+mod cluster_nodes;
+mod serve_binary;
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use cluster_nodes::*;
+use serve_binary::Server;
+
+/// (node, shard, offset, cursor) of each of the first `count` lines of
+/// `ringfeed tail --cluster` on `addr` from `start`; the tail is killed then.
+fn tail(addr: &str, start: &[&str], count: usize) -> Vec<(u32, u32, u64, String)> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ringfeed"))
+        .args(["tail", "--server", addr, "--cluster"])
+        .args(start)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("starting ringfeed tail");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if tx.send(line.expect("utf-8 lines")).is_err() {
+                return;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    while lines.len() < count {
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(line) => lines.push(line),
+            Err(e) => {
+                let _ = child.kill();
+                panic!("{addr}: {} of {count} lines, then {e}", lines.len());
+            }
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    lines
+        .iter()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+            let field = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {line}"));
+            assert!(
+                line.starts_with(r#"{"ts":"#) && line.contains(r#","node":"#),
+                "{line}"
+            );
+            (
+                field("node") as u32,
+                field("shard") as u32,
+                field("offset"),
+                v["cursor"].as_str().expect("a cursor").to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_cluster_prints_every_node_once_and_its_cursor_resumes_on_another_node() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let ports = free_ports(3);
+    let dirs = data_dirs(3, "cluster-tail-");
+    let servers: Vec<Server> = (0..3)
+        .map(|i| {
+            let (id, peers) = ((i + 1).to_string(), peers_of(&ports, i));
+            Server::start_on_with(
+                dirs[i].path(),
+                2,
+                &ports[i],
+                &["--node-id", &id, "--peers", &peers],
+            )
+        })
+        .collect();
+    for addr in &ports {
+        wait_all_up(addr).await;
+    }
+    for (i, addr) in ports.iter().enumerate() {
+        append(addr, i + 1, 0, 30, true).await;
+    }
+    let (p0, p1) = (ports[0].clone(), ports[1].clone());
+    let all = tokio::task::spawn_blocking(move || tail(&p0, &["--beginning"], 90))
+        .await
+        .unwrap();
+    let seen: Vec<Seen> = all.iter().map(|l| (0, l.0, l.1, l.2, Vec::new())).collect();
+    assert_eq!(assert_exact(&seen, &[1, 2, 3], 2), vec![30, 30, 30]);
+
+    let cursor = all[44].3.clone();
+    let rest = tokio::task::spawn_blocking(move || tail(&p1, &["--cursor", &cursor], 45))
+        .await
+        .unwrap();
+    let want: BTreeSet<(u32, u32, u64)> = all[45..].iter().map(|l| (l.0, l.1, l.2)).collect();
+    let got: BTreeSet<(u32, u32, u64)> = rest.iter().map(|l| (l.0, l.1, l.2)).collect();
+    assert_eq!(
+        got, want,
+        "resumed on node 2: exactly the lines after the cursor"
+    );
+    for server in servers {
+        server.stop();
+    }
+}
