@@ -18,6 +18,7 @@
 mod catchup;
 mod ceiling;
 mod cli;
+mod cluster;
 mod delivery;
 mod flood;
 mod grpc;
@@ -181,6 +182,35 @@ enum Command {
         /// The shards' flush interval in ms (the server's default is 10).
         #[arg(long, default_value_t = 10)]
         flush_interval_ms: u64,
+    },
+    /// Several real nodes (static peers) and one cluster subscription on node 1:
+    /// catch-up events/s, CPU per event (node 1 and all nodes) and live
+    /// latency p50/p99, side by side with a single node read in node scope.
+    Cluster {
+        /// Scratch directory for the nodes' data dirs; removed afterwards.
+        #[arg(long, default_value = "./bench-scratch")]
+        dir: PathBuf,
+        /// Node counts, a run each.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+        nodes: Vec<usize>,
+        /// Backlog events, appended round-robin over the nodes.
+        #[arg(long, default_value_t = 300_000)]
+        events: u64,
+        /// Payload bytes per event.
+        #[arg(long, default_value_t = 200)]
+        payload: usize,
+        /// Shards per node.
+        #[arg(long, default_value_t = 1)]
+        shards: u32,
+        /// Catch-up passes per row; medians are reported.
+        #[arg(long, default_value_t = 3)]
+        passes: usize,
+        /// Live events per second, round-robin over the nodes.
+        #[arg(long, default_value_t = 1000)]
+        rate: u64,
+        /// Seconds of live events per row.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
     },
     /// What waiting subscribers cost a shard's append: K live subscribers
     /// parked in next() (tokio tasks) and one producer appending single-event
@@ -460,6 +490,25 @@ fn main() -> Result<()> {
             seconds,
             shards,
             flush_interval_ms,
+        }),
+        Command::Cluster {
+            dir,
+            nodes,
+            events,
+            payload,
+            shards,
+            passes,
+            rate,
+            seconds,
+        } => cluster::run(&cluster::Args {
+            dir: &dir,
+            nodes: &nodes,
+            events,
+            payload,
+            shards,
+            passes,
+            rate,
+            seconds,
         }),
         Command::ShardWakeups {
             dir,

@@ -17,7 +17,7 @@ mod etcd;
 mod nats;
 pub mod process;
 mod ringfeed;
-pub use ringfeed::{spawn_server, spawn_server_with};
+pub use ringfeed::{spawn_server, spawn_server_on, spawn_server_with};
 #[cfg(feature = "peers")]
 mod seaweedfs;
 

@@ -353,6 +353,16 @@ pub fn spawn_server_with(
     shards: u32,
     flags: &[&str],
 ) -> Result<(Process, String)> {
+    spawn_server_on(data_dir, shards, "127.0.0.1:0", flags)
+}
+
+/// [`spawn_server_with`] listening on `listen`.
+pub fn spawn_server_on(
+    data_dir: &Path,
+    shards: u32,
+    listen: &str,
+    flags: &[&str],
+) -> Result<(Process, String)> {
     let binary = std::env::current_exe()?.with_file_name("ringfeed");
     if !binary.exists() {
         bail!(
@@ -365,7 +375,7 @@ pub fn spawn_server_with(
         .arg("serve")
         .arg("--data-dir")
         .arg(data_dir)
-        .args(["--listen", "127.0.0.1:0", "--log-level", "warn"])
+        .args(["--listen", listen, "--log-level", "warn"])
         .args(["--shards", &shards.to_string()])
         .args(flags);
     Process::spawn_until_line(

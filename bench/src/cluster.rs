@@ -1,0 +1,321 @@
+//! `ringfeed-bench cluster` (issue 20): N real `ringfeed serve` nodes on
+//! loopback (static peers), a backlog appended across them, then one cluster
+//! subscription on node 1 catching up from the beginning and tailing live.
+//! Rows side by side: a single node read in node scope (no merge), and
+//! cluster scope over 1..N nodes. Figures: catch-up events/s (median of
+//! passes), CPU µs per event of node 1 and of all nodes during catch-up (the
+//! merge's cost is the difference from node scope), and live delivery
+//! latency (append send time to receipt) p50/p99 at a fixed rate spread over
+//! the nodes. Every pass checks it got each event once.
+
+use std::collections::HashSet;
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use hdrhistogram::Histogram;
+use ringfeed_proto::tonic::transport::Channel;
+use ringfeed_proto::v1::{self, subscribe_request::Start, subscribe_response::Item};
+use ringfeed_proto::RingFeedClient;
+
+use crate::systems::{spawn_server_on, stamp, unstamp, Process};
+use crate::util::{fresh_dir, machine, median, now_ns, runtime};
+
+pub struct Args<'a> {
+    pub dir: &'a Path,
+    pub nodes: &'a [usize],
+    pub events: u64,
+    pub payload: usize,
+    pub shards: u32,
+    pub passes: usize,
+    pub rate: u64,
+    pub seconds: f64,
+}
+
+struct Row {
+    label: String,
+    catchup_eps: f64,
+    node1_cpu_us: f64,
+    all_cpu_us: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    live_events: u64,
+}
+
+pub fn run(args: &Args<'_>) -> Result<()> {
+    println!("cluster: {} events of {} B payload, {} shard(s) per node, {} catch-up pass(es); live {} ev/s for {} s; {}",
+        args.events, args.payload, args.shards, args.passes, args.rate, args.seconds, machine());
+    let rt = runtime()?;
+    let mut rows = Vec::new();
+    for &n in args.nodes {
+        if n == 0 {
+            bail!("--nodes: at least 1");
+        }
+        let dir = args.dir.join(format!("cluster-{n}"));
+        fresh_dir(&dir)?;
+        let nodes = start_nodes(&dir, n, args.shards)?;
+        let result = rt.block_on(measure(args, &nodes, n));
+        drop(nodes);
+        let _ = std::fs::remove_dir_all(&dir);
+        rows.extend(result?);
+    }
+    println!();
+    println!(
+        "{:<22} {:>14} {:>16} {:>16} {:>10} {:>10} {:>8}",
+        "feed",
+        "catch-up ev/s",
+        "node-1 CPU µs/ev",
+        "all CPU µs/ev",
+        "live p50",
+        "live p99",
+        "live ev"
+    );
+    for r in &rows {
+        println!(
+            "{:<22} {:>14.0} {:>16.2} {:>16.2} {:>8.1}ms {:>8.1}ms {:>8}",
+            r.label, r.catchup_eps, r.node1_cpu_us, r.all_cpu_us, r.p50_ms, r.p99_ms, r.live_events
+        );
+    }
+    Ok(())
+}
+
+struct Node {
+    process: Process,
+    addr: String,
+}
+
+fn start_nodes(dir: &Path, n: usize, shards: u32) -> Result<Vec<Node>> {
+    // Ports that were free a moment ago (held at once so they differ).
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<_, _>>()?;
+    let ports: Vec<String> = listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.to_string()))
+        .collect::<Result<_, _>>()?;
+    drop(listeners);
+    let mut nodes = Vec::new();
+    for i in 0..n {
+        let id = (i + 1).to_string();
+        let peers: Vec<&str> = (0..n)
+            .filter(|&j| j != i)
+            .map(|j| ports[j].as_str())
+            .collect();
+        let peers = peers.join(",");
+        let mut flags = vec!["--node-id", &id];
+        if n > 1 {
+            flags.extend(["--peers", &peers]);
+        }
+        let (process, addr) =
+            spawn_server_on(&dir.join(format!("n{id}")), shards, &ports[i], &flags)?;
+        nodes.push(Node { process, addr });
+    }
+    Ok(nodes)
+}
+
+async fn client(addr: &str) -> Result<RingFeedClient<Channel>> {
+    Ok(RingFeedClient::connect(format!("http://{addr}"))
+        .await
+        .with_context(|| format!("connecting to {addr}"))?
+        .max_decoding_message_size(64 << 20))
+}
+
+/// Waits (at most 30 s) until every node has reached every peer.
+async fn wait_up(nodes: &[Node]) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for node in nodes {
+        loop {
+            let listed = client(&node.addr)
+                .await?
+                .list_nodes(v1::ListNodesRequest {})
+                .await?;
+            let listed = listed.into_inner().nodes;
+            if listed.len() == nodes.len() && listed.iter().all(|n| n.up && n.node_id != 0) {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("{}: peers not all up after 30 s: {listed:?}", node.addr);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+
+fn event(index: u64, payload: usize) -> v1::Event {
+    v1::Event {
+        directory: format!("/bench/d{}", index % 64),
+        new_entry: Some(v1::Entry {
+            name: format!("f{index}"),
+            attributes: stamp(index, now_ns(), payload).into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Appends events `range` round-robin over the nodes, 1,000 per batch, durable.
+async fn load(nodes: &[Node], range: std::ops::Range<u64>, payload: usize) -> Result<()> {
+    let mut clients = Vec::new();
+    for node in nodes {
+        clients.push(client(&node.addr).await?);
+    }
+    let mut next = range.start;
+    let mut turn = 0;
+    while next < range.end {
+        let end = (next + 1000).min(range.end);
+        let count = clients.len();
+        clients[turn % count]
+            .append(v1::AppendRequest {
+                events: (next..end).map(|i| event(i, payload)).collect(),
+                durability: v1::Durability::Durable as i32,
+                ..Default::default()
+            })
+            .await?;
+        next = end;
+        turn += 1;
+    }
+    Ok(())
+}
+
+fn cpu(nodes: &[Node]) -> (f64, f64) {
+    let each: Vec<f64> = nodes.iter().map(|n| n.process.cpu_seconds()).collect();
+    (each[0], each.iter().sum())
+}
+
+fn subscribe_request(scope: v1::Scope, start: Start, batching: bool) -> v1::SubscribeRequest {
+    v1::SubscribeRequest {
+        client_name: "ringfeed-bench cluster".into(),
+        start: Some(start),
+        scope: scope as i32,
+        batching,
+        ..Default::default()
+    }
+}
+
+fn events_of(item: Option<Item>) -> Vec<v1::EventMessage> {
+    match item {
+        Some(Item::Event(e)) => vec![e],
+        Some(Item::Batch(b)) => b.events,
+        _ => Vec::new(),
+    }
+}
+
+async fn measure(args: &Args<'_>, nodes: &[Node], n: usize) -> Result<Vec<Row>> {
+    wait_up(nodes).await?;
+    load(nodes, 0..args.events, args.payload).await?;
+    let scopes: &[v1::Scope] = if n == 1 {
+        &[v1::Scope::Node, v1::Scope::Cluster]
+    } else {
+        &[v1::Scope::Cluster]
+    };
+    let mut rows = Vec::new();
+    let mut live_from = args.events;
+    for &scope in scopes {
+        let label = match scope {
+            v1::Scope::Node => "1 node, node scope".to_owned(),
+            _ => format!("{n} node(s), cluster scope"),
+        };
+        let (mut eps, mut cpu1, mut cpu_all) = (Vec::new(), Vec::new(), Vec::new());
+        let mut stream = None;
+        for pass in 0..args.passes.max(1) {
+            let (c1, call) = cpu(nodes);
+            let started = Instant::now();
+            let mut s = client(&nodes[0].addr)
+                .await?
+                .subscribe(subscribe_request(scope, Start::Beginning(true), true))
+                .await?
+                .into_inner();
+            let mut seen = HashSet::with_capacity(args.events as usize);
+            while (seen.len() as u64) < args.events {
+                let response = tokio::time::timeout(Duration::from_secs(60), s.message())
+                    .await
+                    .context("catch-up: no response in 60 s")??
+                    .context("catch-up: the stream ended")?;
+                for e in events_of(response.item) {
+                    let index = e
+                        .event
+                        .as_ref()
+                        .and_then(|e| e.new_entry.as_ref())
+                        .and_then(|entry| unstamp(&entry.attributes))
+                        .context("an event without the bench's stamp")?
+                        .index;
+                    if !seen.insert(index) {
+                        bail!("{label}: event {index} delivered twice");
+                    }
+                }
+            }
+            let secs = started.elapsed().as_secs_f64();
+            let (c1b, callb) = cpu(nodes);
+            eps.push(args.events as f64 / secs);
+            cpu1.push((c1b - c1) * 1e6 / args.events as f64);
+            cpu_all.push((callb - call) * 1e6 / args.events as f64);
+            println!(
+                "  {label} pass {}: {:.0} events/s",
+                pass + 1,
+                args.events as f64 / secs
+            );
+            stream = Some(s);
+        }
+        // Live: the last catch-up stream goes on; one event at a time
+        // round-robin over the nodes at `rate`.
+        let mut s = stream.expect("a pass ran");
+        let live = (args.rate as f64 * args.seconds) as u64;
+        let range = live_from..live_from + live;
+        live_from += live;
+        let producer = {
+            let addrs: Vec<String> = nodes.iter().map(|n| n.addr.clone()).collect();
+            let (rate, payload) = (args.rate.max(1), args.payload);
+            tokio::spawn(async move {
+                let mut clients = Vec::new();
+                for a in &addrs {
+                    clients.push(client(a).await?);
+                }
+                let mut ticks = tokio::time::interval(Duration::from_nanos(1_000_000_000 / rate));
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+                let count = clients.len();
+                for (k, i) in range.clone().enumerate() {
+                    ticks.tick().await;
+                    clients[k % count]
+                        .append(v1::AppendRequest {
+                            events: vec![event(i, payload)],
+                            ..Default::default()
+                        })
+                        .await?;
+                }
+                anyhow::Ok(())
+            })
+        };
+        let mut latency = Histogram::<u64>::new(3)?;
+        let mut got = 0;
+        while got < live {
+            let response = tokio::time::timeout(Duration::from_secs(30), s.message())
+                .await
+                .context("live: no response in 30 s")??
+                .context("live: the stream ended")?;
+            let at = now_ns();
+            for e in events_of(response.item) {
+                let stamp = e
+                    .event
+                    .as_ref()
+                    .and_then(|e| e.new_entry.as_ref())
+                    .and_then(|entry| unstamp(&entry.attributes))
+                    .context("an event without the bench's stamp")?;
+                latency.record((at - stamp.sent_ns).max(0) as u64)?;
+                got += 1;
+            }
+        }
+        producer.await??;
+        rows.push(Row {
+            label,
+            catchup_eps: median(eps),
+            node1_cpu_us: median(cpu1),
+            all_cpu_us: median(cpu_all),
+            p50_ms: latency.value_at_quantile(0.5) as f64 / 1e6,
+            p99_ms: latency.value_at_quantile(0.99) as f64 / 1e6,
+            live_events: got,
+        });
+    }
+    Ok(rows)
+}
