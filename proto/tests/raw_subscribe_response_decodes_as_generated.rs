@@ -145,6 +145,8 @@ fn every_variant_round_trips_through_raw() {
                     flushed_next: 9,
                     flushed_ts_ns: 8,
                 }],
+                held_by_nodes: vec![3],
+                skipped_nodes: vec![2, 3],
             })),
         },
         SubscribeResponse {

@@ -112,7 +112,7 @@ impl RingFeed for Store {
                 Bytes::new(),
                 RawItem::Heartbeat(Heartbeat {
                     merged_watermark_ns: 1000 + last as i64,
-                    shards: vec![],
+                    ..Default::default()
                 }),
             ),
             RawSubscribeResponse::new(Bytes::new(), RawItem::ChunkModeEnd(ChunkModeEnd {})),
@@ -245,7 +245,7 @@ async fn run(addr: SocketAddr, store: Store) {
             cursor: Bytes::new(),
             item: Some(Item::Heartbeat(Heartbeat {
                 merged_watermark_ns: 1003,
-                shards: vec![],
+                ..Default::default()
             })),
         },
         SubscribeResponse {

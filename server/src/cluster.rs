@@ -18,10 +18,12 @@
 //! delivered late until it has caught up ([`Merge::add_source`]). A cursor
 //! part of a node not in the stream is carried on unchanged in every cursor.
 //!
+//! Heartbeats, when asked for, carry the merge's watermark and the nodes
+//! holding it or skipped.
+//!
 //! Not yet (docs/cluster.md): starts other than the beginning or a cluster
-//! cursor, `until_ns`, chunk mode, heartbeats to the subscriber, one shared
-//! stream per peer, the response budget and ListSubscribers for cluster
-//! streams.
+//! cursor, `until_ns`, chunk mode, one shared stream per peer, the response
+//! budget and ListSubscribers for cluster streams.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -100,9 +102,9 @@ pub(crate) fn start(
     limits: &SubscriberLimits,
     shutdown: watch::Receiver<bool>,
 ) -> Result<Responses, Status> {
-    if r.until_ns != 0 || r.chunk_mode || r.heartbeats {
+    if r.until_ns != 0 || r.chunk_mode {
         return Err(Status::invalid_argument(
-            "scope cluster: until_ns, chunk_mode and heartbeats are not supported yet",
+            "scope cluster: until_ns and chunk_mode are not supported yet",
         ));
     }
     let start = match &r.start {
@@ -158,6 +160,8 @@ pub(crate) fn start(
         batch_max_events: limits.batch_max_events.max(1),
         batching: r.batching,
         started: tokio::time::Instant::now(),
+        heartbeat: crate::service::heartbeat_interval(r),
+        last_sent: tokio::time::Instant::now(),
     };
     for peer in &peers {
         stream.add_peer(peer)?;
@@ -213,6 +217,10 @@ struct ClusterStream {
     batch_max_events: usize,
     batching: bool,
     started: tokio::time::Instant,
+    /// How often a quiet stream sends a heartbeat, if asked to.
+    heartbeat: Option<Duration>,
+    /// When the last response was sent.
+    last_sent: tokio::time::Instant,
 }
 
 impl Drop for ClusterStream {
@@ -325,6 +333,13 @@ impl ClusterStream {
                     None => std::future::pending().await,
                 }
             };
+            let heartbeat_due = self.heartbeat.map(|every| self.last_sent + every);
+            let heartbeat = async {
+                match heartbeat_due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => {
@@ -338,6 +353,7 @@ impl ClusterStream {
                     None => return Err(Status::internal("the peers' tasks ended")),
                 },
                 _ = hold => {}
+                _ = heartbeat => self.send_heartbeat(shutdown).await?,
             }
         }
     }
@@ -436,25 +452,58 @@ impl ClusterStream {
         if events.is_empty() {
             return Ok(false);
         }
-        // Nodes not in the stream keep their start part.
+        let item = if events.len() == 1 {
+            RawItem::Event(events.pop().expect("one"))
+        } else {
+            RawItem::Batch(RawEventBatch { events })
+        };
+        self.send(item, shutdown).await?;
+        Ok(true)
+    }
+
+    /// The stream's cursor: per node, its cursor after its last event
+    /// delivered; nodes not in the stream keep their start part.
+    fn cursor(&self) -> ClusterCursor {
         let mut cursor = self.start.clone();
         for node in &self.nodes {
             if let Some(c) = &node.cursor {
                 cursor.set(node.id, c.clone());
             }
         }
-        let item = if events.len() == 1 {
-            RawItem::Event(events.pop().expect("one"))
-        } else {
-            RawItem::Batch(RawEventBatch { events })
+        cursor
+    }
+
+    /// A heartbeat: the merged watermark, and which nodes hold the merge
+    /// or are skipped.
+    async fn send_heartbeat(&mut self, shutdown: &mut watch::Receiver<bool>) -> Result<(), Status> {
+        let nodes = |ids: Vec<u32>| {
+            let mut ids = ids;
+            ids.sort_unstable();
+            ids.dedup();
+            ids
         };
-        let response = RawSubscribeResponse::new(cursor.to_bytes().into(), item);
+        let heartbeat = v1::Heartbeat {
+            merged_watermark_ns: self.merge.watermark().max(0),
+            shards: Vec::new(),
+            held_by_nodes: nodes(self.merge.holding().map(|s| s.node).collect()),
+            skipped_nodes: nodes(self.merge.skipped().map(|s| s.node).collect()),
+        };
+        self.send(RawItem::Heartbeat(heartbeat), shutdown).await
+    }
+
+    async fn send(
+        &mut self,
+        item: RawItem,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<(), Status> {
+        let response = RawSubscribeResponse::new(self.cursor().to_bytes().into(), item);
         tokio::select! {
             biased;
             _ = shutdown.changed() => Err(Status::unavailable("the server is shutting down")),
             sent = self.tx.send(Ok(response)) => {
                 sent.map_err(|_| Status::cancelled("the client went away"))?;
-                Ok(true)
+                self.last_sent = tokio::time::Instant::now();
+                Ok(())
             }
         }
     }

@@ -256,6 +256,33 @@ mod tests {
     }
 
     #[test]
+    fn membership_comes_from_etcd_or_peers_never_both() {
+        let resolve = |text: &str| FileConfig::parse(text).unwrap().resolve();
+        let c =
+            resolve("etcd = [\"http://127.0.0.1:2379\"]\netcd_prefix = \"x/\"\netcd_lease_s = 2\n")
+                .unwrap();
+        assert_eq!(
+            c.members,
+            Members::Etcd(EtcdMembers {
+                endpoints: vec!["http://127.0.0.1:2379".into()],
+                prefix: "x/".into(),
+                lease: Duration::from_secs(2),
+            })
+        );
+        let c = resolve("peers = [\"127.0.0.1:1\"]\n").unwrap();
+        assert_eq!(c.members, Members::Static(vec!["127.0.0.1:1".into()]));
+        let both = "peers = [\"127.0.0.1:1\"]\netcd = [\"http://127.0.0.1:2379\"]\n";
+        let err = resolve(both).unwrap_err().to_string();
+        assert!(err.contains("peers and etcd"), "{err}");
+        let err = resolve("etcd = []\n").unwrap_err().to_string();
+        assert!(err.contains("etcd"), "{err}");
+        let err = resolve("etcd = [\"http://h:1\"]\netcd_lease_s = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("etcd_lease_s"), "{err}");
+    }
+
+    #[test]
     fn every_key_is_read() {
         let c = FileConfig::parse(
             "data_dir = \"/x\"\nlisten = \"127.0.0.1:1\"\nshards = 3\nio_threads = 2\n\

@@ -785,5 +785,6 @@ fn heartbeat_item(shards: &[Arc<ShardShared>], sub: &Subscription) -> RawItem {
     RawItem::Heartbeat(v1::Heartbeat {
         merged_watermark_ns: sub.watermark(),
         shards,
+        ..Default::default()
     })
 }

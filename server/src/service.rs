@@ -47,6 +47,17 @@ const STREAM_GROUP_BYTES: usize = 1 << 20;
 const HEARTBEAT_DEFAULT: Duration = Duration::from_secs(1);
 const HEARTBEAT_MIN: Duration = Duration::from_millis(10);
 
+/// How often a subscription asked for heartbeats gets one while quiet.
+pub(crate) fn heartbeat_interval(r: &v1::SubscribeRequest) -> Option<Duration> {
+    r.heartbeats.then(|| {
+        match r.heartbeat_interval_ms {
+            0 => HEARTBEAT_DEFAULT,
+            ms => Duration::from_millis(u64::from(ms)),
+        }
+        .max(HEARTBEAT_MIN)
+    })
+}
+
 /// The ringfeed service over one engine. Clones share the engine and registry.
 #[derive(Clone)]
 pub struct Service {
@@ -480,13 +491,7 @@ impl RingFeed for Service {
         }
         let options = StreamOptions {
             batching: r.batching,
-            heartbeat: r.heartbeats.then(|| {
-                match r.heartbeat_interval_ms {
-                    0 => HEARTBEAT_DEFAULT,
-                    ms => Duration::from_millis(u64::from(ms)),
-                }
-                .max(HEARTBEAT_MIN)
-            }),
+            heartbeat: heartbeat_interval(&r),
             chunk_mode: r.chunk_mode,
         };
         let start = MetadataValue::from_bytes(&subscription.cursor().to_bytes());

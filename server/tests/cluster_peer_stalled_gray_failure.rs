@@ -3,7 +3,9 @@
 //! nodes 1 and 2 once node 3 has held it for `peer_hold` (events appended
 //! to them during the freeze arrive during the freeze, not after it); after
 //! SIGCONT node 3's new events arrive too, and the stream has every event
-//! of every node exactly once, each `(node, shard)` in order.
+//! of every node exactly once, each `(node, shard)` in order. A second
+//! stream with heartbeats is told node 3 holds the merge, then that it is
+//! skipped, and once it is back, that nobody is.
 
 mod cluster_nodes;
 mod serve_binary;
@@ -11,6 +13,7 @@ mod serve_binary;
 use std::time::{Duration, Instant};
 
 use cluster_nodes::*;
+use ringfeed_proto::v1::{self, subscribe_request::Start, subscribe_response::Item};
 use serve_binary::Server;
 
 const FROZEN: Duration = Duration::from_secs(20);
@@ -34,6 +37,33 @@ async fn a_frozen_peer_holds_the_feed_only_for_peer_hold_and_loses_nothing() {
         wait_all_up(addr).await;
     }
     let (seen, reader) = follow_cluster(&ports[0]).await;
+    // (held by, skipped) of each heartbeat of a second stream.
+    let beats = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(Vec<u32>, Vec<u32>)>::new()));
+    let mut stream = client(&ports[0])
+        .await
+        .subscribe(v1::SubscribeRequest {
+            start: Some(Start::Beginning(true)),
+            scope: v1::Scope::Cluster as i32,
+            heartbeats: true,
+            heartbeat_interval_ms: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let beat_reader = {
+        let beats = beats.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(response)) = stream.message().await {
+                if let Some(Item::Heartbeat(h)) = response.item {
+                    beats
+                        .lock()
+                        .unwrap()
+                        .push((h.held_by_nodes, h.skipped_nodes));
+                }
+            }
+        })
+    };
     for (i, addr) in ports.iter().enumerate() {
         append(addr, i + 1, 0, 20, true).await;
     }
@@ -57,6 +87,18 @@ async fn a_frozen_peer_holds_the_feed_only_for_peer_hold_and_loses_nothing() {
         frozen.elapsed() < FROZEN,
         "the rounds took longer than the freeze"
     );
+    {
+        let beats = beats.lock().unwrap();
+        assert!(
+            beats.iter().any(|b| b.0 == [3]),
+            "a heartbeat says node 3 holds the merge: {beats:?}"
+        );
+        assert!(
+            beats.iter().any(|b| b.1 == [3]),
+            "a heartbeat says node 3 is skipped: {beats:?}"
+        );
+    }
+    let thawed_from = beats.lock().unwrap().len();
     tokio::time::sleep(FROZEN.saturating_sub(frozen.elapsed())).await;
     servers[2].resume();
 
@@ -65,6 +107,16 @@ async fn a_frozen_peer_holds_the_feed_only_for_peer_hold_and_loses_nothing() {
     want += 30;
     until(&seen, want, Duration::from_secs(10), "after the thaw").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
+    {
+        let beats = beats.lock().unwrap();
+        let last = beats.last().expect("heartbeats");
+        assert!(
+            last.1.is_empty() && last.0.is_empty(),
+            "after the thaw nobody is skipped: {:?}",
+            &beats[thawed_from..]
+        );
+    }
+    beat_reader.abort();
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), want, "every event once, nothing more");
     let per_node = assert_exact(&seen, &[1, 2, 3], 2);

@@ -246,6 +246,21 @@ impl<E> Merge<E> {
             .map(|s| s.id)
     }
 
+    /// Every event stamped at or below this has been delivered (or will
+    /// never come): each source's next queued event is above it, and a
+    /// source with none queued is bound at or above it. Skipped sources
+    /// count too, so it never claims past a late event still to come.
+    pub fn watermark(&self) -> i64 {
+        self.sources
+            .iter()
+            .map(|s| match s.queue.front() {
+                Some(&(ts, _)) => ts - 1,
+                None => s.bound,
+            })
+            .min()
+            .unwrap_or(i64::MIN)
+    }
+
     /// Events queued and not yet delivered, over all sources.
     pub fn queued(&self) -> usize {
         self.sources.iter().map(|s| s.queue.len()).sum()
