@@ -19,7 +19,7 @@ use ringfeed_proto::tonic::transport::Channel;
 use ringfeed_proto::v1::{self, subscribe_request::Start, subscribe_response::Item};
 use ringfeed_proto::RingFeedClient;
 
-use crate::systems::{spawn_server_on, stamp, unstamp, Process};
+use crate::systems::{ringfeed_event as event, spawn_server_on, unstamp, Process};
 use crate::util::{fresh_dir, machine, median, now_ns, runtime};
 
 pub struct Args<'a> {
@@ -141,18 +141,6 @@ async fn wait_up(nodes: &[Node]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn event(index: u64, payload: usize) -> v1::Event {
-    v1::Event {
-        directory: format!("/bench/d{}", index % 64),
-        new_entry: Some(v1::Entry {
-            name: format!("f{index}"),
-            attributes: stamp(index, now_ns(), payload).into(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
 }
 
 /// Appends events `range` round-robin over the nodes, 1,000 per batch, durable.

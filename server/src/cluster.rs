@@ -38,6 +38,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::client::{Backoff, Follower, Step as FollowStep};
 use crate::membership::{KnownPeer, Membership};
+use crate::registry::Registered;
 use crate::sender::{Responses, SubscriberLimits};
 
 /// How often peers send heartbeats to a cluster stream (their bounds).
@@ -100,6 +101,7 @@ pub(crate) fn start(
     r: &v1::SubscribeRequest,
     mut local_request: SubscribeRequest,
     limits: &SubscriberLimits,
+    registered: Registered,
     shutdown: watch::Receiver<bool>,
 ) -> Result<Responses, Status> {
     if r.until_ns != 0 || r.chunk_mode {
@@ -162,6 +164,8 @@ pub(crate) fn start(
         started: tokio::time::Instant::now(),
         heartbeat: crate::service::heartbeat_interval(r),
         last_sent: tokio::time::Instant::now(),
+        registered: Arc::new(registered),
+        events_sent: 0,
     };
     for peer in &peers {
         stream.add_peer(peer)?;
@@ -221,6 +225,9 @@ struct ClusterStream {
     heartbeat: Option<Duration>,
     /// When the last response was sent.
     last_sent: tokio::time::Instant,
+    /// What `ListSubscribers` shows of this stream (removed when it drops).
+    registered: Arc<Registered>,
+    events_sent: u64,
 }
 
 impl Drop for ClusterStream {
@@ -234,7 +241,16 @@ impl Drop for ClusterStream {
 
 impl ClusterStream {
     async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
-        if let Err(status) = self.feed(&mut shutdown).await {
+        self.show();
+        let registered = self.registered.clone();
+        let outcome = tokio::select! {
+            biased;
+            superseded = registered.superseded() => {
+                Err(ringfeed_proto::wire::superseded_status(superseded.0))
+            }
+            outcome = self.feed(&mut shutdown) => outcome,
+        };
+        if let Err(status) = outcome {
             // Never waits: a client that stopped reading does not get it,
             // and its stream ends when it goes (the node-scope sender's
             // separate final-status channel is not built here yet).
@@ -355,6 +371,8 @@ impl ClusterStream {
                 _ = hold => {}
                 _ = heartbeat => self.send_heartbeat(shutdown).await?,
             }
+            // Held or skipped nodes show in ListSubscribers while quiet too.
+            self.show();
         }
     }
 
@@ -491,11 +509,56 @@ impl ClusterStream {
         self.send(RawItem::Heartbeat(heartbeat), shutdown).await
     }
 
+    /// Updates what `ListSubscribers` shows: position, lag (now minus the
+    /// merge's watermark), and in `mode` the nodes holding the merge or
+    /// skipped.
+    fn show(&self) {
+        let nodes = |ids: Vec<u32>| {
+            let mut ids = ids;
+            ids.sort_unstable();
+            ids.dedup();
+            let ids: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+            ids.join(",")
+        };
+        let held = nodes(self.merge.holding().map(|s| s.node).collect());
+        let skipped = nodes(self.merge.skipped().map(|s| s.node).collect());
+        let mut mode = format!("cluster, {} node(s)", self.nodes.len());
+        if !held.is_empty() {
+            mode += &format!(", held by node(s) {held}");
+        }
+        if !skipped.is_empty() {
+            mode += &format!(", skipping node(s) {skipped} (their events come late)");
+        }
+        let watermark = self.merge.watermark();
+        let lag_seconds = if watermark > 0 {
+            (ringfeed_engine::clock::now_ns() - watermark).max(0) as f64 / 1e9
+        } else {
+            0.0
+        };
+        let cursor = self.cursor().to_bytes();
+        let sent = self.events_sent;
+        let lag_events = self.local.lag_events();
+        self.registered.update(|info| {
+            info.cursor = cursor.into();
+            info.lag_events = lag_events;
+            info.lag_seconds = lag_seconds;
+            info.events_sent = sent;
+            if info.mode != mode {
+                info.mode = mode;
+            }
+        });
+    }
+
     async fn send(
         &mut self,
         item: RawItem,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<(), Status> {
+        self.events_sent += match &item {
+            RawItem::Event(_) => 1,
+            RawItem::Batch(b) => b.events.len() as u64,
+            _ => 0,
+        };
         let response = RawSubscribeResponse::new(self.cursor().to_bytes().into(), item);
         tokio::select! {
             biased;
@@ -503,6 +566,7 @@ impl ClusterStream {
             sent = self.tx.send(Ok(response)) => {
                 sent.map_err(|_| Status::cancelled("the client went away"))?;
                 self.last_sent = tokio::time::Instant::now();
+                self.show();
                 Ok(())
             }
         }

@@ -446,6 +446,23 @@ impl RingFeed for Service {
             .map(|a| a.to_string())
             .unwrap_or_default();
         let r = request.into_inner();
+        let info = |cursor: Vec<u8>, lag_events: u64| v1::SubscriberInfo {
+            client_name: r.client_name.clone(),
+            client_id: r.client_id,
+            client_epoch: r.client_epoch,
+            peer: peer.clone(),
+            path_prefix: r.path_prefix.clone(),
+            path_prefixes: r.path_prefixes.clone(),
+            directories: r.directories.clone(),
+            exclude_prefixes: r.exclude_prefixes.clone(),
+            cursor: cursor.into(),
+            lag_events,
+            mode: "starting".into(),
+            connected_since_ns: now_ns(),
+            signature: r.signature,
+            ordering: r.ordering,
+            ..Default::default()
+        };
         if r.scope == v1::Scope::Cluster as i32 {
             // The filter and order from the request; the start is the
             // cluster cursor's part for this node (cluster::start).
@@ -453,12 +470,24 @@ impl RingFeed for Service {
                 start: None,
                 ..r.clone()
             })?;
+            let start_cursor = match &r.start {
+                Some(v1::subscribe_request::Start::Cursor(c)) => c.to_vec(),
+                _ => Vec::new(),
+            };
+            let (registered, superseded) = self
+                .registry
+                .register(info(start_cursor, 0))
+                .inspect_err(|_| self.metrics.subscriber_refused())?;
+            if superseded.is_some() {
+                self.metrics.subscriber_superseded();
+            }
             let responses = crate::cluster::start(
                 &self.engine,
                 &self.membership,
                 &r,
                 local,
                 &self.streams.limits,
+                registered,
                 self.shutdown.clone(),
             )?;
             return Ok(Response::new(responses as Self::SubscribeStream));
@@ -467,23 +496,10 @@ impl RingFeed for Service {
             self.metrics.subscribe_failed(&e);
             subscribe_status(e)
         })?;
-        let registration = self.registry.register(v1::SubscriberInfo {
-            client_name: r.client_name.clone(),
-            client_id: r.client_id,
-            client_epoch: r.client_epoch,
-            peer,
-            path_prefix: r.path_prefix.clone(),
-            path_prefixes: r.path_prefixes.clone(),
-            directories: r.directories.clone(),
-            exclude_prefixes: r.exclude_prefixes.clone(),
-            cursor: subscription.cursor().to_bytes().into(),
-            lag_events: subscription.lag_events(),
-            mode: "starting".into(),
-            connected_since_ns: now_ns(),
-            signature: r.signature,
-            ordering: r.ordering,
-            ..Default::default()
-        });
+        let registration = self.registry.register(info(
+            subscription.cursor().to_bytes(),
+            subscription.lag_events(),
+        ));
         let (registered, superseded) =
             registration.inspect_err(|_| self.metrics.subscriber_refused())?;
         if superseded.is_some() {

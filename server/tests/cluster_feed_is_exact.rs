@@ -58,16 +58,7 @@ async fn three_nodes_one_exact_merged_feed_on_each() {
     let ports = free_ports(3);
     let dirs = data_dirs(3, "cluster-");
     let servers: Vec<Server> = (0..3)
-        .map(|i| {
-            let id = (i + 1).to_string();
-            let peers = peers_of(&ports, i);
-            Server::start_on_with(
-                dirs[i].path(),
-                2,
-                &ports[i],
-                &["--node-id", &id, "--peers", &peers],
-            )
-        })
+        .map(|i| start_node(&ports, dirs[i].path(), i, 2, &[]))
         .collect();
     for addr in &ports {
         wait_all_up(addr).await;

@@ -5,7 +5,8 @@
 //! SIGCONT node 3's new events arrive too, and the stream has every event
 //! of every node exactly once, each `(node, shard)` in order. A second
 //! stream with heartbeats is told node 3 holds the merge, then that it is
-//! skipped, and once it is back, that nobody is.
+//! skipped, and once it is back, that nobody is; `ListSubscribers` shows
+//! the cluster streams skipping node 3 during the freeze.
 
 mod cluster_nodes;
 mod serve_binary;
@@ -27,11 +28,7 @@ async fn a_frozen_peer_holds_the_feed_only_for_peer_hold_and_loses_nothing() {
     std::fs::write(&config, "peer_hold_ms = 500\n").unwrap();
     let config = config.to_str().unwrap().to_owned();
     let servers: Vec<Server> = (0..3)
-        .map(|i| {
-            let (id, peers) = ((i + 1).to_string(), peers_of(&ports, i));
-            let flags = ["--node-id", &id, "--peers", &peers, "--config", &config];
-            Server::start_on_with(dirs[i].path(), 2, &ports[i], &flags)
-        })
+        .map(|i| start_node(&ports, dirs[i].path(), i, 2, &["--config", &config]))
         .collect();
     for addr in &ports {
         wait_all_up(addr).await;
@@ -99,6 +96,19 @@ async fn a_frozen_peer_holds_the_feed_only_for_peer_hold_and_loses_nothing() {
         );
     }
     let thawed_from = beats.lock().unwrap().len();
+    let listed = client(&ports[0])
+        .await
+        .list_subscribers(v1::ListSubscribersRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .subscribers;
+    let modes: Vec<&str> = listed.iter().map(|s| s.mode.as_str()).collect();
+    assert_eq!(listed.len(), 2, "both cluster streams listed: {modes:?}");
+    assert!(
+        modes.iter().all(|m| m.contains("skipping node(s) 3")),
+        "{modes:?}"
+    );
     tokio::time::sleep(FROZEN.saturating_sub(frozen.elapsed())).await;
     servers[2].resume();
 

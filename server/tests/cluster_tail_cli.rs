@@ -71,15 +71,7 @@ async fn tail_cluster_prints_every_node_once_and_its_cursor_resumes_on_another_n
     let ports = free_ports(3);
     let dirs = data_dirs(3, "cluster-tail-");
     let servers: Vec<Server> = (0..3)
-        .map(|i| {
-            let (id, peers) = ((i + 1).to_string(), peers_of(&ports, i));
-            Server::start_on_with(
-                dirs[i].path(),
-                2,
-                &ports[i],
-                &["--node-id", &id, "--peers", &peers],
-            )
-        })
+        .map(|i| start_node(&ports, dirs[i].path(), i, 2, &[]))
         .collect();
     for addr in &ports {
         wait_all_up(addr).await;

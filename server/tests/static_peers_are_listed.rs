@@ -71,16 +71,7 @@ fn three_nodes_list_each_other_and_a_killed_one_goes_down() {
     let ports = cluster_nodes::free_ports(3);
     let dirs = cluster_nodes::data_dirs(3, "peers-");
     let mut servers: Vec<Server> = (0..3)
-        .map(|i| {
-            let id = (i + 1).to_string();
-            let peers = cluster_nodes::peers_of(&ports, i);
-            Server::start_on_with(
-                dirs[i].path(),
-                1,
-                &ports[i],
-                &["--node-id", &id, "--peers", &peers],
-            )
-        })
+        .map(|i| cluster_nodes::start_node(&ports, dirs[i].path(), i, 1, &[]))
         .collect();
     for (i, addr) in ports.iter().enumerate() {
         until(addr, "every node up with its id", |seen| {

@@ -306,3 +306,18 @@ pub async fn follow_cluster(
     };
     (seen, reader)
 }
+
+/// Node `i` (id `i + 1`) of a static cluster on `ports`, over `dir`, with
+/// `shards` shards and more `serve` flags.
+pub fn start_node(
+    ports: &[String],
+    dir: &std::path::Path,
+    i: usize,
+    shards: u32,
+    flags: &[&str],
+) -> super::serve_binary::Server {
+    let (id, peers) = ((i + 1).to_string(), peers_of(ports, i));
+    let mut all = vec!["--node-id", &id, "--peers", &peers];
+    all.extend_from_slice(flags);
+    super::serve_binary::Server::start_on_with(dir, shards, &ports[i], &all)
+}
