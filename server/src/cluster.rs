@@ -21,9 +21,13 @@
 //! Heartbeats, when asked for, carry the merge's watermark and the nodes
 //! holding it or skipped.
 //!
-//! Not yet (docs/cluster.md): starts other than the beginning or a cluster
-//! cursor, `until_ns`, chunk mode, one shared stream per peer, the response
-//! budget and ListSubscribers for cluster streams.
+//! A stream starting at a time (`now`: this node's clock, or `since_ns`)
+//! starts every node there, and its cursors carry that time for the nodes
+//! it has not heard from yet, so a resume never reads them from their
+//! beginning.
+//!
+//! Not yet (docs/cluster.md): `until_ns`, chunk mode, one shared stream per
+//! peer, the response budget for cluster streams.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,7 +98,9 @@ struct Node {
     cursor: Option<Cursor>,
 }
 
-/// Starts a cluster stream for `r` and returns what its client reads.
+/// Starts a cluster stream for `r` and returns what its client reads, and
+/// the cursor of where it starts (for the start-cursor metadata: a client
+/// cut off before its first response resumes from it exactly).
 pub(crate) fn start(
     engine: &Arc<Engine>,
     membership: &Arc<Membership>,
@@ -103,21 +109,22 @@ pub(crate) fn start(
     limits: &SubscriberLimits,
     registered: Registered,
     shutdown: watch::Receiver<bool>,
-) -> Result<Responses, Status> {
+) -> Result<(Responses, Vec<u8>), Status> {
     if r.until_ns != 0 || r.chunk_mode {
         return Err(Status::invalid_argument(
             "scope cluster: until_ns and chunk_mode are not supported yet",
         ));
     }
+    // Every node starts at the same place: its part of a cursor, else the
+    // cursor's start time (`now` is this node's clock), else its beginning.
     let start = match &r.start {
         Some(v1::subscribe_request::Start::Beginning(_)) => ClusterCursor::new(),
+        Some(v1::subscribe_request::Start::SinceNs(ns)) => ClusterCursor::since((*ns).max(1)),
+        Some(v1::subscribe_request::Start::Now(_)) | None => {
+            ClusterCursor::since(ringfeed_engine::clock::now_ns())
+        }
         Some(v1::subscribe_request::Start::Cursor(bytes)) => ClusterCursor::from_bytes(bytes)
             .map_err(|e| Status::invalid_argument(format!("cursor: {e}")))?,
-        _ => {
-            return Err(Status::invalid_argument(
-                "scope cluster starts at the beginning or at a cluster cursor (for now)",
-            ))
-        }
     };
     let this = membership.node_id();
     if this == 0 {
@@ -130,6 +137,7 @@ pub(crate) fn start(
     let peers = membership.known_peers().map_err(Status::unavailable)?;
     local_request.start = match start.node(this) {
         Some(cursor) => Start::Cursor(cursor.clone()),
+        None if start.since_ns() > 0 => Start::SinceNs(start.since_ns()),
         None => Start::Beginning,
     };
     let local = engine
@@ -170,8 +178,12 @@ pub(crate) fn start(
     for peer in &peers {
         stream.add_peer(peer)?;
     }
+    let start_cursor = stream.cursor().to_bytes();
     tokio::spawn(stream.run(shutdown));
-    Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    Ok((
+        Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)),
+        start_cursor,
+    ))
 }
 
 /// Follows one peer, handing its events (with the peer's cursor after each)
@@ -266,6 +278,9 @@ impl ClusterStream {
         request.scope = v1::Scope::Node as i32;
         request.start = Some(match &cursor {
             Some(cursor) => v1::subscribe_request::Start::Cursor(cursor.to_bytes().into()),
+            None if self.start.since_ns() > 0 => {
+                v1::subscribe_request::Start::SinceNs(self.start.since_ns())
+            }
             None => v1::subscribe_request::Start::Beginning(true),
         });
         request.heartbeats = true;

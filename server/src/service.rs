@@ -464,6 +464,12 @@ impl RingFeed for Service {
             ..Default::default()
         };
         if r.scope == v1::Scope::Cluster as i32 {
+            // `now` is taken before the stream is listed, so an append made
+            // after it shows in ListSubscribers is after its start.
+            let mut r = r.clone();
+            if matches!(r.start, Some(v1::subscribe_request::Start::Now(_)) | None) {
+                r.start = Some(v1::subscribe_request::Start::SinceNs(now_ns()));
+            }
             // The filter and order from the request; the start is the
             // cluster cursor's part for this node (cluster::start).
             let local = engine_request(&v1::SubscribeRequest {
@@ -481,7 +487,7 @@ impl RingFeed for Service {
             if superseded.is_some() {
                 self.metrics.subscriber_superseded();
             }
-            let responses = crate::cluster::start(
+            let (responses, start) = crate::cluster::start(
                 &self.engine,
                 &self.membership,
                 &r,
@@ -490,7 +496,11 @@ impl RingFeed for Service {
                 registered,
                 self.shutdown.clone(),
             )?;
-            return Ok(Response::new(responses as Self::SubscribeStream));
+            let mut response = Response::new(responses as Self::SubscribeStream);
+            response
+                .metadata_mut()
+                .insert_bin(START_CURSOR_METADATA, MetadataValue::from_bytes(&start));
+            return Ok(response);
         }
         let subscription = self.engine.subscribe(engine_request(&r)?).map_err(|e| {
             self.metrics.subscribe_failed(&e);

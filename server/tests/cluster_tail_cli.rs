@@ -1,7 +1,9 @@
 //! `ringfeed tail --cluster` (issue 20): three real nodes, appends to each;
 //! the tail on node 1 prints every event of every node once, with its node,
 //! each `(node, shard)` in order; the cursor printed on a line, given to a
-//! tail on node 2, prints exactly the lines after it.
+//! tail on node 2, prints exactly the lines after it. A tail starting now
+//! prints only what is appended after it started, on every node, and one
+//! from a time only what was appended after that time.
 
 mod cluster_nodes;
 mod serve_binary;
@@ -15,9 +17,10 @@ use std::time::Duration;
 use cluster_nodes::*;
 use serve_binary::Server;
 
-/// (node, shard, offset, cursor) of each of the first `count` lines of
-/// `ringfeed tail --cluster` on `addr` from `start`; the tail is killed then.
-fn tail(addr: &str, start: &[&str], count: usize) -> Vec<(u32, u32, u64, String)> {
+/// (node, shard, offset, cursor, name) of each of the first `count` lines
+/// of `ringfeed tail --cluster` on `addr` from `start`; the tail is killed
+/// then.
+fn tail(addr: &str, start: &[&str], count: usize) -> Vec<(u32, u32, u64, String, String)> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ringfeed"))
         .args(["tail", "--server", addr, "--cluster"])
         .args(start)
@@ -60,6 +63,10 @@ fn tail(addr: &str, start: &[&str], count: usize) -> Vec<(u32, u32, u64, String)
                 field("shard") as u32,
                 field("offset"),
                 v["cursor"].as_str().expect("a cursor").to_owned(),
+                v["event"]["newEntry"]["name"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("a name in {line}"))
+                    .to_owned(),
             )
         })
         .collect()
@@ -95,6 +102,57 @@ async fn tail_cluster_prints_every_node_once_and_its_cursor_resumes_on_another_n
     assert_eq!(
         got, want,
         "resumed on node 2: exactly the lines after the cursor"
+    );
+
+    // From a time: only what was appended after it, from every node.
+    let since = ringfeed_engine::clock::now_ns().to_string();
+    for (i, addr) in ports.iter().enumerate() {
+        append(addr, i + 1, 30, 5, true).await;
+    }
+    let p2 = ports[2].clone();
+    let later = tokio::task::spawn_blocking(move || tail(&p2, &["--since-ns", &since], 15))
+        .await
+        .unwrap();
+    let names = |lines: &[(u32, u32, u64, String, String)]| -> BTreeSet<(u32, String)> {
+        lines.iter().map(|l| (l.0, l.4.clone())).collect()
+    };
+    let round = |from: usize| -> BTreeSet<(u32, String)> {
+        (1..=3u32)
+            .flat_map(|node| (from..from + 5).map(move |i| (node, format!("f{i}"))))
+            .collect()
+    };
+    assert_eq!(
+        names(&later),
+        round(30),
+        "--since-ns: exactly the later events"
+    );
+
+    // Now: a tail on node 2, once it is subscribed, sees only new events.
+    let p1 = ports[1].clone();
+    let now = tokio::task::spawn_blocking(move || tail(&p1, &[], 15));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let listed = client(&ports[1])
+            .await
+            .list_subscribers(ringfeed_proto::v1::ListSubscribersRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .subscribers;
+        if listed.iter().any(|s| s.client_name == "ringfeed tail") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the tail subscribed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for (i, addr) in ports.iter().enumerate() {
+        append(addr, i + 1, 35, 5, true).await;
+    }
+    let now = now.await.unwrap();
+    assert_eq!(
+        names(&now),
+        round(35),
+        "a tail from now: exactly the new events"
     );
     for server in servers {
         server.stop();

@@ -2,13 +2,18 @@
 //! (DESIGN.md 7). For every node it covers, that node's own [`Cursor`] (its
 //! shards' next offsets and generations), so it is exact per source and
 //! portable: any node can resume it, asking each node for what follows its
-//! part. A node not in the cursor is followed from its beginning.
+//! part. A node not in the cursor is followed from its beginning, or, in a
+//! cursor of a subscription that started at a time (`now`, `since_ns`),
+//! from that time ([`ClusterCursor::since_ns`]): a node the subscription
+//! has not heard from yet is then resumed from the same start.
 //!
 //! Version 3 layout (little-endian): `"RC" | u8 3 | u16 node count | (u32
 //! node id, u16 length, that node's cursor bytes) per node, ids ascending |
-//! u32 crc32c of everything before it`. The magic and version byte are those
-//! of single-node cursors, so either kind is told from the other by its
-//! third byte, and a single-node reader refuses a cluster cursor by name.
+//! u32 crc32c of everything before it`. Version 4, written when `since_ns`
+//! is not 0: the same with `i64 since_ns` after the node count. The magic
+//! and version byte are those of single-node cursors, so either kind is told
+//! from the other by its third byte, and a single-node reader refuses a
+//! cluster cursor by name.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -18,6 +23,8 @@ use crate::cursor::{Cursor, CursorError};
 
 const MAGIC: &[u8; 2] = b"RC";
 pub(crate) const CLUSTER_VERSION: u8 = 3;
+/// [`CLUSTER_VERSION`] with a start time.
+pub(crate) const CLUSTER_VERSION_SINCE: u8 = 4;
 const HEADER: usize = 5;
 const MAX_NODES: usize = 1024;
 
@@ -25,12 +32,30 @@ const MAX_NODES: usize = 1024;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClusterCursor {
     nodes: BTreeMap<u32, Cursor>,
+    /// Where a node not in `nodes` starts: events stamped at or after this
+    /// (ns since the Unix epoch); 0: its beginning.
+    since_ns: i64,
 }
 
 impl ClusterCursor {
     /// A cursor covering no node yet (every node from its beginning).
     pub fn new() -> ClusterCursor {
         ClusterCursor::default()
+    }
+
+    /// A cursor covering no node yet, every node starting at events stamped
+    /// at or after `since_ns` (0: at its beginning).
+    pub fn since(since_ns: i64) -> ClusterCursor {
+        ClusterCursor {
+            nodes: BTreeMap::new(),
+            since_ns: since_ns.max(0),
+        }
+    }
+
+    /// Where a node the cursor does not cover starts: at events stamped at
+    /// or after this; 0: at its beginning.
+    pub fn since_ns(&self) -> i64 {
+        self.since_ns
     }
 
     /// Where node `id`'s feed resumes, if the cursor covers it.
@@ -50,15 +75,23 @@ impl ClusterCursor {
 
     /// Whether `bytes` are a cluster cursor's (by their version byte).
     pub fn is_cluster(bytes: &[u8]) -> bool {
-        bytes.len() > 2 && &bytes[..2] == MAGIC && bytes[2] == CLUSTER_VERSION
+        bytes.len() > 2
+            && &bytes[..2] == MAGIC
+            && matches!(bytes[2], CLUSTER_VERSION | CLUSTER_VERSION_SINCE)
     }
 
     /// The versioned wire form.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER + 4 + self.nodes.len() * 40);
         out.extend_from_slice(MAGIC);
-        out.push(CLUSTER_VERSION);
-        out.extend_from_slice(&(self.nodes.len() as u16).to_le_bytes());
+        if self.since_ns == 0 {
+            out.push(CLUSTER_VERSION);
+            out.extend_from_slice(&(self.nodes.len() as u16).to_le_bytes());
+        } else {
+            out.push(CLUSTER_VERSION_SINCE);
+            out.extend_from_slice(&(self.nodes.len() as u16).to_le_bytes());
+            out.extend_from_slice(&self.since_ns.to_le_bytes());
+        }
         let mut part = Vec::new();
         for (id, cursor) in &self.nodes {
             part.clear();
@@ -77,8 +110,13 @@ impl ClusterCursor {
         if bytes.len() < HEADER + 4 || &bytes[..2] != MAGIC {
             return bad("not a ringfeed cursor");
         }
-        if bytes[2] != CLUSTER_VERSION {
-            return bad("a single node's cursor, not a cluster cursor");
+        let header = match bytes[2] {
+            CLUSTER_VERSION => HEADER,
+            CLUSTER_VERSION_SINCE => HEADER + 8,
+            _ => return bad("a single node's cursor, not a cluster cursor"),
+        };
+        if bytes.len() < header + 4 {
+            return bad("truncated");
         }
         let (body, crc) = bytes.split_at(bytes.len() - 4);
         if crc32c::crc32c(body).to_le_bytes() != crc {
@@ -88,8 +126,15 @@ impl ClusterCursor {
         if count > MAX_NODES {
             return bad("too many nodes");
         }
+        let since_ns = match header > HEADER {
+            true => i64::from_le_bytes(body[HEADER..header].try_into().expect("8 bytes")),
+            false => 0,
+        };
+        if since_ns < 0 || (header > HEADER && since_ns == 0) {
+            return bad("bad start time");
+        }
         let mut nodes = BTreeMap::new();
-        let mut rest = &body[HEADER..];
+        let mut rest = &body[header..];
         let mut last = None;
         for _ in 0..count {
             if rest.len() < 6 {
@@ -112,7 +157,7 @@ impl ClusterCursor {
         if !rest.is_empty() {
             return bad("bytes after the last node");
         }
-        Ok(ClusterCursor { nodes })
+        Ok(ClusterCursor { nodes, since_ns })
     }
 }
 
@@ -158,11 +203,46 @@ mod tests {
         let empty = ClusterCursor::new();
         assert_eq!(ClusterCursor::from_bytes(&empty.to_bytes()).unwrap(), empty);
         assert!(ClusterCursor::is_cluster(&c.to_bytes()));
+        // With a start time.
+        let mut since = ClusterCursor::since(1_700_000_000_000_000_000);
+        since.set(2, Cursor::new(vec![4]));
+        let bytes = since.to_bytes();
+        assert_eq!(bytes[2], CLUSTER_VERSION_SINCE);
+        let back = ClusterCursor::from_bytes(&bytes).unwrap();
+        assert_eq!(back, since);
+        assert_eq!(back.since_ns(), 1_700_000_000_000_000_000);
+        assert!(ClusterCursor::is_cluster(&bytes));
+        assert_eq!(ClusterCursor::new().since_ns(), 0);
+        assert_eq!(
+            sample().to_bytes()[2],
+            CLUSTER_VERSION,
+            "no time: version 3"
+        );
     }
 
     #[test]
     fn refuses_damage_and_the_other_kind() {
+        let mut since = sample();
+        since.since_ns = 5;
+        for bytes in [sample().to_bytes(), since.to_bytes()] {
+            refuses_damage_of(&bytes);
+        }
         let bytes = sample().to_bytes();
+        let err = Cursor::from_bytes(&since.to_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cluster cursor"), "{err}");
+        // Each kind names the other.
+        let single = Cursor::new(vec![1]).to_bytes();
+        assert!(!ClusterCursor::is_cluster(&single));
+        let err = ClusterCursor::from_bytes(&single).unwrap_err().to_string();
+        assert!(err.contains("single node"), "{err}");
+        let err = Cursor::from_bytes(&bytes).unwrap_err().to_string();
+        assert!(err.contains("cluster cursor"), "{err}");
+    }
+
+    fn refuses_damage_of(bytes: &[u8]) {
+        let bytes = bytes.to_vec();
         for i in 0..bytes.len() {
             let mut bad = bytes.clone();
             bad[i] ^= 0x10;
@@ -177,12 +257,5 @@ mod tests {
                 "cut at {len}"
             );
         }
-        // Each kind names the other.
-        let single = Cursor::new(vec![1]).to_bytes();
-        assert!(!ClusterCursor::is_cluster(&single));
-        let err = ClusterCursor::from_bytes(&single).unwrap_err().to_string();
-        assert!(err.contains("single node"), "{err}");
-        let err = Cursor::from_bytes(&bytes).unwrap_err().to_string();
-        assert!(err.contains("cluster cursor"), "{err}");
     }
 }

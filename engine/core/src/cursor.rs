@@ -155,7 +155,8 @@ impl Cursor {
         let per_shard = match version {
             VERSION => 12,
             VERSION_1 => 8,
-            crate::cluster_cursor::CLUSTER_VERSION => {
+            crate::cluster_cursor::CLUSTER_VERSION
+            | crate::cluster_cursor::CLUSTER_VERSION_SINCE => {
                 return bad(
                     "a cluster cursor (several nodes): resume it with a cluster subscription",
                 )

@@ -521,7 +521,11 @@ impl Follower {
             .await?;
         // Where the stream starts: the checkpoint until the first response
         // moves it, so a cut before any response resumes exactly too.
-        if self.checkpoint.is_none() {
+        if let Some(point) = self.cluster.as_mut().filter(|p| p.checkpoint.is_none()) {
+            let start = response.metadata().get_bin(START_CURSOR_METADATA);
+            point.checkpoint = start.and_then(|v| v.to_bytes().ok());
+        }
+        if self.checkpoint.is_none() && self.cluster.is_none() {
             let start = response.metadata().get_bin(START_CURSOR_METADATA);
             if let Some(cursor) = start
                 .and_then(|v| v.to_bytes().ok())

@@ -106,9 +106,10 @@ pub struct TailArgs {
     /// Follow the whole cluster: the server's shards merged with its peers'
     /// (a server started with --peers or --etcd). Lines then carry
     /// "node" after "ts", and cursors are cluster cursors that resume on any
-    /// node of the cluster. Starts at --beginning or a cluster --cursor;
-    /// not with --since, --until, --batching, --chunk-mode or --progress (yet).
-    #[arg(long, conflicts_with_all = ["since", "since_ns", "until", "until_ns", "batching", "chunk_mode", "progress"])]
+    /// node of the cluster. Every start flag works (now and --since by the
+    /// server's clock); not with --until, --batching, --chunk-mode or
+    /// --progress (yet).
+    #[arg(long, conflicts_with_all = ["until", "until_ns", "batching", "chunk_mode", "progress"])]
     pub cluster: bool,
 }
 
@@ -171,8 +172,6 @@ pub(super) fn subscribe_request(args: &TailArgs, now_ns: i64) -> Result<Subscrib
         Start::SinceNs(parse_since(since, now_ns)?)
     } else if args.beginning {
         Start::Beginning(true)
-    } else if args.cluster {
-        bail!("--cluster starts at --beginning or at a cluster --cursor (starting now is not built yet)");
     } else {
         Start::Now(true)
     };
