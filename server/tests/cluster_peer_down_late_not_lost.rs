@@ -4,6 +4,9 @@
 //! stream goes on with nodes 1 and 2; node 3 restarts on its data dir and
 //! appends more; the stream then has every durable event of every node
 //! exactly once, each source in order, node 3's equal to reading it alone.
+//! Run twice: with static peers, and with membership in a real etcd (where
+//! node 3 also leaves the member list when its lease runs out, and comes
+//! back when it restarts).
 
 mod cluster_nodes;
 mod serve_binary;
@@ -17,15 +20,35 @@ use serve_binary::Server;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_peer_holds_the_feed_briefly_and_its_events_come_late_exactly_once() {
     let _watchdog = ringfeed_watchdog::arm();
+    killed_peer(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_with_membership_in_etcd() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let Some(etcd) = Etcd::start().await else {
+        return;
+    };
+    killed_peer(Some(&etcd.url)).await;
+}
+
+async fn killed_peer(etcd: Option<&str>) {
     let ports = free_ports(3);
     let dirs = data_dirs(3, "cluster-down-");
     let config = dirs[0].path().join("hold.toml");
-    std::fs::write(&config, "peer_hold_ms = 500\n").unwrap();
+    std::fs::write(&config, "peer_hold_ms = 500\netcd_lease_s = 2\n").unwrap();
     let config = config.to_str().unwrap().to_owned();
-    let start = |i: usize| start_node(&ports, dirs[i].path(), i, 2, &["--config", &config]);
+    let start = |i: usize| match etcd {
+        None => start_node(&ports, dirs[i].path(), i, 2, &["--config", &config]),
+        Some(url) => {
+            let id = (i + 1).to_string();
+            let flags = ["--node-id", &id, "--etcd", url, "--config", &config];
+            Server::start_on_with(dirs[i].path(), 2, &ports[i], &flags)
+        }
+    };
     let mut servers: Vec<Option<Server>> = (0..3).map(|i| Some(start(i))).collect();
     for addr in &ports {
-        wait_all_up(addr).await;
+        wait_nodes(addr, &[1, 2, 3], Duration::from_secs(20)).await;
     }
 
     let (seen, reader) = follow_cluster(&ports[0]).await;
