@@ -31,6 +31,9 @@ pub struct Args<'a> {
     pub passes: usize,
     pub rate: u64,
     pub seconds: f64,
+    /// Live appends go to node 1 only: the peers are quiet, and only their
+    /// heartbeats bound the merge.
+    pub quiet_peers: bool,
 }
 
 struct Row {
@@ -44,8 +47,9 @@ struct Row {
 }
 
 pub fn run(args: &Args<'_>) -> Result<()> {
-    println!("cluster: {} events of {} B payload, {} shard(s) per node, {} catch-up pass(es); live {} ev/s for {} s; {}",
-        args.events, args.payload, args.shards, args.passes, args.rate, args.seconds, machine());
+    println!("cluster: {} events of {} B payload, {} shard(s) per node, {} catch-up pass(es); live {} ev/s for {} s to {}; {}",
+        args.events, args.payload, args.shards, args.passes, args.rate, args.seconds,
+        if args.quiet_peers { "node 1 only (quiet peers)" } else { "every node" }, machine());
     let rt = runtime()?;
     let mut rows = Vec::new();
     for &n in args.nodes {
@@ -256,7 +260,8 @@ async fn measure(args: &Args<'_>, nodes: &[Node], n: usize) -> Result<Vec<Row>> 
         let range = live_from..live_from + live;
         live_from += live;
         let producer = {
-            let addrs: Vec<String> = nodes.iter().map(|n| n.addr.clone()).collect();
+            let live_nodes = if args.quiet_peers { 1 } else { nodes.len() };
+            let addrs: Vec<String> = nodes[..live_nodes].iter().map(|n| n.addr.clone()).collect();
             let (rate, payload) = (args.rate.max(1), args.payload);
             tokio::spawn(async move {
                 let mut clients = Vec::new();

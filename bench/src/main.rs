@@ -211,6 +211,10 @@ enum Command {
         /// Seconds of live events per row.
         #[arg(long, default_value_t = 10.0)]
         seconds: f64,
+        /// Live events go to node 1 only; the other nodes stay quiet, so
+        /// only their heartbeats let the merge deliver node 1's events.
+        #[arg(long)]
+        quiet_peers: bool,
     },
     /// What waiting subscribers cost a shard's append: K live subscribers
     /// parked in next() (tokio tasks) and one producer appending single-event
@@ -500,6 +504,7 @@ fn main() -> Result<()> {
             passes,
             rate,
             seconds,
+            quiet_peers,
         } => cluster::run(&cluster::Args {
             dir: &dir,
             nodes: &nodes,
@@ -509,6 +514,7 @@ fn main() -> Result<()> {
             passes,
             rate,
             seconds,
+            quiet_peers,
         }),
         Command::ShardWakeups {
             dir,

@@ -45,8 +45,10 @@ use crate::membership::{KnownPeer, Membership};
 use crate::registry::Registered;
 use crate::sender::{Responses, SubscriberLimits};
 
-/// How often peers send heartbeats to a cluster stream (their bounds).
-const PEER_HEARTBEAT_MS: u32 = 100;
+/// How often a quiet peer sends a heartbeat to a cluster stream (its
+/// bound): what a quiet peer may hold live delivery of the others' events
+/// for. Each quiet peer stream sends 40 small responses a second for it.
+const PEER_HEARTBEAT_MS: u32 = 25;
 /// Most events pulled from the local subscription before merging them.
 const LOCAL_PULL: usize = 1024;
 /// Events a peer's task may have sent and the merge not taken yet.

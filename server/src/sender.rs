@@ -544,23 +544,31 @@ impl Sender {
         sub: &mut Subscription,
         heartbeat: Option<Duration>,
     ) -> Result<Option<Delivered>, Stop> {
+        let Some(every) = heartbeat else {
+            return Ok(sub.next().await?);
+        };
+        // Shortly before each heartbeat, idle shards are asked to claim up
+        // to now; their answers wake `next`, whose poll folds them into the
+        // watermark, so the heartbeat's watermark is fresh (within `lead`),
+        // not the previous heartbeat's time: a merge of several feeds (a
+        // cluster stream) is held by a quiet one for at most about one
+        // interval, not two.
+        let lead = (every / 5).min(Duration::from_millis(10));
+        let mut quiet_since = tokio::time::Instant::now();
+        let mut asked = false;
         loop {
-            let quiet = async {
-                match heartbeat {
-                    Some(every) => tokio::time::sleep(every).await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 biased;
                 next = sub.next() => return Ok(next?),
-                _ = quiet => {
-                    // Idle shards claim up to now, so the next heartbeat's
-                    // watermark passes this one's time: a merge of several
-                    // feeds (a cluster stream) is not held by a quiet one.
+                _ = tokio::time::sleep_until(quiet_since + every - lead), if !asked => {
                     sub.request_claims(now_ns());
+                    asked = true;
+                }
+                _ = tokio::time::sleep_until(quiet_since + every) => {
                     let beat = heartbeat_item(&self.shards, sub);
                     self.send(sub, beat, None, "live").await?;
+                    quiet_since = tokio::time::Instant::now();
+                    asked = false;
                 }
             }
         }
