@@ -320,6 +320,13 @@ fn serve(config: ServerConfig) -> Result<()> {
         };
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let advertise = config.advertise.clone().unwrap_or_else(|| addr.to_string());
+        // Peers dial the advertised address: a wildcard one reaches nobody.
+        if clustered && config.advertise.is_none() && addr.ip().is_unspecified() {
+            anyhow::bail!(
+                "listening on {addr}, which peers cannot dial: give the address they reach this \
+                 node at with --advertise HOST:PORT"
+            );
+        }
         let membership = Membership::with_members(
             engine_node.unwrap_or(0),
             advertise,
