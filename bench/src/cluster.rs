@@ -10,7 +10,7 @@
 
 use std::collections::HashSet;
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -22,17 +22,35 @@ use ringfeed_proto::RingFeedClient;
 use crate::systems::{ringfeed_event as event, spawn_server_on, unstamp, Process};
 use crate::util::{fresh_dir, machine, median, now_ns, runtime};
 
-pub struct Args<'a> {
-    pub dir: &'a Path,
-    pub nodes: &'a [usize],
+#[derive(clap::Args)]
+pub struct Args {
+    /// Scratch directory for the nodes' data dirs; removed afterwards.
+    #[arg(long, default_value = "./bench-scratch")]
+    pub dir: PathBuf,
+    /// Node counts, a run each.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    pub nodes: Vec<usize>,
+    /// Backlog events, appended round-robin over the nodes.
+    #[arg(long, default_value_t = 300_000)]
     pub events: u64,
+    /// Payload bytes per event.
+    #[arg(long, default_value_t = 200)]
     pub payload: usize,
+    /// Shards per node.
+    #[arg(long, default_value_t = 1)]
     pub shards: u32,
+    /// Catch-up passes per row; medians are reported.
+    #[arg(long, default_value_t = 3)]
     pub passes: usize,
+    /// Live events per second, round-robin over the nodes.
+    #[arg(long, default_value_t = 1000)]
     pub rate: u64,
+    /// Seconds of live events per row.
+    #[arg(long, default_value_t = 10.0)]
     pub seconds: f64,
-    /// Live appends go to node 1 only: the peers are quiet, and only their
-    /// heartbeats bound the merge.
+    /// Live events go to node 1 only; the other nodes stay quiet, so
+    /// only their heartbeats let the merge deliver node 1's events.
+    #[arg(long)]
     pub quiet_peers: bool,
 }
 
@@ -46,13 +64,13 @@ struct Row {
     live_events: u64,
 }
 
-pub fn run(args: &Args<'_>) -> Result<()> {
+pub fn run(args: &Args) -> Result<()> {
     println!("cluster: {} events of {} B payload, {} shard(s) per node, {} catch-up pass(es); live {} ev/s for {} s to {}; {}",
         args.events, args.payload, args.shards, args.passes, args.rate, args.seconds,
         if args.quiet_peers { "node 1 only (quiet peers)" } else { "every node" }, machine());
     let rt = runtime()?;
     let mut rows = Vec::new();
-    for &n in args.nodes {
+    for &n in &args.nodes {
         if n == 0 {
             bail!("--nodes: at least 1");
         }
@@ -194,7 +212,7 @@ fn events_of(item: Option<Item>) -> Vec<v1::EventMessage> {
     }
 }
 
-async fn measure(args: &Args<'_>, nodes: &[Node], n: usize) -> Result<Vec<Row>> {
+async fn measure(args: &Args, nodes: &[Node], n: usize) -> Result<Vec<Row>> {
     wait_up(nodes).await?;
     load(nodes, 0..args.events, args.payload).await?;
     let scopes: &[v1::Scope] = if n == 1 {

@@ -186,36 +186,7 @@ enum Command {
     /// Several real nodes (static peers) and one cluster subscription on node 1:
     /// catch-up events/s, CPU per event (node 1 and all nodes) and live
     /// latency p50/p99, side by side with a single node read in node scope.
-    Cluster {
-        /// Scratch directory for the nodes' data dirs; removed afterwards.
-        #[arg(long, default_value = "./bench-scratch")]
-        dir: PathBuf,
-        /// Node counts, a run each.
-        #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
-        nodes: Vec<usize>,
-        /// Backlog events, appended round-robin over the nodes.
-        #[arg(long, default_value_t = 300_000)]
-        events: u64,
-        /// Payload bytes per event.
-        #[arg(long, default_value_t = 200)]
-        payload: usize,
-        /// Shards per node.
-        #[arg(long, default_value_t = 1)]
-        shards: u32,
-        /// Catch-up passes per row; medians are reported.
-        #[arg(long, default_value_t = 3)]
-        passes: usize,
-        /// Live events per second, round-robin over the nodes.
-        #[arg(long, default_value_t = 1000)]
-        rate: u64,
-        /// Seconds of live events per row.
-        #[arg(long, default_value_t = 10.0)]
-        seconds: f64,
-        /// Live events go to node 1 only; the other nodes stay quiet, so
-        /// only their heartbeats let the merge deliver node 1's events.
-        #[arg(long)]
-        quiet_peers: bool,
-    },
+    Cluster(cluster::Args),
     /// What waiting subscribers cost a shard's append: K live subscribers
     /// parked in next() (tokio tasks) and one producer appending single-event
     /// batches at a fixed rate; the shard's stamp-and-publish time per batch,
@@ -495,27 +466,7 @@ fn main() -> Result<()> {
             shards,
             flush_interval_ms,
         }),
-        Command::Cluster {
-            dir,
-            nodes,
-            events,
-            payload,
-            shards,
-            passes,
-            rate,
-            seconds,
-            quiet_peers,
-        } => cluster::run(&cluster::Args {
-            dir: &dir,
-            nodes: &nodes,
-            events,
-            payload,
-            shards,
-            passes,
-            rate,
-            seconds,
-            quiet_peers,
-        }),
+        Command::Cluster(args) => cluster::run(&args),
         Command::ShardWakeups {
             dir,
             shards,
