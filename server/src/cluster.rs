@@ -43,6 +43,7 @@ use tokio::sync::{mpsc, watch};
 use crate::client::{Backoff, Follower, Step as FollowStep};
 use crate::membership::{KnownPeer, Membership};
 use crate::registry::Registered;
+use crate::sender::Admission;
 use crate::sender::{Responses, SubscriberLimits};
 
 /// How often a quiet peer sends a heartbeat to a cluster stream (its
@@ -57,6 +58,9 @@ const PEER_CHANNEL: usize = 4096;
 /// this node's subscription or the peers' channels until the merge moves
 /// (a held merge moves at the latest after `peer_hold`).
 const MAX_QUEUED: usize = 65_536;
+/// What an event queued in the merge counts against the response budget
+/// besides its payload (its cursor and bookkeeping).
+const EVENT_OVERHEAD: usize = 96;
 /// Reconnecting to a peer: soon, so a restarted peer's late events come
 /// soon after it is back (gRPC's defaults grow to two minutes).
 const PEER_BACKOFF: Backoff = Backoff {
@@ -109,6 +113,7 @@ pub(crate) fn start(
     r: &v1::SubscribeRequest,
     mut local_request: SubscribeRequest,
     limits: &SubscriberLimits,
+    admission: Arc<Admission>,
     registered: Registered,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(Responses, Vec<u8>), Status> {
@@ -176,6 +181,9 @@ pub(crate) fn start(
         last_sent: tokio::time::Instant::now(),
         registered: Arc::new(registered),
         events_sent: 0,
+        admission,
+        budget: None,
+        queued_bytes: 0,
     };
     for peer in &peers {
         stream.add_peer(peer)?;
@@ -242,6 +250,12 @@ struct ClusterStream {
     /// What `ListSubscribers` shows of this stream (removed when it drops).
     registered: Arc<Registered>,
     events_sent: u64,
+    /// The server's response budget: the merge's queued events count
+    /// against it (`budget` covers `queued_bytes`), so many cluster streams
+    /// held at once do not pull more than it into memory.
+    admission: Arc<Admission>,
+    budget: Option<tokio::sync::OwnedSemaphorePermit>,
+    queued_bytes: usize,
 }
 
 impl Drop for ClusterStream {
@@ -393,17 +407,23 @@ impl ClusterStream {
         }
     }
 
-    /// Takes what the local subscription has ready; when it has nothing
-    /// more, its watermark bounds every local shard.
-    /// Whether the merge holds [`MAX_QUEUED`] events and neither this node
-    /// (`local`) nor the peers (`!local`) hold it: a source that holds the
-    /// merge has nothing queued, and taking its events is what moves it.
-    fn full(&self, local: bool) -> bool {
+    /// Whether the merge holds [`MAX_QUEUED`] events or more bytes than the
+    /// response budget lets it cover, and neither this node (`local`) nor
+    /// the peers (`!local`) hold it: a source that holds the merge has
+    /// nothing queued, and taking its events is what moves it (a held merge
+    /// moves at the latest after `peer_hold`, so a stream over budget never
+    /// stalls for good).
+    fn full(&mut self, local: bool) -> bool {
         let this = self.nodes[0].id;
-        self.merge.queued() >= MAX_QUEUED
-            && !self.merge.holding().any(|s| (s.node == this) == local)
+        let over = self.merge.queued() >= MAX_QUEUED
+            || !self
+                .admission
+                .try_cover(&mut self.budget, self.queued_bytes);
+        over && !self.merge.holding().any(|s| (s.node == this) == local)
     }
 
+    /// Takes what the local subscription has ready; when it has nothing
+    /// more, its watermark bounds every local shard.
     fn pull_local(&mut self) -> Result<(), Status> {
         for _ in 0..LOCAL_PULL {
             if self.full(true) {
@@ -434,6 +454,7 @@ impl ClusterStream {
             payload: d.payload(),
             cursor_after: self.local.cursor(),
         };
+        self.queued_bytes += pending.payload.len() + EVENT_OVERHEAD;
         self.merge.push(source, d.ts, pending);
     }
 
@@ -448,6 +469,7 @@ impl ClusterStream {
                     )));
                 }
                 let source = node.first_source + pending.shard as usize;
+                self.queued_bytes += pending.payload.len() + EVENT_OVERHEAD;
                 self.merge.push(source, ts, pending);
             }
             FromPeer::Watermark { node, ts } => {
@@ -477,6 +499,7 @@ impl ClusterStream {
                 break;
             };
             let p = popped.event;
+            self.queued_bytes -= p.payload.len() + EVENT_OVERHEAD;
             let node = &mut self.nodes[p.node];
             events.push(RawEventMessage {
                 node: node.id,
@@ -484,6 +507,7 @@ impl ClusterStream {
             });
             node.cursor = Some(p.cursor_after);
         }
+        Admission::trim(&mut self.budget, self.queued_bytes);
         if events.is_empty() {
             return Ok(false);
         }

@@ -196,11 +196,14 @@ impl FileConfig {
                 self.subscriber_queue,
                 d.queue_responses,
             )?,
-            response_budget_bytes: at_least_one(
-                "response_budget_bytes",
-                self.response_budget_bytes,
-                d.response_budget_bytes,
-            )?,
+            response_budget_bytes: match self.response_budget_bytes {
+                // Two KiB units: a stream's last response and its next.
+                Some(bytes) if bytes < 2048 => {
+                    bail!("response_budget_bytes: must be at least 2048")
+                }
+                Some(bytes) => bytes,
+                None => d.response_budget_bytes,
+            },
             stall_timeout: match self.stall_timeout_secs {
                 Some(0) => bail!("stall_timeout_secs: must be at least 1"),
                 Some(secs) => Duration::from_secs(secs),

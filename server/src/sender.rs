@@ -149,9 +149,52 @@ impl Admission {
         self.bytes.clone().try_acquire_many_owned(units as u32).ok()
     }
 
-    /// Waits until `bytes` (at most the whole budget) are free to read.
+    /// Grows `held` to cover `bytes` of the budget if that many are free
+    /// now (never waits); false if not. For what a stream holds outside its
+    /// response queue (a cluster stream's merge).
+    pub(crate) fn try_cover(&self, held: &mut Option<OwnedSemaphorePermit>, bytes: usize) -> bool {
+        let want = bytes.div_ceil(UNIT);
+        let have = held.as_ref().map_or(0, |p| p.num_permits());
+        if want <= have {
+            return true;
+        }
+        let Ok(more) = self
+            .bytes
+            .clone()
+            .try_acquire_many_owned((want - have) as u32)
+        else {
+            return false;
+        };
+        match held {
+            Some(permit) => permit.merge(more),
+            None => *held = Some(more),
+        }
+        true
+    }
+
+    /// Gives back what `held` covers beyond `bytes`.
+    pub(crate) fn trim(held: &mut Option<OwnedSemaphorePermit>, bytes: usize) {
+        let want = bytes.div_ceil(UNIT);
+        if let Some(permit) = held {
+            let have = permit.num_permits();
+            if have > want {
+                drop(permit.split(have - want));
+            }
+        }
+    }
+
+    /// Waits until `bytes` (at most half the budget) are free to read.
+    ///
+    /// At most half: a stream keeps its last response's budget until the
+    /// transport takes its next response (`QueueState::held`), so a
+    /// reservation of the whole budget would wait on the stream's own
+    /// previous response for ever. With `response_budget_bytes` below
+    /// `batch_max_bytes` (16 KiB against 64 KiB) every stream stalled
+    /// after its first response that way; found by
+    /// `server/tests/cluster_stream_within_budget.rs`.
     async fn bytes(&self, bytes: usize) -> OwnedSemaphorePermit {
-        let units = bytes.div_ceil(UNIT).clamp(1, self.budget_units) as u32;
+        let most = (self.budget_units / 2).max(1);
+        let units = bytes.div_ceil(UNIT).clamp(1, most) as u32;
         let _waiting = Waiting::new(&self.metrics);
         self.bytes
             .clone()

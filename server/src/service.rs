@@ -493,6 +493,7 @@ impl RingFeed for Service {
                 &r,
                 local,
                 &self.streams.limits,
+                self.streams.admission.clone(),
                 registered,
                 self.shutdown.clone(),
             )?;
