@@ -26,8 +26,10 @@
 //! it has not heard from yet, so a resume never reads them from their
 //! beginning.
 //!
-//! Not yet (docs/cluster.md): `until_ns`, chunk mode, one shared stream per
-//! peer, the response budget for cluster streams.
+//! With `until_ns` the stream ends OK once every node, skipped ones too, is
+//! past it and everything at or below it was delivered.
+//!
+//! Not yet (docs/cluster.md): chunk mode, one shared stream per peer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -117,9 +119,9 @@ pub(crate) fn start(
     registered: Registered,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(Responses, Vec<u8>), Status> {
-    if r.until_ns != 0 || r.chunk_mode {
+    if r.chunk_mode {
         return Err(Status::invalid_argument(
-            "scope cluster: until_ns and chunk_mode are not supported yet",
+            "scope cluster: chunk_mode is not supported yet",
         ));
     }
     // Every node starts at the same place: its part of a cursor, else the
@@ -215,11 +217,15 @@ async fn follow_peer(mut follower: Follower, node: usize, tx: mpsc::Sender<FromP
                 },
             },
             Ok(FollowStep::Watermark(ts)) => FromPeer::Watermark { node, ts },
-            Ok(FollowStep::End) => return,
+            // Past until_ns: nothing more at or below it will come.
+            Ok(FollowStep::End) => FromPeer::Watermark { node, ts: i64::MAX },
             Err(e) => FromPeer::Failed(e.to_string()),
         };
-        let failed = matches!(item, FromPeer::Failed(_));
-        if tx.send(item).await.is_err() || failed {
+        let last = matches!(
+            item,
+            FromPeer::Failed(_) | FromPeer::Watermark { ts: i64::MAX, .. }
+        );
+        if tx.send(item).await.is_err() || last {
             return;
         }
     }
@@ -360,6 +366,12 @@ impl ClusterStream {
             if self.send_ready(shutdown).await? {
                 continue;
             }
+            // until_ns: once every node (skipped ones too) is past it and
+            // nothing is queued, the stream ends OK.
+            let until = self.peer_request.until_ns;
+            if until != 0 && self.merge.queued() == 0 && self.merge.watermark() >= until {
+                return Ok(());
+            }
             // This node's shards hold the merge: ask them to claim up to the
             // stamp it waits for (an idle shard answers at once, and the
             // answer wakes `changed`). Peers' claims come with their
@@ -439,7 +451,14 @@ impl ClusterStream {
                     }
                     return Ok(());
                 }
-                Step::End => return Ok(()),
+                Step::End => {
+                    // Past until_ns: no more local events.
+                    let node = &self.nodes[0];
+                    for shard in 0..node.shards as usize {
+                        self.merge.bound(node.first_source + shard, i64::MAX);
+                    }
+                    return Ok(());
+                }
             }
         }
         Ok(())

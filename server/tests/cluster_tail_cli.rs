@@ -3,7 +3,8 @@
 //! each `(node, shard)` in order; the cursor printed on a line, given to a
 //! tail on node 2, prints exactly the lines after it. A tail starting now
 //! prints only what is appended after it started, on every node, and one
-//! from a time only what was appended after that time.
+//! from a time only what was appended after that time; one `--until` a
+//! time prints everything up to it from every node and exits 0.
 
 mod cluster_nodes;
 mod serve_binary;
@@ -109,8 +110,8 @@ async fn tail_cluster_prints_every_node_once_and_its_cursor_resumes_on_another_n
     for (i, addr) in ports.iter().enumerate() {
         append(addr, i + 1, 30, 5, true).await;
     }
-    let p2 = ports[2].clone();
-    let later = tokio::task::spawn_blocking(move || tail(&p2, &["--since-ns", &since], 15))
+    let (p2, since_arg) = (ports[2].clone(), since.clone());
+    let later = tokio::task::spawn_blocking(move || tail(&p2, &["--since-ns", &since_arg], 15))
         .await
         .unwrap();
     let names = |lines: &[(u32, u32, u64, String, String)]| -> BTreeSet<(u32, String)> {
@@ -154,6 +155,44 @@ async fn tail_cluster_prints_every_node_once_and_its_cursor_resumes_on_another_n
         round(35),
         "a tail from now: exactly the new events"
     );
+
+    // Until the time before round 2: the 90 lines of round 1, then exit 0.
+    let until = (since.parse::<i64>().unwrap() - 1).to_string();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ringfeed"));
+    command.args([
+        "tail",
+        "--server",
+        &ports[0],
+        "--cluster",
+        "--beginning",
+        "--until-ns",
+        &until,
+    ]);
+    let out = tokio::task::spawn_blocking(move || {
+        serve_binary::run_bounded(command, None, Duration::from_secs(20))
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.is_some_and(|s| s.success()),
+        "tail --until exits 0 by itself: {:?} {}",
+        out.status,
+        out.stderr
+    );
+    let lines: BTreeSet<(u32, String)> = out
+        .stdout
+        .lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+            let name = v["event"]["newEntry"]["name"].as_str().unwrap().to_owned();
+            (v["node"].as_u64().unwrap() as u32, name)
+        })
+        .collect();
+    assert_eq!(out.stdout.lines().count(), 90, "each line once");
+    let first: BTreeSet<(u32, String)> = (1..=3u32)
+        .flat_map(|node| (0..30).map(move |i| (node, format!("f{i}"))))
+        .collect();
+    assert_eq!(lines, first, "--until: exactly round 1 of every node");
     for server in servers {
         server.stop();
     }

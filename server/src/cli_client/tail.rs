@@ -106,10 +106,10 @@ pub struct TailArgs {
     /// Follow the whole cluster: the server's shards merged with its peers'
     /// (a server started with --peers or --etcd). Lines then carry
     /// "node" after "ts", and cursors are cluster cursors that resume on any
-    /// node of the cluster. Every start flag works (now and --since by the
-    /// server's clock); not with --until, --batching, --chunk-mode or
-    /// --progress (yet).
-    #[arg(long, conflicts_with_all = ["until", "until_ns", "batching", "chunk_mode", "progress"])]
+    /// node of the cluster. Every start and stop flag works (now and --since
+    /// by the server's clock; --until waits for every node, a down one too);
+    /// not with --batching, --chunk-mode or --progress (yet).
+    #[arg(long, conflicts_with_all = ["batching", "chunk_mode", "progress"])]
     pub cluster: bool,
 }
 
