@@ -275,7 +275,7 @@ impl Drop for ClusterStream {
 
 impl ClusterStream {
     async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
-        self.show();
+        self.show(self.cursor().to_bytes().into());
         let registered = self.registered.clone();
         let outcome = tokio::select! {
             biased;
@@ -382,23 +382,12 @@ impl ClusterStream {
                     self.local.request_claims(ts);
                 }
             }
-            let deadline = self
-                .merge
-                .deadline()
-                .map(|at| self.started + Duration::from_nanos(at));
-            let hold = async {
-                match deadline {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
-            let heartbeat_due = self.heartbeat.map(|every| self.last_sent + every);
-            let heartbeat = async {
-                match heartbeat_due {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
+            let hold = sleep_until(
+                self.merge
+                    .deadline()
+                    .map(|at| self.started + Duration::from_nanos(at)),
+            );
+            let heartbeat = sleep_until(self.heartbeat.map(|every| self.last_sent + every));
             tokio::select! {
                 biased;
                 _ = shutdown.changed() => {
@@ -415,7 +404,7 @@ impl ClusterStream {
                 _ = heartbeat => self.send_heartbeat(shutdown).await?,
             }
             // Held or skipped nodes show in ListSubscribers while quiet too.
-            self.show();
+            self.show(self.cursor().to_bytes().into());
         }
     }
 
@@ -444,24 +433,26 @@ impl ClusterStream {
             match self.local.poll().map_err(crate::status::subscribe_status)? {
                 Step::Event(d) => self.push_local(d),
                 Step::Pending => {
-                    let bound = self.local.watermark();
-                    let node = &self.nodes[0];
-                    for shard in 0..node.shards as usize {
-                        self.merge.bound(node.first_source + shard, bound);
-                    }
+                    self.bound_node(0, self.local.watermark());
                     return Ok(());
                 }
                 Step::End => {
                     // Past until_ns: no more local events.
-                    let node = &self.nodes[0];
-                    for shard in 0..node.shards as usize {
-                        self.merge.bound(node.first_source + shard, i64::MAX);
-                    }
+                    self.bound_node(0, i64::MAX);
                     return Ok(());
                 }
             }
         }
         Ok(())
+    }
+
+    /// Node `node` (index in `nodes`) will push nothing more stamped at or
+    /// below `ts`, on any of its shards.
+    fn bound_node(&mut self, node: usize, ts: i64) {
+        let node = &self.nodes[node];
+        for shard in 0..node.shards as usize {
+            self.merge.bound(node.first_source + shard, ts);
+        }
     }
 
     fn push_local(&mut self, d: ringfeed_engine::Delivered) {
@@ -491,12 +482,7 @@ impl ClusterStream {
                 self.queued_bytes += pending.payload.len() + EVENT_OVERHEAD;
                 self.merge.push(source, ts, pending);
             }
-            FromPeer::Watermark { node, ts } => {
-                let node = &self.nodes[node];
-                for shard in 0..node.shards as usize {
-                    self.merge.bound(node.first_source + shard, ts);
-                }
-            }
+            FromPeer::Watermark { node, ts } => self.bound_node(node, ts),
             FromPeer::Failed(why) => {
                 return Err(Status::unavailable(format!("following a peer: {why}")));
             }
@@ -554,17 +540,11 @@ impl ClusterStream {
     /// A heartbeat: the merged watermark, and which nodes hold the merge
     /// or are skipped.
     async fn send_heartbeat(&mut self, shutdown: &mut watch::Receiver<bool>) -> Result<(), Status> {
-        let nodes = |ids: Vec<u32>| {
-            let mut ids = ids;
-            ids.sort_unstable();
-            ids.dedup();
-            ids
-        };
         let heartbeat = v1::Heartbeat {
             merged_watermark_ns: self.merge.watermark().max(0),
             shards: Vec::new(),
-            held_by_nodes: nodes(self.merge.holding().map(|s| s.node).collect()),
-            skipped_nodes: nodes(self.merge.skipped().map(|s| s.node).collect()),
+            held_by_nodes: node_ids(self.merge.holding()),
+            skipped_nodes: node_ids(self.merge.skipped()),
         };
         self.send(RawItem::Heartbeat(heartbeat), shutdown).await
     }
@@ -572,16 +552,14 @@ impl ClusterStream {
     /// Updates what `ListSubscribers` shows: position, lag (now minus the
     /// merge's watermark), and in `mode` the nodes holding the merge or
     /// skipped.
-    fn show(&self) {
-        let nodes = |ids: Vec<u32>| {
-            let mut ids = ids;
-            ids.sort_unstable();
-            ids.dedup();
+    /// `cursor`: the stream's cursor, encoded.
+    fn show(&self, cursor: Bytes) {
+        let listed = |ids: Vec<u32>| {
             let ids: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
             ids.join(",")
         };
-        let held = nodes(self.merge.holding().map(|s| s.node).collect());
-        let skipped = nodes(self.merge.skipped().map(|s| s.node).collect());
+        let held = listed(node_ids(self.merge.holding()));
+        let skipped = listed(node_ids(self.merge.skipped()));
         let mut mode = format!("cluster, {} node(s)", self.nodes.len());
         if !held.is_empty() {
             mode += &format!(", held by node(s) {held}");
@@ -595,11 +573,10 @@ impl ClusterStream {
         } else {
             0.0
         };
-        let cursor = self.cursor().to_bytes();
         let sent = self.events_sent;
         let lag_events = self.local.lag_events();
         self.registered.update(|info| {
-            info.cursor = cursor.into();
+            info.cursor = cursor;
             info.lag_events = lag_events;
             info.lag_seconds = lag_seconds;
             info.events_sent = sent;
@@ -619,16 +596,33 @@ impl ClusterStream {
             RawItem::Batch(b) => b.events.len() as u64,
             _ => 0,
         };
-        let response = RawSubscribeResponse::new(self.cursor().to_bytes().into(), item);
+        let cursor: Bytes = self.cursor().to_bytes().into();
+        let response = RawSubscribeResponse::new(cursor.clone(), item);
         tokio::select! {
             biased;
             _ = shutdown.changed() => Err(Status::unavailable("the server is shutting down")),
             sent = self.tx.send(Ok(response)) => {
                 sent.map_err(|_| Status::cancelled("the client went away"))?;
                 self.last_sent = tokio::time::Instant::now();
-                self.show();
+                self.show(cursor);
                 Ok(())
             }
         }
+    }
+}
+
+/// The ids of the nodes of `sources`, ascending, each once.
+fn node_ids(sources: impl Iterator<Item = SourceId>) -> Vec<u32> {
+    let mut ids: Vec<u32> = sources.map(|s| s.node).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// Sleeps until `at`; never, without one.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
