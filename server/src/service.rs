@@ -445,90 +445,85 @@ impl RingFeed for Service {
             .remote_addr()
             .map(|a| a.to_string())
             .unwrap_or_default();
-        let r = request.into_inner();
-        let info = |cursor: Vec<u8>, lag_events: u64| v1::SubscriberInfo {
-            client_name: r.client_name.clone(),
-            client_id: r.client_id,
-            client_epoch: r.client_epoch,
-            peer: peer.clone(),
-            path_prefix: r.path_prefix.clone(),
-            path_prefixes: r.path_prefixes.clone(),
-            directories: r.directories.clone(),
-            exclude_prefixes: r.exclude_prefixes.clone(),
-            cursor: cursor.into(),
-            lag_events,
-            mode: "starting".into(),
-            connected_since_ns: now_ns(),
-            signature: r.signature,
-            ordering: r.ordering,
-            ..Default::default()
-        };
-        if r.scope == v1::Scope::Cluster as i32 {
-            // `now` is taken before the stream is listed, so an append made
-            // after it shows in ListSubscribers is after its start.
-            let mut r = r.clone();
-            if matches!(r.start, Some(v1::subscribe_request::Start::Now(_)) | None) {
-                r.start = Some(v1::subscribe_request::Start::SinceNs(now_ns()));
+        let mut r = request.into_inner();
+        let cluster = r.scope == v1::Scope::Cluster as i32;
+        if cluster && matches!(r.start, Some(v1::subscribe_request::Start::Now(_)) | None) {
+            // A cluster stream's `now` is taken before the stream is listed,
+            // so an append made after it shows in ListSubscribers is after
+            // its start.
+            r.start = Some(v1::subscribe_request::Start::SinceNs(now_ns()));
+        }
+        // Lists the stream (superseding an older epoch of its client).
+        let register = |cursor: Vec<u8>, lag_events: u64| {
+            let (registered, superseded) = self
+                .registry
+                .register(v1::SubscriberInfo {
+                    client_name: r.client_name.clone(),
+                    client_id: r.client_id,
+                    client_epoch: r.client_epoch,
+                    peer: peer.clone(),
+                    path_prefix: r.path_prefix.clone(),
+                    path_prefixes: r.path_prefixes.clone(),
+                    directories: r.directories.clone(),
+                    exclude_prefixes: r.exclude_prefixes.clone(),
+                    cursor: cursor.into(),
+                    lag_events,
+                    mode: "starting".into(),
+                    connected_since_ns: now_ns(),
+                    signature: r.signature,
+                    ordering: r.ordering,
+                    ..Default::default()
+                })
+                .inspect_err(|_| self.metrics.subscriber_refused())?;
+            if superseded.is_some() {
+                self.metrics.subscriber_superseded();
             }
+            Ok::<_, Status>(registered)
+        };
+        let (responses, start) = if cluster {
             // The filter and order from the request; the start is the
             // cluster cursor's part for this node (cluster::start).
             let local = engine_request(&v1::SubscribeRequest {
                 start: None,
                 ..r.clone()
             })?;
-            let start_cursor = match &r.start {
+            let listed_cursor = match &r.start {
                 Some(v1::subscribe_request::Start::Cursor(c)) => c.to_vec(),
                 _ => Vec::new(),
             };
-            let (registered, superseded) = self
-                .registry
-                .register(info(start_cursor, 0))
-                .inspect_err(|_| self.metrics.subscriber_refused())?;
-            if superseded.is_some() {
-                self.metrics.subscriber_superseded();
-            }
-            let (responses, start) = crate::cluster::start(
+            crate::cluster::start(
                 &self.engine,
                 &self.membership,
                 &r,
                 local,
                 &self.streams.limits,
                 self.streams.admission.clone(),
-                registered,
+                register(listed_cursor, 0)?,
                 self.shutdown.clone(),
-            )?;
-            let mut response = Response::new(responses as Self::SubscribeStream);
-            response
-                .metadata_mut()
-                .insert_bin(START_CURSOR_METADATA, MetadataValue::from_bytes(&start));
-            return Ok(response);
-        }
-        let subscription = self.engine.subscribe(engine_request(&r)?).map_err(|e| {
-            self.metrics.subscribe_failed(&e);
-            subscribe_status(e)
-        })?;
-        let registration = self.registry.register(info(
-            subscription.cursor().to_bytes(),
-            subscription.lag_events(),
-        ));
-        let (registered, superseded) =
-            registration.inspect_err(|_| self.metrics.subscriber_refused())?;
-        if superseded.is_some() {
-            self.metrics.subscriber_superseded();
-        }
-        let options = StreamOptions {
-            batching: r.batching,
-            heartbeat: heartbeat_interval(&r),
-            chunk_mode: r.chunk_mode,
+            )?
+        } else {
+            let subscription = self.engine.subscribe(engine_request(&r)?).map_err(|e| {
+                self.metrics.subscribe_failed(&e);
+                subscribe_status(e)
+            })?;
+            let start = subscription.cursor().to_bytes();
+            let registered = register(start.clone(), subscription.lag_events())?;
+            let options = StreamOptions {
+                batching: r.batching,
+                heartbeat: heartbeat_interval(&r),
+                chunk_mode: r.chunk_mode,
+            };
+            let responses =
+                self.streams
+                    .start(subscription, options, registered, self.shutdown.clone());
+            (responses, start)
         };
-        let start = MetadataValue::from_bytes(&subscription.cursor().to_bytes());
-        let responses =
-            self.streams
-                .start(subscription, options, registered, self.shutdown.clone());
+        // Where the stream starts, so a client cut off before its first
+        // response resumes exactly.
         let mut response = Response::new(responses as Self::SubscribeStream);
         response
             .metadata_mut()
-            .insert_bin(START_CURSOR_METADATA, start);
+            .insert_bin(START_CURSOR_METADATA, MetadataValue::from_bytes(&start));
         Ok(response)
     }
 

@@ -521,18 +521,17 @@ impl Follower {
             .await?;
         // Where the stream starts: the checkpoint until the first response
         // moves it, so a cut before any response resumes exactly too.
-        if let Some(point) = self.cluster.as_mut().filter(|p| p.checkpoint.is_none()) {
+        let start = || {
             let start = response.metadata().get_bin(START_CURSOR_METADATA);
-            point.checkpoint = start.and_then(|v| v.to_bytes().ok());
-        }
-        if self.checkpoint.is_none() && self.cluster.is_none() {
-            let start = response.metadata().get_bin(START_CURSOR_METADATA);
-            if let Some(cursor) = start
-                .and_then(|v| v.to_bytes().ok())
-                .and_then(|b| Cursor::from_bytes(&b).ok())
-            {
-                self.checkpoint = Some(cursor);
+            start.and_then(|v| v.to_bytes().ok())
+        };
+        match self.cluster.as_mut() {
+            Some(point) if point.checkpoint.is_none() => point.checkpoint = start(),
+            Some(_) => {}
+            None if self.checkpoint.is_none() => {
+                self.checkpoint = start().and_then(|b| Cursor::from_bytes(&b).ok());
             }
+            None => {}
         }
         self.stream = Some(response.into_inner());
         self.in_chunks = self.request.chunk_mode;
