@@ -267,9 +267,7 @@ impl Membership {
                                 }
                             }
                             EventType::Delete => {
-                                let id = kv.key().strip_prefix(etcd.prefix.as_bytes())
-                                    .and_then(|id| std::str::from_utf8(id).ok()?.parse().ok());
-                                if let Some(id) = id {
+                                if let Some(id) = member_id(&etcd.prefix, kv.key()) {
                                     self.remove_member(id);
                                 }
                             }
@@ -282,10 +280,7 @@ impl Membership {
 
     /// A registered peer, from its key and value (not this node).
     fn member(&self, prefix: &str, key: &[u8], value: &[u8]) -> Option<(u32, String)> {
-        let id: u32 = std::str::from_utf8(key.strip_prefix(prefix.as_bytes())?)
-            .ok()?
-            .parse()
-            .ok()?;
+        let id = member_id(prefix, key)?;
         let address = std::str::from_utf8(value).ok()?.to_string();
         (id != self.node_id && id != 0).then_some((id, address))
     }
@@ -400,37 +395,14 @@ impl Membership {
     /// Every peer with its id and shard count, or why one cannot be
     /// followed (never reached, so its id is unknown).
     pub fn known_peers(&self) -> Result<Vec<KnownPeer>, String> {
-        self.peer_list()
-            .iter()
-            .map(|peer| {
-                let seen = peer.seen.lock().unwrap_or_else(|p| p.into_inner());
-                if seen.node_id == 0 || seen.shards == 0 {
-                    return Err(format!(
-                        "peer {} was not reached yet ({}): its node id is unknown",
-                        peer.address, seen.error
-                    ));
-                }
-                Ok(KnownPeer {
-                    node_id: seen.node_id,
-                    address: peer.address.clone(),
-                    shards: seen.shards,
-                })
-            })
-            .collect()
+        self.peer_list().iter().map(|peer| peer.known()).collect()
     }
 
     /// The peers whose id and shard count are known (reached at least once).
     pub fn reached_peers(&self) -> Vec<KnownPeer> {
         self.peer_list()
             .iter()
-            .filter_map(|peer| {
-                let seen = peer.seen.lock().unwrap_or_else(|p| p.into_inner());
-                (seen.node_id != 0 && seen.shards != 0).then(|| KnownPeer {
-                    node_id: seen.node_id,
-                    address: peer.address.clone(),
-                    shards: seen.shards,
-                })
-            })
+            .filter_map(|peer| peer.known().ok())
             .collect()
     }
 
@@ -456,6 +428,22 @@ impl Membership {
 }
 
 impl Peer {
+    /// Its id, address and shard count, or why they are not known yet.
+    fn known(&self) -> Result<KnownPeer, String> {
+        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.node_id == 0 || seen.shards == 0 {
+            return Err(format!(
+                "peer {} was not reached yet ({}): its node id is unknown",
+                self.address, seen.error
+            ));
+        }
+        Ok(KnownPeer {
+            node_id: seen.node_id,
+            address: self.address.clone(),
+            shards: seen.shards,
+        })
+    }
+
     fn new(address: String, registered_id: u32) -> Arc<Peer> {
         Arc::new(Peer {
             address,
@@ -468,4 +456,12 @@ impl Peer {
             gone: watch::channel(false).0,
         })
     }
+}
+
+/// The node id an etcd key `<prefix><id>` registers.
+fn member_id(prefix: &str, key: &[u8]) -> Option<u32> {
+    std::str::from_utf8(key.strip_prefix(prefix.as_bytes())?)
+        .ok()?
+        .parse()
+        .ok()
 }
