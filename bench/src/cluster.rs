@@ -9,7 +9,6 @@
 //! the nodes. Every pass checks it got each event once.
 
 use std::collections::HashSet;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -19,7 +18,10 @@ use ringfeed_proto::tonic::transport::Channel;
 use ringfeed_proto::v1::{self, subscribe_request::Start, subscribe_response::Item};
 use ringfeed_proto::RingFeedClient;
 
-use crate::systems::{ringfeed_event as event, spawn_server_on, unstamp, Process};
+use crate::systems::{
+    free_ports, ringfeed_connect, ringfeed_event as event, spawn_server_on, unstamp, Delivered,
+    Process,
+};
 use crate::util::{fresh_dir, machine, median, now_ns, runtime};
 
 #[derive(clap::Args)]
@@ -108,15 +110,10 @@ struct Node {
 }
 
 fn start_nodes(dir: &Path, n: usize, shards: u32) -> Result<Vec<Node>> {
-    // Ports that were free a moment ago (held at once so they differ).
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<_, _>>()?;
-    let ports: Vec<String> = listeners
-        .iter()
-        .map(|l| l.local_addr().map(|a| a.to_string()))
-        .collect::<Result<_, _>>()?;
-    drop(listeners);
+    let ports: Vec<String> = free_ports(n)?
+        .into_iter()
+        .map(|port| format!("127.0.0.1:{port}"))
+        .collect();
     let mut nodes = Vec::new();
     for i in 0..n {
         let id = (i + 1).to_string();
@@ -137,10 +134,18 @@ fn start_nodes(dir: &Path, n: usize, shards: u32) -> Result<Vec<Node>> {
 }
 
 async fn client(addr: &str) -> Result<RingFeedClient<Channel>> {
-    Ok(RingFeedClient::connect(format!("http://{addr}"))
-        .await
-        .with_context(|| format!("connecting to {addr}"))?
+    Ok(ringfeed_connect(addr)
+        .await?
         .max_decoding_message_size(64 << 20))
+}
+
+/// The bench's stamp (number, send time) in an event's attributes.
+fn stamp_of(e: &v1::EventMessage) -> Result<Delivered> {
+    e.event
+        .as_ref()
+        .and_then(|e| e.new_entry.as_ref())
+        .and_then(|entry| unstamp(&entry.attributes))
+        .context("an event without the bench's stamp")
 }
 
 /// Waits (at most 30 s) until every node has reached every peer.
@@ -247,13 +252,7 @@ async fn measure(args: &Args, nodes: &[Node], n: usize) -> Result<Vec<Row>> {
                     .context("catch-up: no response in 60 s")??
                     .context("catch-up: the stream ended")?;
                 for e in events_of(response.item) {
-                    let index = e
-                        .event
-                        .as_ref()
-                        .and_then(|e| e.new_entry.as_ref())
-                        .and_then(|entry| unstamp(&entry.attributes))
-                        .context("an event without the bench's stamp")?
-                        .index;
+                    let index = stamp_of(&e)?.index;
                     if !seen.insert(index) {
                         bail!("{label}: event {index} delivered twice");
                     }
@@ -310,12 +309,7 @@ async fn measure(args: &Args, nodes: &[Node], n: usize) -> Result<Vec<Row>> {
                 .context("live: the stream ended")?;
             let at = now_ns();
             for e in events_of(response.item) {
-                let stamp = e
-                    .event
-                    .as_ref()
-                    .and_then(|e| e.new_entry.as_ref())
-                    .and_then(|entry| unstamp(&entry.attributes))
-                    .context("an event without the bench's stamp")?;
+                let stamp = stamp_of(&e)?;
                 latency.record((at - stamp.sent_ns).max(0) as u64)?;
                 got += 1;
             }

@@ -17,7 +17,7 @@ mod etcd;
 mod nats;
 pub mod process;
 mod ringfeed;
-pub use ringfeed::{spawn_server, spawn_server_on, spawn_server_with};
+pub use ringfeed::{connect as ringfeed_connect, spawn_server, spawn_server_on, spawn_server_with};
 #[cfg(feature = "peers")]
 mod seaweedfs;
 
@@ -313,12 +313,11 @@ fn not_installed(binary: &str) -> String {
     format!("{binary} not installed (bench/peers/install.sh installs it)")
 }
 
-#[cfg(feature = "peers")]
 /// `n` distinct loopback ports that were free a moment ago (all bound at
-/// once, so none repeats, then released), for peers that must be told their
-/// ports. Another process could take one before the peer binds it; the peer
-/// then fails to start and says so in its log.
-fn free_ports(n: usize) -> Result<Vec<u16>> {
+/// once, so none repeats, then released), for peers (and ringfeed nodes)
+/// that must be told their ports. Another process could take one before the
+/// peer binds it; the peer then fails to start and says so in its log.
+pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>> {
     let listeners = (0..n)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
         .collect::<std::io::Result<Vec<_>>>()?;

@@ -54,7 +54,7 @@ pub fn event(index: u64, payload: usize) -> v1::Event {
     }
 }
 
-async fn connect(addr: &str) -> Result<RingFeedClient<Channel>> {
+pub async fn connect(addr: &str) -> Result<RingFeedClient<Channel>> {
     RingFeedClient::connect(format!("http://{addr}"))
         .await
         .map_err(|e| anyhow!("connecting to {addr}: {e}"))
