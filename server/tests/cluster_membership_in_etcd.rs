@@ -22,9 +22,7 @@ async fn nodes_join_and_leave_through_etcd_and_a_joining_node_joins_the_stream()
     };
     let ports = free_ports(3);
     let dirs = data_dirs(3, "cluster-etcd-");
-    let config = dirs[0].path().join("cluster.toml");
-    std::fs::write(&config, "peer_hold_ms = 500\netcd_lease_s = 2\n").unwrap();
-    let config = config.to_str().unwrap().to_owned();
+    let config = config_file(dirs[0].path(), "peer_hold_ms = 500\netcd_lease_s = 2\n");
     let start = |i: usize| {
         let id = (i + 1).to_string();
         let flags = ["--node-id", &id, "--etcd", &etcd.url, "--config", &config];

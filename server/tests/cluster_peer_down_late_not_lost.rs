@@ -35,9 +35,7 @@ async fn the_same_with_membership_in_etcd() {
 async fn killed_peer(etcd: Option<&str>) {
     let ports = free_ports(3);
     let dirs = data_dirs(3, "cluster-down-");
-    let config = dirs[0].path().join("hold.toml");
-    std::fs::write(&config, "peer_hold_ms = 500\netcd_lease_s = 2\n").unwrap();
-    let config = config.to_str().unwrap().to_owned();
+    let config = config_file(dirs[0].path(), "peer_hold_ms = 500\netcd_lease_s = 2\n");
     let start = |i: usize| match etcd {
         None => start_node(&ports, dirs[i].path(), i, 2, &["--config", &config]),
         Some(url) => {

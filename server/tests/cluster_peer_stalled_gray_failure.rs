@@ -24,9 +24,7 @@ async fn a_frozen_peer_holds_the_feed_only_for_peer_hold_and_loses_nothing() {
     let _watchdog = ringfeed_watchdog::arm();
     let ports = free_ports(3);
     let dirs = data_dirs(3, "cluster-stop-");
-    let config = dirs[0].path().join("hold.toml");
-    std::fs::write(&config, "peer_hold_ms = 500\n").unwrap();
-    let config = config.to_str().unwrap().to_owned();
+    let config = config_file(dirs[0].path(), "peer_hold_ms = 500\n");
     let servers: Vec<Server> = (0..3)
         .map(|i| start_node(&ports, dirs[i].path(), i, 2, &["--config", &config]))
         .collect();

@@ -19,14 +19,11 @@ async fn a_budget_smaller_than_a_held_backlog_never_stalls_or_loses() {
     let _watchdog = ringfeed_watchdog::arm();
     let ports = free_ports(2);
     let dirs = data_dirs(2, "cluster-budget-");
-    let config = dirs[0].path().join("budget.toml");
     // 16 KiB: about 130 queued events of this test.
-    std::fs::write(
-        &config,
+    let config = config_file(
+        dirs[0].path(),
         "peer_hold_ms = 1000\nresponse_budget_bytes = 16384\n",
-    )
-    .unwrap();
-    let config = config.to_str().unwrap().to_owned();
+    );
     let servers: Vec<Server> = (0..2)
         .map(|i| start_node(&ports, dirs[i].path(), i, 2, &["--config", &config]))
         .collect();

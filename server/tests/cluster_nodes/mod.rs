@@ -38,6 +38,13 @@ pub fn data_dirs(n: usize, prefix: &str) -> Vec<tempfile::TempDir> {
         .collect()
 }
 
+/// Writes `text` as a config file in `dir`; its path, for `--config`.
+pub fn config_file(dir: &std::path::Path, text: &str) -> String {
+    let path = dir.join("cluster.toml");
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
 /// Every address but the `i`th, comma-separated (a `--peers` value).
 pub fn peers_of(ports: &[String], i: usize) -> String {
     let others: Vec<&str> = (0..ports.len())
