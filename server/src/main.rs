@@ -333,7 +333,7 @@ fn serve(config: ServerConfig) -> Result<()> {
             config.members.clone(),
             config.peer_hold,
         );
-        membership.start(stop_rx.clone());
+        let leaving = membership.start(stop_rx.clone());
         let service = Service::with_limits(
             engine.clone(),
             stop_rx.clone(),
@@ -401,6 +401,13 @@ fn serve(config: ServerConfig) -> Result<()> {
         tokio::select! {
             result = server => result.context("serving")?,
             _ = grace => tracing::warn!("clients still connected 10 s after shutdown began; closing their streams anyway"),
+        }
+        // Leave etcd's member list now (the lease revoked), not when the
+        // lease runs out: the runtime's end would cancel the revoke.
+        if let Some(leaving) = leaving {
+            if tokio::time::timeout(Duration::from_secs(3), leaving).await.is_err() {
+                tracing::warn!("etcd: the lease was not revoked within 3 s; the node leaves the member list when it runs out");
+            }
         }
         Ok(())
     });

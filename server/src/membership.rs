@@ -111,13 +111,23 @@ impl Membership {
 
     /// Asks every peer for its status every [`POLL_INTERVAL`], and with
     /// etcd registers this node and follows the member list, until
-    /// `shutdown`, on the current tokio runtime.
-    pub fn start(self: &Arc<Self>, shutdown: watch::Receiver<bool>) {
+    /// `shutdown`, on the current tokio runtime. With etcd, returns the task
+    /// that, after `shutdown`, revokes the node's lease (it leaves the
+    /// member list at once): await it before the runtime stops, or the
+    /// revoke may never be sent and the node stays listed until its lease
+    /// runs out.
+    pub fn start(
+        self: &Arc<Self>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Option<tokio::task::JoinHandle<()>> {
         for peer in self.peer_list() {
             self.poll(peer, shutdown.clone());
         }
-        if let Members::Etcd(etcd) = &self.members {
-            tokio::spawn(self.clone().follow_etcd(etcd.clone(), shutdown));
+        match &self.members {
+            Members::Etcd(etcd) => Some(tokio::spawn(
+                self.clone().follow_etcd(etcd.clone(), shutdown),
+            )),
+            Members::Static(_) => None,
         }
     }
 
