@@ -29,7 +29,15 @@
 //! With `until_ns` the stream ends OK once every node, skipped ones too, is
 //! past it and everything at or below it was delivered.
 //!
-//! Not yet (docs/cluster.md): chunk mode, one shared stream per peer.
+//! A peer is first followed by a follower of the stream's own; once the
+//! stream is at the peer's live edge it reads the peer's shared live feed
+//! instead (one per peer for all the node's cluster streams of the same
+//! shape, [`crate::peer_feed`]), and follows on its own again if it falls
+//! behind it. Each node's part of the cursor moves shard by shard (each
+//! event carries its shard's next offset), so it is exact whatever order
+//! the node's shards come in and whichever follower brought them.
+//!
+//! Not yet (docs/cluster.md): chunk mode.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,10 +48,11 @@ use ringfeed_engine::{Cursor, Engine, Start, Step, SubscribeRequest, Subscriptio
 use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::tonic::Status;
 use ringfeed_proto::{v1, RawEventBatch, RawEventMessage, RawItem, RawSubscribeResponse};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
 
-use crate::client::{Backoff, Follower, Step as FollowStep};
+use crate::client::{Backoff, Follower};
 use crate::membership::{KnownPeer, Membership};
+use crate::peer_feed::{Gone, PeerFeed, PeerItem, Stepper, READ_AT_ONCE};
 use crate::registry::Registered;
 use crate::sender::Admission;
 use crate::sender::{Responses, SubscriberLimits};
@@ -56,6 +65,9 @@ const PEER_HEARTBEAT_MS: u32 = 25;
 const LOCAL_PULL: usize = 1024;
 /// Events a peer's task may have sent and the merge not taken yet.
 const PEER_CHANNEL: usize = 4096;
+/// Events taken from a peer's own follower between two looks at whether
+/// its shared feed covers the stream's position (and at every watermark).
+const SHARE_CHECK_EVENTS: u32 = 256;
 /// Most events the merge holds queued: past it nothing more is pulled from
 /// this node's subscription or the peers' channels until the merge moves
 /// (a held merge moves at the latest after `peer_hold`).
@@ -79,22 +91,19 @@ struct Pending {
     shard: u32,
     offset: u64,
     payload: Bytes,
-    /// Its node's cursor once it is delivered.
-    cursor_after: Cursor,
+    /// Its shard's next offset and generation once it is delivered.
+    next: u64,
+    generation: Option<u32>,
 }
 
-/// What a peer's task hands the stream.
-enum FromPeer {
-    Event {
-        ts: i64,
-        pending: Pending,
-    },
-    /// No event of peer `node` at or below `ts` will come.
-    Watermark {
-        node: usize,
-        ts: i64,
-    },
-    Failed(String),
+/// What a peer's own follower task hands the stream.
+struct FromPeer {
+    /// Index of the node in the stream's node list.
+    node: usize,
+    /// Which of the node's followers sent it (items of one it left are
+    /// dropped).
+    follower: u64,
+    item: Result<PeerItem, String>,
 }
 
 /// A node of the stream: its id, where its shards' sources start in the
@@ -104,6 +113,30 @@ struct Node {
     first_source: usize,
     shards: u32,
     cursor: Option<Cursor>,
+    /// Peers: where they are read from.
+    source: Source,
+    /// Peers: the position after the last item taken (pushed into the
+    /// merge); a follower of the peer resumes there.
+    fed: Option<Cursor>,
+    /// Peers: the shared live feed to read once at its edge (none for a
+    /// stream with `until_ns`).
+    feed: Option<Arc<PeerFeed>>,
+    address: String,
+}
+
+/// Where a node's events come from.
+enum Source {
+    /// This node's engine subscription.
+    Local,
+    /// The stream's own follower of the peer (catching up).
+    Own {
+        task: tokio::task::JoinHandle<()>,
+        id: u64,
+        /// Events since the last look at the shared feed.
+        unchecked: u32,
+    },
+    /// The peer's shared live feed, from item `seq`.
+    Shared { seq: u64 },
 }
 
 /// Starts a cluster stream for `r` and returns what its client reads, and
@@ -161,6 +194,10 @@ pub(crate) fn start(
         first_source: 0,
         shards: engine.shard_count(),
         cursor: Some(local.cursor()),
+        source: Source::Local,
+        fed: None,
+        feed: None,
+        address: String::new(),
     }];
     let (peer_tx, peer_rx) = mpsc::channel(PEER_CHANNEL);
     let (tx, rx) = mpsc::channel(limits.queue_responses.max(1));
@@ -174,7 +211,8 @@ pub(crate) fn start(
         start,
         peer_tx,
         peer_rx,
-        peer_tasks: Vec::new(),
+        followers: 0,
+        wake: Arc::new(Notify::new()),
         tx,
         batch_max_events: limits.batch_max_events.max(1),
         batching: r.batching,
@@ -198,34 +236,34 @@ pub(crate) fn start(
     ))
 }
 
-/// Follows one peer, handing its events (with the peer's cursor after each)
-/// and its watermarks to the stream, until the stream goes away.
-async fn follow_peer(mut follower: Follower, node: usize, tx: mpsc::Sender<FromPeer>) {
+/// Follows one peer, handing its items to the stream, until the stream
+/// goes away (or stops reading this follower), the follower fails or its
+/// stream ends at `until_ns`.
+async fn follow_peer(follower: Follower, node: usize, id: u64, tx: mpsc::Sender<FromPeer>) {
+    let mut stepper = Stepper::new(follower);
+    let mut items = Vec::new();
     loop {
-        let item = match follower.next_step().await {
-            Ok(FollowStep::Event(e)) => FromPeer::Event {
-                ts: e.ts_ns,
-                pending: Pending {
-                    node,
-                    shard: e.shard,
-                    offset: e.offset,
-                    payload: e.event,
-                    cursor_after: follower
-                        .checkpoint()
-                        .cloned()
-                        .expect("a checkpoint once an event was handed out"),
-                },
-            },
-            Ok(FollowStep::Watermark(ts)) => FromPeer::Watermark { node, ts },
-            // Past until_ns: nothing more at or below it will come.
-            Ok(FollowStep::End) => FromPeer::Watermark { node, ts: i64::MAX },
-            Err(e) => FromPeer::Failed(e.to_string()),
-        };
-        let last = matches!(
-            item,
-            FromPeer::Failed(_) | FromPeer::Watermark { ts: i64::MAX, .. }
-        );
-        if tx.send(item).await.is_err() || last {
+        let result = stepper.next(&mut items).await;
+        let last = result.is_err() || matches!(items.last(), Some(PeerItem::End));
+        for item in items.drain(..) {
+            let item = FromPeer {
+                node,
+                follower: id,
+                item: Ok(item),
+            };
+            if tx.send(item).await.is_err() {
+                return;
+            }
+        }
+        if let Err(e) = result {
+            let item = FromPeer {
+                node,
+                follower: id,
+                item: Err(e.to_string()),
+            };
+            let _ = tx.send(item).await;
+        }
+        if last {
             return;
         }
     }
@@ -244,7 +282,10 @@ struct ClusterStream {
     start: ClusterCursor,
     peer_tx: mpsc::Sender<FromPeer>,
     peer_rx: mpsc::Receiver<FromPeer>,
-    peer_tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Followers started (each own follower's id).
+    followers: u64,
+    /// Woken when a shared feed this stream reads gets items.
+    wake: Arc<Notify>,
     tx: mpsc::Sender<Result<RawSubscribeResponse, Status>>,
     batch_max_events: usize,
     batching: bool,
@@ -265,10 +306,12 @@ struct ClusterStream {
 }
 
 impl Drop for ClusterStream {
-    /// The peers' tasks end with the stream.
+    /// The peers' own followers end with the stream.
     fn drop(&mut self) {
-        for task in &self.peer_tasks {
-            task.abort();
+        for node in &self.nodes {
+            if let Source::Own { task, .. } = &node.source {
+                task.abort();
+            }
         }
     }
 }
@@ -296,22 +339,28 @@ impl ClusterStream {
     /// its shards join the merge (late, if the merge has delivered events).
     fn add_peer(&mut self, peer: &KnownPeer) -> Result<(), Status> {
         let cursor = self.start.node(peer.node_id).cloned();
-        let mut request = self.peer_request.clone();
-        request.scope = v1::Scope::Node as i32;
-        request.start = Some(match &cursor {
+        let start = match &cursor {
             Some(cursor) => v1::subscribe_request::Start::Cursor(cursor.to_bytes().into()),
             None if self.start.since_ns() > 0 => {
                 v1::subscribe_request::Start::SinceNs(self.start.since_ns())
             }
             None => v1::subscribe_request::Start::Beginning(true),
-        });
-        request.heartbeats = true;
-        request.heartbeat_interval_ms = PEER_HEARTBEAT_MS;
-        request.batching = true;
-        request.client_id = 0;
-        request.client_name = format!("cluster stream of node {}", self.nodes[0].id);
-        let follower = Follower::new(&peer.address, request, PEER_BACKOFF)
-            .map_err(|e| Status::invalid_argument(format!("peer {}: {e}", peer.address)))?;
+        };
+        let feed = match self.peer_request.until_ns {
+            0 => Some(
+                self.membership
+                    .peer_feeds
+                    .get(
+                        peer.node_id,
+                        &peer.address,
+                        &self.peer_request(),
+                        PEER_BACKOFF,
+                    )
+                    .map_err(|e| Status::invalid_argument(format!("peer {}: {e}", peer.address)))?,
+            ),
+            // Its own followers end at until_ns; a live feed does not.
+            _ => None,
+        };
         let mut first_source = None;
         for shard in 0..peer.shards {
             let source = self.merge.add_source(SourceId {
@@ -320,18 +369,52 @@ impl ClusterStream {
             });
             first_source.get_or_insert(source);
         }
-        let node = self.nodes.len();
         self.nodes.push(Node {
             id: peer.node_id,
             first_source: first_source.expect("a peer has at least one shard"),
             shards: peer.shards,
-            cursor,
+            cursor: cursor.clone(),
+            source: Source::Local,
+            fed: cursor,
+            feed,
+            address: peer.address.clone(),
         });
-        self.peer_tasks.push(tokio::spawn(follow_peer(
-            follower,
-            node,
-            self.peer_tx.clone(),
-        )));
+        self.follow_own(self.nodes.len() - 1, start)
+    }
+
+    /// How this stream follows its peers (scope node, heartbeats, batches;
+    /// start and client fields set by each use).
+    fn peer_request(&self) -> v1::SubscribeRequest {
+        let mut request = self.peer_request.clone();
+        request.scope = v1::Scope::Node as i32;
+        request.heartbeats = true;
+        request.heartbeat_interval_ms = PEER_HEARTBEAT_MS;
+        request.batching = true;
+        request.client_id = 0;
+        request.client_name = format!("cluster stream of node {}", self.nodes[0].id);
+        request
+    }
+
+    /// Follows node `node` (a peer) with a follower of this stream's own
+    /// from `start`.
+    fn follow_own(
+        &mut self,
+        node: usize,
+        start: v1::subscribe_request::Start,
+    ) -> Result<(), Status> {
+        let mut request = self.peer_request();
+        request.start = Some(start);
+        let address = &self.nodes[node].address;
+        let follower = Follower::new(address, request, PEER_BACKOFF)
+            .map_err(|e| Status::invalid_argument(format!("peer {address}: {e}")))?;
+        self.followers += 1;
+        let id = self.followers;
+        let task = tokio::spawn(follow_peer(follower, node, id, self.peer_tx.clone()));
+        self.nodes[node].source = Source::Own {
+            task,
+            id,
+            unchecked: 0,
+        };
         Ok(())
     }
 
@@ -362,6 +445,7 @@ impl ClusterStream {
                 };
                 self.from_peer(item)?;
             }
+            self.pull_shared()?;
             let full = self.full(false);
             if self.send_ready(shutdown).await? {
                 continue;
@@ -400,6 +484,7 @@ impl ClusterStream {
                     Some(item) => self.from_peer(item)?,
                     None => return Err(Status::internal("the peers' tasks ended")),
                 },
+                _ = self.wake.notified(), if !full => {}
                 _ = hold => {}
                 _ = heartbeat => self.send_heartbeat(shutdown).await?,
             }
@@ -457,37 +542,180 @@ impl ClusterStream {
 
     fn push_local(&mut self, d: ringfeed_engine::Delivered) {
         let source = self.nodes[0].first_source + d.shard as usize;
+        let after = self.local.cursor();
         let pending = Pending {
             node: 0,
             shard: d.shard,
             offset: d.offset,
             payload: d.payload(),
-            cursor_after: self.local.cursor(),
+            next: after.next_offset(d.shard),
+            generation: after.generation(d.shard),
         };
         self.queued_bytes += pending.payload.len() + EVENT_OVERHEAD;
         self.merge.push(source, d.ts, pending);
     }
 
-    fn from_peer(&mut self, item: FromPeer) -> Result<(), Status> {
-        match item {
-            FromPeer::Event { ts, pending } => {
-                let node = &self.nodes[pending.node];
-                if pending.shard >= node.shards {
+    /// An item of a peer's own follower (dropped if the stream has left
+    /// that follower).
+    fn from_peer(&mut self, from: FromPeer) -> Result<(), Status> {
+        let node = &mut self.nodes[from.node];
+        let Source::Own { id, unchecked, .. } = &mut node.source else {
+            return Ok(());
+        };
+        if *id != from.follower {
+            return Ok(());
+        }
+        let item = from
+            .item
+            .map_err(|why| Status::unavailable(format!("following a peer: {why}")))?;
+        let look = match &item {
+            PeerItem::Event { .. } => {
+                *unchecked += 1;
+                *unchecked >= SHARE_CHECK_EVENTS
+            }
+            PeerItem::Watermark { .. } => true,
+            _ => false,
+        };
+        self.take(from.node, item)?;
+        if look {
+            self.maybe_share(from.node);
+        }
+        Ok(())
+    }
+
+    /// Takes an item of node `node` (a peer), from whichever follower: an
+    /// event it already has (at or below its position) is skipped.
+    fn take(&mut self, node: usize, item: PeerItem) -> Result<(), Status> {
+        let n = &mut self.nodes[node];
+        match &item {
+            PeerItem::Start(start) => {
+                if n.cursor.is_none() {
+                    n.cursor = Some((**start).clone());
+                }
+            }
+            PeerItem::Event { shard, offset, .. } => {
+                if *shard >= n.shards {
                     return Err(Status::internal(format!(
-                        "node {} sent an event of shard {}, but it has {} shard(s)",
-                        node.id, pending.shard, node.shards
+                        "node {} sent an event of shard {shard}, but it has {} shard(s)",
+                        n.id, n.shards
                     )));
                 }
-                let source = node.first_source + pending.shard as usize;
-                self.queued_bytes += pending.payload.len() + EVENT_OVERHEAD;
+                if n.fed
+                    .as_ref()
+                    .is_some_and(|f| *offset < f.next_offset(*shard))
+                {
+                    return Ok(());
+                }
+            }
+            PeerItem::Watermark { .. } | PeerItem::End => {}
+        }
+        item.advance(&mut n.fed);
+        match item {
+            PeerItem::Event {
+                ts,
+                shard,
+                offset,
+                payload,
+                next,
+                generation,
+            } => {
+                let source = n.first_source + shard as usize;
+                self.queued_bytes += payload.len() + EVENT_OVERHEAD;
+                let pending = Pending {
+                    node,
+                    shard,
+                    offset,
+                    payload,
+                    next,
+                    generation,
+                };
                 self.merge.push(source, ts, pending);
             }
-            FromPeer::Watermark { node, ts } => self.bound_node(node, ts),
-            FromPeer::Failed(why) => {
-                return Err(Status::unavailable(format!("following a peer: {why}")));
+            PeerItem::Watermark { ts, .. } => self.bound_node(node, ts),
+            // Past until_ns: nothing more at or below it will come.
+            PeerItem::End => self.bound_node(node, i64::MAX),
+            PeerItem::Start(_) => {}
+        }
+        Ok(())
+    }
+
+    /// If node `node`'s shared feed covers where the stream is on it, the
+    /// stream leaves its own follower and reads the feed.
+    fn maybe_share(&mut self, node: usize) {
+        let wake = self.wake.clone();
+        let n = &mut self.nodes[node];
+        if let Source::Own { unchecked, .. } = &mut n.source {
+            *unchecked = 0;
+        }
+        let (Some(feed), Some(fed)) = (&n.feed, &n.fed) else {
+            return;
+        };
+        let Some(seq) = feed.covers(fed) else {
+            return;
+        };
+        if let Source::Own { task, .. } = &n.source {
+            task.abort();
+        }
+        feed.listen(&wake);
+        n.source = Source::Shared { seq };
+        tracing::debug!(node = n.id, "a cluster stream reads the peer's shared feed");
+    }
+
+    /// Takes what the shared feeds the stream reads have; a stream that
+    /// fell behind a feed (or whose feed failed) follows that peer on its
+    /// own again from where it is.
+    fn pull_shared(&mut self) -> Result<(), Status> {
+        let mut items = Vec::new();
+        for node in 1..self.nodes.len() {
+            while matches!(self.nodes[node].source, Source::Shared { .. }) {
+                if self.full(false) {
+                    return Ok(());
+                }
+                let n = &mut self.nodes[node];
+                let (Source::Shared { seq }, Some(feed)) = (&mut n.source, &n.feed) else {
+                    break;
+                };
+                match feed.read(seq, READ_AT_ONCE, &mut items) {
+                    Ok(()) if items.is_empty() => break,
+                    Ok(()) => {
+                        for item in items.drain(..) {
+                            self.take(node, item)?;
+                        }
+                    }
+                    Err(gone) => {
+                        self.leave_feed(node, gone)?;
+                        break;
+                    }
+                }
             }
         }
         Ok(())
+    }
+
+    /// Node `node`'s shared feed left the stream behind (or failed): its
+    /// own follower takes over from where the stream is.
+    fn leave_feed(&mut self, node: usize, gone: Gone) -> Result<(), Status> {
+        let request = self.peer_request();
+        let n = &mut self.nodes[node];
+        tracing::info!(node = n.id, why = ?gone, "a cluster stream leaves the peer's shared feed");
+        if let Some(feed) = n.feed.take() {
+            feed.unlisten(&self.wake);
+            n.feed = match gone {
+                Gone::Passed => Some(feed),
+                // A new one (this one is done).
+                Gone::Failed => self
+                    .membership
+                    .peer_feeds
+                    .get(n.id, &n.address, &request, PEER_BACKOFF)
+                    .ok(),
+            };
+        }
+        let fed = n
+            .fed
+            .as_ref()
+            .expect("a stream reads a feed only from a known position");
+        let start = v1::subscribe_request::Start::Cursor(fed.to_bytes().into());
+        self.follow_own(node, start)
     }
 
     /// Sends one response of the events the merge delivers now, if any.
@@ -510,7 +738,15 @@ impl ClusterStream {
                 node: node.id,
                 ..RawEventMessage::new(popped.ts, p.shard, p.offset, p.payload)
             });
-            node.cursor = Some(p.cursor_after);
+            // A node's first event comes after its start (its follower's
+            // Start item), so its cursor is known by then.
+            let Some(cursor) = node.cursor.as_mut() else {
+                return Err(Status::internal(format!(
+                    "an event of node {} before its start",
+                    node.id
+                )));
+            };
+            cursor.set_shard(p.shard, p.next, p.generation);
         }
         Admission::trim(&mut self.budget, self.queued_bytes);
         if events.is_empty() {
@@ -561,6 +797,14 @@ impl ClusterStream {
         let held = listed(node_ids(self.merge.holding()));
         let skipped = listed(node_ids(self.merge.skipped()));
         let mut mode = format!("cluster, {} node(s)", self.nodes.len());
+        let shared = self
+            .nodes
+            .iter()
+            .filter(|n| matches!(n.source, Source::Shared { .. }))
+            .count();
+        if shared > 0 {
+            mode += &format!(", {shared} on shared peer feeds");
+        }
         if !held.is_empty() {
             mode += &format!(", held by node(s) {held}");
         }

@@ -34,6 +34,10 @@ pub struct FileConfig {
     /// How long a peer may hold a cluster subscription's merge before the
     /// feed goes on without it (its events then come late).
     pub peer_hold_ms: Option<u64>,
+    /// Items (events and heartbeats) each shared peer feed keeps for the
+    /// cluster streams at that peer's live edge; a stream that falls further
+    /// behind follows the peer on its own until it is back.
+    pub peer_feed_events: Option<usize>,
     /// etcd endpoints (URLs): membership through etcd instead of `peers`.
     pub etcd: Option<Vec<String>>,
     /// Where nodes register in etcd: `<prefix><node id>`.
@@ -95,6 +99,8 @@ pub struct ServerConfig {
     pub members: Members,
     pub advertise: Option<String>,
     pub peer_hold: Duration,
+    /// See [`FileConfig::peer_feed_events`].
+    pub peer_feed_events: usize,
 }
 
 impl FileConfig {
@@ -237,6 +243,11 @@ impl FileConfig {
             peer_hold: self
                 .peer_hold_ms
                 .map_or(crate::membership::DEFAULT_PEER_HOLD, Duration::from_millis),
+            peer_feed_events: at_least_one(
+                "peer_feed_events",
+                self.peer_feed_events,
+                crate::peer_feed::DEFAULT_FEED_ITEMS,
+            )?,
         })
     }
 }

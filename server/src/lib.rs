@@ -11,6 +11,7 @@ pub use ringfeed_client as client;
 pub mod config;
 pub mod membership;
 pub mod metrics;
+pub(crate) mod peer_feed;
 pub mod registry;
 pub mod sender;
 pub mod service;

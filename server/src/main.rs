@@ -332,6 +332,7 @@ fn serve(config: ServerConfig) -> Result<()> {
             advertise,
             config.members.clone(),
             config.peer_hold,
+            config.peer_feed_events,
         );
         let leaving = membership.start(stop_rx.clone());
         let service = Service::with_limits(

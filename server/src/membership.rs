@@ -57,6 +57,8 @@ pub struct Membership {
     changes: watch::Sender<u64>,
     /// How long a peer may hold a cluster subscription's merge.
     pub peer_hold: Duration,
+    /// The peers' shared live feeds (one per peer and stream shape).
+    pub(crate) peer_feeds: crate::peer_feed::PeerFeeds,
 }
 
 /// A peer as a cluster subscription follows it.
@@ -85,6 +87,7 @@ impl Membership {
             advertise,
             Members::Static(peers),
             DEFAULT_PEER_HOLD,
+            crate::peer_feed::DEFAULT_FEED_ITEMS,
         )
     }
 
@@ -94,6 +97,7 @@ impl Membership {
         advertise: String,
         members: Members,
         peer_hold: Duration,
+        peer_feed_events: usize,
     ) -> Arc<Membership> {
         let peers = match &members {
             Members::Static(peers) => peers.iter().map(|a| Peer::new(a.clone(), 0)).collect(),
@@ -106,6 +110,7 @@ impl Membership {
             peers: Mutex::new(peers),
             changes: watch::channel(0).0,
             peer_hold,
+            peer_feeds: crate::peer_feed::PeerFeeds::new(peer_feed_events),
         })
     }
 

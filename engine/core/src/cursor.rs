@@ -102,6 +102,27 @@ impl Cursor {
         }
     }
 
+    /// Sets `shard`'s next offset, and its generation when both this cursor
+    /// and the caller have one: how a stream that delivers its shards'
+    /// events in another order than it read them moves each shard's part on
+    /// its own (a whole cursor taken after an event may cover another
+    /// shard's events read earlier and not delivered yet).
+    pub fn set_shard(&mut self, shard: u32, next: u64, generation: Option<u32>) {
+        self.set_next(shard, next);
+        if let (Some(generations), Some(generation)) = (self.generations.as_mut(), generation) {
+            if let Some(slot) = generations.get_mut(shard as usize) {
+                *slot = generation;
+            }
+        }
+    }
+
+    /// `shard`'s generation (`None` for a version-1 cursor).
+    pub fn generation(&self, shard: u32) -> Option<u32> {
+        self.generations
+            .as_ref()
+            .and_then(|g| g.get(shard as usize).copied())
+    }
+
     /// Shards the cursor covers.
     pub fn shards(&self) -> usize {
         self.next.len()
