@@ -6,7 +6,10 @@
 //! passes), CPU µs per event of node 1 and of all nodes during catch-up (the
 //! merge's cost is the difference from node scope), and live delivery
 //! latency (append send time to receipt) p50/p99 at a fixed rate spread over
-//! the nodes. Every pass checks it got each event once.
+//! the nodes, with `--subscribers K` cluster subscriptions on node 1 at once
+//! (their latencies together), and the peers' CPU per live event: with one
+//! shared live stream per peer it should not grow with K. Every pass checks
+//! it got each event once.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -54,6 +57,9 @@ pub struct Args {
     /// only their heartbeats let the merge deliver node 1's events.
     #[arg(long)]
     pub quiet_peers: bool,
+    /// Cluster subscriptions on node 1 during the live phase.
+    #[arg(long, default_value_t = 1)]
+    pub subscribers: usize,
 }
 
 struct Row {
@@ -64,12 +70,15 @@ struct Row {
     p50_ms: f64,
     p99_ms: f64,
     live_events: u64,
+    /// CPU µs the peers (nodes 2..N) spent per live event appended.
+    peers_live_cpu_us: f64,
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    println!("cluster: {} events of {} B payload, {} shard(s) per node, {} catch-up pass(es); live {} ev/s for {} s to {}; {}",
+    println!("cluster: {} events of {} B payload, {} shard(s) per node, {} catch-up pass(es); live {} ev/s for {} s to {}, {} subscriber(s); {}",
         args.events, args.payload, args.shards, args.passes, args.rate, args.seconds,
-        if args.quiet_peers { "node 1 only (quiet peers)" } else { "every node" }, machine());
+        if args.quiet_peers { "node 1 only (quiet peers)" } else { "every node" },
+        args.subscribers.max(1), machine());
     let rt = runtime()?;
     let mut rows = Vec::new();
     for &n in &args.nodes {
@@ -86,19 +95,27 @@ pub fn run(args: &Args) -> Result<()> {
     }
     println!();
     println!(
-        "{:<22} {:>14} {:>16} {:>16} {:>10} {:>10} {:>8}",
+        "{:<22} {:>14} {:>16} {:>16} {:>10} {:>10} {:>8} {:>20}",
         "feed",
         "catch-up ev/s",
         "node-1 CPU µs/ev",
         "all CPU µs/ev",
         "live p50",
         "live p99",
-        "live ev"
+        "live ev",
+        "peers CPU µs/live ev"
     );
     for r in &rows {
         println!(
-            "{:<22} {:>14.0} {:>16.2} {:>16.2} {:>8.1}ms {:>8.1}ms {:>8}",
-            r.label, r.catchup_eps, r.node1_cpu_us, r.all_cpu_us, r.p50_ms, r.p99_ms, r.live_events
+            "{:<22} {:>14.0} {:>16.2} {:>16.2} {:>8.1}ms {:>8.1}ms {:>8} {:>20.1}",
+            r.label,
+            r.catchup_eps,
+            r.node1_cpu_us,
+            r.all_cpu_us,
+            r.p50_ms,
+            r.p99_ms,
+            r.live_events,
+            r.peers_live_cpu_us
         );
     }
     Ok(())
@@ -270,9 +287,20 @@ async fn measure(args: &Args, nodes: &[Node], n: usize) -> Result<Vec<Row>> {
             );
             stream = Some(s);
         }
-        // Live: the last catch-up stream goes on; one event at a time
-        // round-robin over the nodes at `rate`.
-        let mut s = stream.expect("a pass ran");
+        // Live: the last catch-up stream goes on, with `subscribers - 1`
+        // more from now (given a second to reach the peers' edge); one
+        // event at a time round-robin over the nodes at `rate`.
+        let mut streams = vec![stream.expect("a pass ran")];
+        for _ in 1..args.subscribers.max(1) {
+            let more = client(&nodes[0].addr)
+                .await?
+                .subscribe(subscribe_request(scope, Start::Now(true), true))
+                .await?
+                .into_inner();
+            streams.push(more);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (c1, call) = cpu(nodes);
         let live = (args.rate as f64 * args.seconds) as u64;
         let range = live_from..live_from + live;
         live_from += live;
@@ -300,21 +328,37 @@ async fn measure(args: &Args, nodes: &[Node], n: usize) -> Result<Vec<Row>> {
                 anyhow::Ok(())
             })
         };
+        let readers: Vec<_> = streams
+            .into_iter()
+            .map(|mut s| {
+                tokio::spawn(async move {
+                    let mut latency = Histogram::<u64>::new(3)?;
+                    let mut seen = HashSet::with_capacity(live as usize);
+                    while (seen.len() as u64) < live {
+                        let response = tokio::time::timeout(Duration::from_secs(30), s.message())
+                            .await
+                            .context("live: no response in 30 s")??
+                            .context("live: the stream ended")?;
+                        let at = now_ns();
+                        for e in events_of(response.item) {
+                            let stamp = stamp_of(&e)?;
+                            if !seen.insert(stamp.index) {
+                                bail!("live: event {} delivered twice", stamp.index);
+                            }
+                            latency.record((at - stamp.sent_ns).max(0) as u64)?;
+                        }
+                    }
+                    anyhow::Ok(latency)
+                })
+            })
+            .collect();
         let mut latency = Histogram::<u64>::new(3)?;
-        let mut got = 0;
-        while got < live {
-            let response = tokio::time::timeout(Duration::from_secs(30), s.message())
-                .await
-                .context("live: no response in 30 s")??
-                .context("live: the stream ended")?;
-            let at = now_ns();
-            for e in events_of(response.item) {
-                let stamp = stamp_of(&e)?;
-                latency.record((at - stamp.sent_ns).max(0) as u64)?;
-                got += 1;
-            }
+        for reader in readers {
+            latency.add(reader.await??)?;
         }
         producer.await??;
+        let (c1b, callb) = cpu(nodes);
+        let got = latency.len();
         rows.push(Row {
             label,
             catchup_eps: median(eps),
@@ -323,6 +367,7 @@ async fn measure(args: &Args, nodes: &[Node], n: usize) -> Result<Vec<Row>> {
             p50_ms: latency.value_at_quantile(0.5) as f64 / 1e6,
             p99_ms: latency.value_at_quantile(0.99) as f64 / 1e6,
             live_events: got,
+            peers_live_cpu_us: ((callb - call) - (c1b - c1)) * 1e6 / live as f64,
         });
     }
     Ok(rows)
