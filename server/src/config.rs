@@ -38,6 +38,8 @@ pub struct FileConfig {
     /// cluster streams at that peer's live edge; a stream that falls further
     /// behind follows the peer on its own until it is back.
     pub peer_feed_events: Option<usize>,
+    /// Tokens requests must carry (`serve --token-file`).
+    pub token_file: Option<PathBuf>,
     /// etcd endpoints (URLs): membership through etcd instead of `peers`.
     pub etcd: Option<Vec<String>>,
     /// Where nodes register in etcd: `<prefix><node id>`.
@@ -101,6 +103,7 @@ pub struct ServerConfig {
     pub peer_hold: Duration,
     /// See [`FileConfig::peer_feed_events`].
     pub peer_feed_events: usize,
+    pub token_file: Option<PathBuf>,
 }
 
 impl FileConfig {
@@ -248,6 +251,7 @@ impl FileConfig {
                 self.peer_feed_events,
                 crate::peer_feed::DEFAULT_FEED_ITEMS,
             )?,
+            token_file: self.token_file,
         })
     }
 }

@@ -4,6 +4,7 @@
 #![deny(unsafe_code)]
 
 pub mod append_budget;
+pub mod auth;
 pub mod cli_client;
 mod cluster;
 /// The client library (its own crate, `ringfeed-client`, which does not build the engine).

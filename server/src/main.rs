@@ -54,6 +54,11 @@ enum Command {
     Subscribers(ringfeed_server::cli_client::SubscribersArgs),
     /// Show the nodes of the cluster as the server sees them, and which are up.
     Nodes(ringfeed_server::cli_client::NodesArgs),
+    /// Tokens for `serve --token-file` (docs/security.md).
+    Token {
+        #[command(subcommand)]
+        what: TokenCommand,
+    },
     /// Check this machine, measure its disk and recommend a configuration.
     Tune {
         #[command(subcommand)]
@@ -66,6 +71,24 @@ enum Command {
     Inspect {
         #[arg(long, default_value = DEFAULT_DATA_DIR)]
         data_dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Print a new random token on the first line, then the [[token]] table to add to the
+    /// token file (it holds the token's SHA-256, never the token). Keep the token secret;
+    /// send SIGHUP to the server after editing the file.
+    New {
+        /// A path prefix the token may append under (repeat for more).
+        #[arg(long, value_name = "PREFIX")]
+        append: Vec<String>,
+        /// A path prefix the token may read ("/" for everything; repeat for more).
+        #[arg(long, value_name = "PREFIX")]
+        read: Vec<String>,
+        /// The token may also ask for status, subscribers and nodes.
+        #[arg(long)]
+        admin: bool,
     },
 }
 
@@ -136,6 +159,11 @@ struct ServeArgs {
     /// A TOML file with any engine and server setting (see README); flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Tokens requests must carry: a TOML file of [[token]] tables (sha256, append, read,
+    /// admin; see docs/security.md; `ringfeed token new` makes one). Reloaded on SIGHUP.
+    /// Without it the server is open: anyone who reaches it may append and read everything.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
     /// Serve Prometheus metrics at http://ADDR/metrics; port 0 picks a free port [default: off].
     #[arg(long)]
     metrics_listen: Option<String>,
@@ -157,6 +185,17 @@ fn main() -> std::process::ExitCode {
         Command::Status(args) => client(ringfeed_server::cli_client::status(args)),
         Command::Subscribers(args) => client(ringfeed_server::cli_client::subscribers(args)),
         Command::Nodes(args) => client(ringfeed_server::cli_client::nodes(args)),
+        Command::Token {
+            what:
+                TokenCommand::New {
+                    append,
+                    read,
+                    admin,
+                },
+        } => ringfeed_server::auth::new_token(&append, &read, admin).map(|(token, table)| {
+            println!("{token}");
+            print!("{table}");
+        }),
         Command::Tune { what } => tune(what),
         Command::Inspect { data_dir } => inspect(&data_dir),
     };
@@ -261,10 +300,17 @@ fn serve_command(args: ServeArgs) -> Result<()> {
     file.etcd = args.etcd.or(file.etcd);
     file.advertise = args.advertise.or(file.advertise);
     file.metrics_listen = args.metrics_listen.or(file.metrics_listen);
+    file.token_file = args.token_file.or(file.token_file);
     serve(file.resolve()?)
 }
 
 fn serve(config: ServerConfig) -> Result<()> {
+    // Before the data dir: a bad token file is refused at once.
+    let tokens = config
+        .token_file
+        .as_deref()
+        .map(ringfeed_server::auth::Tokens::load)
+        .transpose()?;
     let data_dir = config.engine.data_dir.clone();
     let limits = config.engine.limits;
     let shards = config.engine.shards;
@@ -335,13 +381,22 @@ fn serve(config: ServerConfig) -> Result<()> {
             config.peer_feed_events,
         );
         let leaving = membership.start(stop_rx.clone());
+        let auth = Arc::new(ringfeed_server::auth::Auth::new(tokens));
+        if let Some(path) = config.token_file.clone() {
+            tokio::spawn(reload_tokens_on_sighup(path, auth.clone())?);
+        } else {
+            tracing::warn!(
+                "no --token-file: the server is open, anyone who reaches {addr} may append and read everything"
+            );
+        }
         let service = Service::with_limits(
             engine.clone(),
             stop_rx.clone(),
             config.subscribers.clone(),
             Arc::default(),
         )
-        .with_membership(membership);
+        .with_membership(membership)
+        .with_auth(auth.clone());
         let metrics_addr = match metrics {
             Some(listener) => {
                 let at = listener.local_addr()?;
@@ -426,6 +481,31 @@ fn serve(config: ServerConfig) -> Result<()> {
         "ringfeed: flushed, synced and closed cleanly"
     );
     Ok(())
+}
+
+/// Installs the SIGHUP handler now; the returned future reloads the token
+/// file into `auth` at each SIGHUP (a file that does not load is logged and
+/// the tokens in use are kept).
+fn reload_tokens_on_sighup(
+    path: PathBuf,
+    auth: Arc<ringfeed_server::auth::Auth>,
+) -> Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    Ok(async move {
+        while hangup.recv().await.is_some() {
+            match ringfeed_server::auth::Tokens::load(&path) {
+                Ok(tokens) => {
+                    tracing::info!(tokens = tokens.len(), file = %path.display(), "token file reloaded");
+                    auth.replace(tokens);
+                }
+                Err(e) => tracing::error!(
+                    error = format!("{e:#}"),
+                    "the token file did not load; the tokens in use are kept"
+                ),
+            }
+        }
+    })
 }
 
 /// Installs the SIGINT and SIGTERM handlers now; the returned future ends

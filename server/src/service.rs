@@ -25,6 +25,7 @@ use tokio_stream::{Stream, StreamExt};
 
 use ringfeed_engine::clock::now_ns;
 
+use crate::auth::Grant;
 use crate::membership::Membership;
 use crate::metrics::ServerMetrics;
 use crate::registry::Registry;
@@ -68,6 +69,8 @@ pub struct Service {
     metrics: Arc<ServerMetrics>,
     /// This node and its peers (`ListNodes`).
     membership: Arc<Membership>,
+    /// The tokens requests must carry (none: an open server).
+    auth: Arc<crate::auth::Auth>,
 }
 
 impl Service {
@@ -97,6 +100,7 @@ impl Service {
         });
         Service {
             membership: Membership::new(engine.node_id().unwrap_or(0), String::new(), Vec::new()),
+            auth: Arc::default(),
             engine,
             registry: Arc::new(Registry::default()),
             streams,
@@ -115,13 +119,22 @@ impl Service {
         Service { membership, ..self }
     }
 
+    /// Requests must carry one of `auth`'s tokens (when it has any).
+    pub fn with_auth(self, auth: Arc<crate::auth::Auth>) -> Service {
+        Service { auth, ..self }
+    }
+
     /// The connected subscribers.
     pub fn subscribers(&self) -> &Arc<Registry> {
         &self.registry
     }
 
-    async fn append_batch(&self, request: RawAppendRequest) -> Result<v1::AppendResponse, Status> {
-        let (durability, producer, events) = decode_request(request)?;
+    async fn append_batch(
+        &self,
+        request: RawAppendRequest,
+        grant: Option<&Grant>,
+    ) -> Result<v1::AppendResponse, Status> {
+        let (durability, producer, events) = decode_request(request, grant)?;
         self.append_decoded(events, durability, producer).await
     }
 
@@ -151,9 +164,13 @@ impl Service {
     async fn append_group(
         &self,
         group: Vec<RawAppendRequest>,
+        grant: Option<&Grant>,
     ) -> Vec<Result<v1::AppendResponse, Status>> {
-        let decoded: Result<Vec<Decoded>, Status> =
-            group.iter().cloned().map(decode_request).collect();
+        let decoded: Result<Vec<Decoded>, Status> = group
+            .iter()
+            .cloned()
+            .map(|r| decode_request(r, grant))
+            .collect();
         let merged = decoded.ok().filter(|d| mergeable(d));
         if let Some(decoded) = merged {
             let (durability, producer) = (decoded[0].0, decoded[0].1);
@@ -177,7 +194,7 @@ impl Service {
         }
         let mut results = Vec::with_capacity(group.len());
         for request in group {
-            let result = self.append_batch(request).await;
+            let result = self.append_batch(request, grant).await;
             let failed = result.is_err();
             results.push(result);
             if failed {
@@ -271,7 +288,10 @@ fn group_answers(
 }
 
 /// The durability, producer and events of one append request, each event decoded.
-fn decode_request(request: RawAppendRequest) -> Result<Decoded, Status> {
+/// Decodes an append request; with a token's `grant`, refuses it whole
+/// (PERMISSION_DENIED naming the path) if an event touches a path outside
+/// the grant's append prefixes.
+fn decode_request(request: RawAppendRequest, grant: Option<&Grant>) -> Result<Decoded, Status> {
     let durability = match v1::Durability::try_from(request.durability) {
         Ok(v1::Durability::Durable) => Durability::Durable,
         Ok(_) => Durability::Memory,
@@ -297,6 +317,13 @@ fn decode_request(request: RawAppendRequest) -> Result<Decoded, Status> {
         .enumerate()
         .map(|(i, bytes)| new_event(i, bytes))
         .collect::<Result<Vec<_>, Status>>()?;
+    if let Some(grant) = grant {
+        for e in &events {
+            let paths =
+                crate::auth::event_paths(&e.directory, &e.old_name, &e.new_name, &e.new_parent);
+            grant.check_append(paths.iter().map(String::as_str))?;
+        }
+    }
     Ok((durability, producer, events))
 }
 
@@ -364,7 +391,8 @@ impl RingFeed for Service {
         &self,
         request: Request<RawAppendRequest>,
     ) -> Result<Response<v1::AppendResponse>, Status> {
-        self.append_batch(request.into_inner())
+        let grant = self.auth.grant(request.metadata())?;
+        self.append_batch(request.into_inner(), grant.as_deref())
             .await
             .map(Response::new)
     }
@@ -375,6 +403,7 @@ impl RingFeed for Service {
         &self,
         request: Request<Streaming<RawAppendRequest>>,
     ) -> Result<Response<Self::AppendStreamStream>, Status> {
+        let grant = self.auth.grant(request.metadata())?;
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(APPEND_QUEUE);
         let service = self.clone();
@@ -423,7 +452,7 @@ impl RingFeed for Service {
                 }
                 // Even one request goes the group's way: if it spans shards
                 // and one fails, its answer says what of it was stored.
-                let results = service.append_group(group).await;
+                let results = service.append_group(group, grant.as_deref()).await;
                 for result in results {
                     let failed = result.is_err();
                     if tx.send(result).await.is_err() || failed {
@@ -441,6 +470,7 @@ impl RingFeed for Service {
         &self,
         request: Request<v1::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
+        self.auth.read(request.metadata())?;
         let peer = request
             .remote_addr()
             .map(|a| a.to_string())
@@ -529,8 +559,9 @@ impl RingFeed for Service {
 
     async fn status(
         &self,
-        _request: Request<v1::StatusRequest>,
+        request: Request<v1::StatusRequest>,
     ) -> Result<Response<v1::StatusResponse>, Status> {
+        self.auth.admin(request.metadata(), "status")?;
         let shards = self
             .engine
             .status()
@@ -564,8 +595,9 @@ impl RingFeed for Service {
 
     async fn list_subscribers(
         &self,
-        _request: Request<v1::ListSubscribersRequest>,
+        request: Request<v1::ListSubscribersRequest>,
     ) -> Result<Response<v1::ListSubscribersResponse>, Status> {
+        self.auth.admin(request.metadata(), "listing subscribers")?;
         Ok(Response::new(v1::ListSubscribersResponse {
             subscribers: self.registry.list(),
         }))
@@ -573,8 +605,9 @@ impl RingFeed for Service {
 
     async fn list_nodes(
         &self,
-        _request: Request<v1::ListNodesRequest>,
+        request: Request<v1::ListNodesRequest>,
     ) -> Result<Response<v1::ListNodesResponse>, Status> {
+        self.auth.admin(request.metadata(), "listing nodes")?;
         Ok(Response::new(v1::ListNodesResponse {
             nodes: self.membership.nodes(self.engine.shard_count()),
         }))

@@ -162,6 +162,11 @@ impl Server {
         signal(self.pid, "STOP");
     }
 
+    /// SIGHUP (reload the token file).
+    pub fn hangup(&self) {
+        signal(self.pid, "HUP");
+    }
+
     /// SIGCONT after [`Server::pause`].
     pub fn resume(&self) {
         assert!(!self.stopped, "resuming a stopped server");
