@@ -355,6 +355,7 @@ impl ClusterStream {
                         &peer.address,
                         &self.peer_request(),
                         PEER_BACKOFF,
+                        self.membership.peer_token.as_deref(),
                     )
                     .map_err(|e| Status::invalid_argument(format!("peer {}: {e}", peer.address)))?,
             ),
@@ -406,6 +407,7 @@ impl ClusterStream {
         request.start = Some(start);
         let address = &self.nodes[node].address;
         let follower = Follower::new(address, request, PEER_BACKOFF)
+            .and_then(|f| f.with_token(self.membership.peer_token.as_deref()))
             .map_err(|e| Status::invalid_argument(format!("peer {address}: {e}")))?;
         self.followers += 1;
         let id = self.followers;
@@ -706,7 +708,13 @@ impl ClusterStream {
                 Gone::Failed => self
                     .membership
                     .peer_feeds
-                    .get(n.id, &n.address, &request, PEER_BACKOFF)
+                    .get(
+                        n.id,
+                        &n.address,
+                        &request,
+                        PEER_BACKOFF,
+                        self.membership.peer_token.as_deref(),
+                    )
                     .ok(),
             };
         }

@@ -40,6 +40,10 @@ pub struct FileConfig {
     pub peer_feed_events: Option<usize>,
     /// Tokens requests must carry (`serve --token-file`).
     pub token_file: Option<PathBuf>,
+    /// The token this node sends its peers (`serve --peer-token`).
+    pub peer_token: Option<String>,
+    /// Listen on a non-loopback address without TLS (`serve --insecure`).
+    pub insecure: Option<bool>,
     /// etcd endpoints (URLs): membership through etcd instead of `peers`.
     pub etcd: Option<Vec<String>>,
     /// Where nodes register in etcd: `<prefix><node id>`.
@@ -100,10 +104,10 @@ pub struct ServerConfig {
     /// See [`FileConfig::peers`] and [`FileConfig::etcd`].
     pub members: Members,
     pub advertise: Option<String>,
-    pub peer_hold: Duration,
-    /// See [`FileConfig::peer_feed_events`].
-    pub peer_feed_events: usize,
+    /// Peer hold, shared feed size and peer token.
+    pub cluster: crate::membership::ClusterOptions,
     pub token_file: Option<PathBuf>,
+    pub insecure: bool,
 }
 
 impl FileConfig {
@@ -243,15 +247,19 @@ impl FileConfig {
             )?,
             members,
             advertise: self.advertise,
-            peer_hold: self
-                .peer_hold_ms
-                .map_or(crate::membership::DEFAULT_PEER_HOLD, Duration::from_millis),
-            peer_feed_events: at_least_one(
-                "peer_feed_events",
-                self.peer_feed_events,
-                crate::peer_feed::DEFAULT_FEED_ITEMS,
-            )?,
+            cluster: crate::membership::ClusterOptions {
+                peer_hold: self
+                    .peer_hold_ms
+                    .map_or(crate::membership::DEFAULT_PEER_HOLD, Duration::from_millis),
+                peer_feed_events: at_least_one(
+                    "peer_feed_events",
+                    self.peer_feed_events,
+                    crate::peer_feed::DEFAULT_FEED_ITEMS,
+                )?,
+                peer_token: self.peer_token,
+            },
             token_file: self.token_file,
+            insecure: self.insecure.unwrap_or(false),
         })
     }
 }

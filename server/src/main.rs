@@ -164,6 +164,14 @@ struct ServeArgs {
     /// Without it the server is open: anyone who reaches it may append and read everything.
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// The token this node sends its peers (for peers started with --token-file; their token
+    /// files must let it read "/" and be admin). Config `peer_token`.
+    #[arg(long, env = "RINGFEED_PEER_TOKEN", hide_env_values = true)]
+    peer_token: Option<String>,
+    /// Listen on an address other hosts can reach without TLS (not built yet): anyone on the
+    /// network can then read the feed and the tokens sent. Config `insecure`.
+    #[arg(long)]
+    insecure: bool,
     /// Serve Prometheus metrics at http://ADDR/metrics; port 0 picks a free port [default: off].
     #[arg(long)]
     metrics_listen: Option<String>,
@@ -301,6 +309,8 @@ fn serve_command(args: ServeArgs) -> Result<()> {
     file.advertise = args.advertise.or(file.advertise);
     file.metrics_listen = args.metrics_listen.or(file.metrics_listen);
     file.token_file = args.token_file.or(file.token_file);
+    file.peer_token = args.peer_token.or(file.peer_token);
+    file.insecure = Some(args.insecure || file.insecure.unwrap_or(false));
     serve(file.resolve()?)
 }
 
@@ -352,6 +362,19 @@ fn serve(config: ServerConfig) -> Result<()> {
         .build()
         .context("starting the network runtime")?;
     let served: Result<()> = runtime.block_on(async {
+        // Other hosts could reach it: without TLS (not built yet) anyone on
+        // the path reads every event and every token. Checked before binding.
+        let reachable = tokio::net::lookup_host(&config.listen)
+            .await
+            .with_context(|| format!("listening on {}", config.listen))?
+            .find(|a| !a.ip().is_loopback());
+        if let (Some(addr), false) = (reachable, config.insecure) {
+            anyhow::bail!(
+                "listening on {addr}, which other hosts can reach, without TLS: anyone on the \
+                 network could read the feed and the tokens sent. Listen on a loopback address, \
+                 or give --insecure (config `insecure = true`) to accept that"
+            );
+        }
         let listener = tokio::net::TcpListener::bind(&config.listen)
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
@@ -377,8 +400,7 @@ fn serve(config: ServerConfig) -> Result<()> {
             engine_node.unwrap_or(0),
             advertise,
             config.members.clone(),
-            config.peer_hold,
-            config.peer_feed_events,
+            &config.cluster,
         );
         let leaving = membership.start(stop_rx.clone());
         let auth = Arc::new(ringfeed_server::auth::Auth::new(tokens));

@@ -47,6 +47,28 @@ pub struct EtcdMembers {
     pub lease: Duration,
 }
 
+/// How this node follows its peers in cluster streams.
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    /// How long a peer may hold a cluster subscription's merge.
+    pub peer_hold: Duration,
+    /// Items each shared peer feed keeps.
+    pub peer_feed_events: usize,
+    /// The token this node sends its peers (`serve --peer-token`): their
+    /// token files must let it read everything and ask for status.
+    pub peer_token: Option<String>,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> ClusterOptions {
+        ClusterOptions {
+            peer_hold: DEFAULT_PEER_HOLD,
+            peer_feed_events: crate::peer_feed::DEFAULT_FEED_ITEMS,
+            peer_token: None,
+        }
+    }
+}
+
 /// This node and its peers.
 pub struct Membership {
     node_id: u32,
@@ -57,6 +79,8 @@ pub struct Membership {
     changes: watch::Sender<u64>,
     /// How long a peer may hold a cluster subscription's merge.
     pub peer_hold: Duration,
+    /// Sent to peers as `Bearer` token (status polls, cluster streams).
+    pub(crate) peer_token: Option<String>,
     /// The peers' shared live feeds (one per peer and stream shape).
     pub(crate) peer_feeds: crate::peer_feed::PeerFeeds,
 }
@@ -86,8 +110,7 @@ impl Membership {
             node_id,
             advertise,
             Members::Static(peers),
-            DEFAULT_PEER_HOLD,
-            crate::peer_feed::DEFAULT_FEED_ITEMS,
+            &ClusterOptions::default(),
         )
     }
 
@@ -96,8 +119,7 @@ impl Membership {
         node_id: u32,
         advertise: String,
         members: Members,
-        peer_hold: Duration,
-        peer_feed_events: usize,
+        options: &ClusterOptions,
     ) -> Arc<Membership> {
         let peers = match &members {
             Members::Static(peers) => peers.iter().map(|a| Peer::new(a.clone(), 0)).collect(),
@@ -109,8 +131,9 @@ impl Membership {
             members,
             peers: Mutex::new(peers),
             changes: watch::channel(0).0,
-            peer_hold,
-            peer_feeds: crate::peer_feed::PeerFeeds::new(peer_feed_events),
+            peer_hold: options.peer_hold,
+            peer_token: options.peer_token.clone(),
+            peer_feeds: crate::peer_feed::PeerFeeds::new(options.peer_feed_events),
         })
     }
 
@@ -348,8 +371,17 @@ impl Membership {
     }
 
     async fn ask(&self, channel: Channel) -> Result<NodeInfo, String> {
+        let mut request = ringfeed_proto::tonic::Request::new(StatusRequest {});
+        if let Some(token) = &self.peer_token {
+            let value = format!("Bearer {token}")
+                .parse()
+                .map_err(|_| "the peer token is not a valid header value".to_owned())?;
+            request
+                .metadata_mut()
+                .insert(crate::auth::AUTHORIZATION, value);
+        }
         let status = RingFeedClient::new(channel)
-            .status(StatusRequest {})
+            .status(request)
             .await
             .map_err(|s| format!("{}: {}", s.code(), s.message()))?
             .into_inner();

@@ -340,6 +340,7 @@ impl PeerFeeds {
         address: &str,
         request: &v1::SubscribeRequest,
         backoff: crate::client::Backoff,
+        token: Option<&str>,
     ) -> Result<Arc<PeerFeed>, FollowError> {
         let mut request = request.clone();
         request.start = Some(v1::subscribe_request::Start::Now(true));
@@ -359,7 +360,7 @@ impl PeerFeeds {
             }
         }
         request.client_name = request.client_name.replace("cluster stream", "shared feed");
-        let follower = Follower::new(address, request, backoff)?;
+        let follower = Follower::new(address, request, backoff)?.with_token(token)?;
         let (made, made_rx) = tokio::sync::oneshot::channel();
         let feed = Arc::new_cyclic(|weak: &Weak<PeerFeed>| PeerFeed {
             ring: Mutex::new(Ring {

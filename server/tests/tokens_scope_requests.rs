@@ -5,8 +5,11 @@
 //! naming the path, nothing of the batch stored), status without admin, and
 //! a subscription of a token that may not read everything (scoped reads are
 //! not built yet); a token file rewritten and SIGHUP takes effect without a
-//! restart.
+//! restart. The CLI sends --token or RINGFEED_TOKEN. Cluster nodes whose
+//! peers have token files reach them with --peer-token. A listen address
+//! other hosts can reach needs --insecure (TLS is not built yet).
 
+mod cluster_nodes;
 mod serve_binary;
 
 use std::time::{Duration, Instant};
@@ -187,6 +190,66 @@ async fn requests_need_a_token_within_its_scope() {
     assert_eq!(denied.code(), Code::PermissionDenied);
     assert!(!denied.message().contains("/a"), "no path in the message");
 
+    // The CLI: --token, or RINGFEED_TOKEN; none is refused with the code's name.
+    let cli = |args: &[&str], env_token: Option<&str>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ringfeed"));
+        command.args(args).env_remove("RINGFEED_TOKEN");
+        if let Some(token) = env_token {
+            command.env("RINGFEED_TOKEN", token);
+        }
+        run_bounded(command, None, Duration::from_secs(20))
+    };
+    let server_flag = ["--server", server.addr.as_str()];
+    let out = cli(
+        &[
+            &["append", "--dir", "/a/cli", "--name", "f", "--op", "create"][..],
+            &server_flag[..],
+            &["--token", &writer],
+        ]
+        .concat(),
+        None,
+    );
+    assert!(out.status.is_some_and(|s| s.success()), "{}", out.stderr);
+    let out = cli(
+        &[
+            &["append", "--dir", "/a/cli", "--name", "g", "--op", "create"][..],
+            &server_flag[..],
+        ]
+        .concat(),
+        None,
+    );
+    assert!(out.stderr.contains("UNAUTHENTICATED"), "{}", out.stderr);
+    let out = cli(&[&["status"][..], &server_flag[..]].concat(), Some(&admin));
+    assert!(out.status.is_some_and(|s| s.success()), "{}", out.stderr);
+    let out = cli(&[&["status"][..], &server_flag[..]].concat(), Some(&writer));
+    assert!(out.stderr.contains("PERMISSION_DENIED"), "{}", out.stderr);
+    let out = cli(
+        &[
+            &["tail", "--beginning", "--until-ns", "1"][..],
+            &server_flag[..],
+        ]
+        .concat(),
+        Some(&writer),
+    );
+    assert!(
+        out.status.is_some_and(|s| s.success()),
+        "tail: {}",
+        out.stderr
+    );
+    let out = cli(
+        &[
+            &["tail", "--beginning", "--until-ns", "1"][..],
+            &server_flag[..],
+        ]
+        .concat(),
+        None,
+    );
+    assert!(
+        out.stderr.contains("UNAUTHENTICATED"),
+        "tail: {}",
+        out.stderr
+    );
+
     // Reload: the writer's table removed; SIGHUP; it is unknown now, and the
     // server kept running.
     std::fs::write(&file, format!("{admin_table}{scoped_table}")).unwrap();
@@ -211,4 +274,90 @@ async fn requests_need_a_token_within_its_scope() {
         }
     }
     assert!(committed(&mut client, &admin_h).await >= 2);
+}
+
+/// A server that other hosts could reach without TLS is refused before it
+/// listens, unless --insecure.
+#[test]
+fn a_reachable_listen_address_needs_insecure() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ringfeed"));
+    command.args(["serve", "--listen", "0.0.0.0:0", "--data-dir"]);
+    command.arg(dir.path().join("data"));
+    let out = run_bounded(command, None, Duration::from_secs(20));
+    assert_eq!(out.status.and_then(|s| s.code()), Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("--insecure"), "{}", out.stderr);
+    assert!(!out.stdout.contains("listening on"), "{}", out.stdout);
+}
+
+/// Two nodes with token files reach each other with --peer-token: both are
+/// up, and a cluster stream on node 1 delivers both nodes' events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_nodes_reach_each_other_with_a_peer_token() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let (peer, peer_table) = new_token(&["--read", "/", "--admin"]);
+    let (writer, writer_table) = new_token(&["--append", "/", "--read", "/"]);
+    let ports = cluster_nodes::free_ports(2);
+    let dirs = cluster_nodes::data_dirs(2, "tokens-cluster-");
+    let _servers: Vec<Server> = (0..2)
+        .map(|i| {
+            let file = dirs[i].path().join("tokens.toml");
+            std::fs::write(&file, format!("{peer_table}{writer_table}")).unwrap();
+            let flags = [
+                "--token-file",
+                file.to_str().unwrap(),
+                "--peer-token",
+                &peer,
+            ];
+            cluster_nodes::start_node(&ports, dirs[i].path(), i, 1, &flags)
+        })
+        .collect();
+    let (peer_h, writer_h) = (format!("Bearer {peer}"), format!("Bearer {writer}"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for addr in &ports {
+        let mut client = cluster_nodes::client(addr).await;
+        loop {
+            let nodes = client
+                .list_nodes(with_token(v1::ListNodesRequest {}, Some(&peer_h)))
+                .await
+                .unwrap()
+                .into_inner()
+                .nodes;
+            if nodes.iter().all(|n| n.up && n.node_id != 0) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{addr}: {nodes:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        client
+            .append(with_token(
+                append_request("/n", &[addr.as_str()]),
+                Some(&writer_h),
+            ))
+            .await
+            .unwrap();
+    }
+    let mut stream = cluster_nodes::client(&ports[0])
+        .await
+        .subscribe(with_token(
+            v1::SubscribeRequest {
+                start: Some(v1::subscribe_request::Start::Beginning(true)),
+                scope: v1::Scope::Cluster as i32,
+                ..Default::default()
+            },
+            Some(&writer_h),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut nodes = std::collections::BTreeSet::new();
+    while nodes.len() < 2 {
+        let response = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .expect("both nodes' events within 10 s")
+            .unwrap()
+            .unwrap();
+        nodes.extend(cluster_nodes::events_of(response).iter().map(|e| e.1));
+    }
+    assert_eq!(nodes.into_iter().collect::<Vec<_>>(), vec![1, 2]);
 }

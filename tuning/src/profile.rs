@@ -163,7 +163,7 @@ pub fn profile_from(inp: &ProfileInputs) -> Profile {
     push(
         "listen",
         Some(Value::Str("127.0.0.1:7070".into())),
-        "loopback only until you choose otherwise; use 0.0.0.0:7070 to serve other hosts".into(),
+        "loopback only until you choose otherwise; 0.0.0.0:7070 serves other hosts (needs --insecure until TLS exists)".into(),
     );
 
     let cpus = inp.usable_cpus.max(1);

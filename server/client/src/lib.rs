@@ -216,6 +216,8 @@ pub struct Follower {
     ended: bool,
     in_chunks: bool,
     seed: u64,
+    /// Sent as `authorization` with every subscription request.
+    authorization: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
     pub stats: FollowStats,
 }
 
@@ -365,8 +367,24 @@ impl Follower {
             ended: false,
             in_chunks: false,
             seed: now_us | 1,
+            authorization: None,
             stats: FollowStats::default(),
         })
+    }
+
+    /// Sends `token` (`authorization: Bearer TOKEN`) with every
+    /// subscription request, for a server started with --token-file.
+    pub fn with_token(mut self, token: Option<&str>) -> Result<Follower, FollowError> {
+        self.authorization = token
+            .map(|t| {
+                tonic::metadata::MetadataValue::try_from(format!("Bearer {t}")).map_err(|_| {
+                    FollowError::Refused(Status::invalid_argument(
+                        "the token is not a valid header value (printable ASCII only)",
+                    ))
+                })
+            })
+            .transpose()?;
+        Ok(self)
     }
 
     /// The checkpoint: resuming from it continues right after the last event
@@ -516,8 +534,14 @@ impl Follower {
             .await
             .map_err(|e| Status::unavailable(format!("connecting to {}: {e}", self.server)))?;
         let path = PathAndQuery::from_static("/ringfeed.v1.RingFeed/Subscribe");
+        let mut request = tonic::Request::new(request);
+        if let Some(value) = &self.authorization {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
         let response = grpc
-            .server_streaming(tonic::Request::new(request), path, RawResponseCodec)
+            .server_streaming(request, path, RawResponseCodec)
             .await?;
         // Where the stream starts: the checkpoint until the first response
         // moves it, so a cut before any response resumes exactly too.

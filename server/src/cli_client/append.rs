@@ -7,7 +7,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use ringfeed_proto::tonic::{Code, Status};
 use ringfeed_proto::v1::{AppendRequest, Durability, Entry, Event, Position};
 
-use super::connection::{connect, DEFAULT_SERVER};
+use super::connection::{connect, Access};
 use super::output::write_out;
 
 /// Batches read from stdin but not yet handed to gRPC. With the batches in
@@ -35,9 +35,8 @@ pub enum Op {
 /// in input order.
 #[derive(clap::Args, Debug)]
 pub struct AppendArgs {
-    /// Server address (a URI with a scheme is also accepted).
-    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_SERVER)]
-    pub server: String,
+    #[command(flatten)]
+    pub access: Access,
     /// Absolute directory of the one event to append. Without it, events are
     /// read as JSON lines from stdin.
     #[arg(long, value_name = "DIR", requires_all = ["name", "op"])]
@@ -106,7 +105,7 @@ pub(super) async fn append_with<R: BufRead>(
     let mut next_sequence = args.first_sequence.unwrap_or(0);
     if args.dir.is_some() {
         let event = flag_event(&args)?;
-        let mut client = connect(&args.server).await?;
+        let mut client = connect(&args.access).await?;
         let response = client
             .append(AppendRequest {
                 events: vec![event],
@@ -144,7 +143,7 @@ pub(super) async fn append_with<R: BufRead>(
         let _ = done_tx.send(read);
     });
 
-    let mut client = connect(&args.server).await?;
+    let mut client = connect(&args.access).await?;
     let requests = tokio_stream::wrappers::ReceiverStream::new(rx);
     let mut acks = client.append_stream(requests).await?.into_inner();
     let mut acked = 0u64;

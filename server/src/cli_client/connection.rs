@@ -1,8 +1,10 @@
 //! Reaching a server, and saying what went wrong in one line and an exit code.
 
 use anyhow::{Context, Result};
+use ringfeed_proto::tonic::metadata::{Ascii, MetadataValue};
+use ringfeed_proto::tonic::service::interceptor::{InterceptedService, Interceptor};
 use ringfeed_proto::tonic::transport::Channel;
-use ringfeed_proto::tonic::{Code, Status};
+use ringfeed_proto::tonic::{Code, Request, Status};
 use ringfeed_proto::RingFeedClient;
 
 pub(super) const DEFAULT_SERVER: &str = "127.0.0.1:7070";
@@ -11,16 +13,64 @@ pub(super) const DEFAULT_SERVER: &str = "127.0.0.1:7070";
 /// large events can exceed that; the server's own limits are the real bound.
 const MAX_RESPONSE_BYTES: usize = 256 << 20;
 
-pub(super) async fn connect(server: &str) -> Result<RingFeedClient<Channel>> {
+/// Which server a client command talks to, and as whom.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Access {
+    /// Server address (a URI with a scheme is also accepted).
+    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_SERVER)]
+    pub server: String,
+    /// The token to send (`authorization: Bearer TOKEN`) to a server started with
+    /// --token-file.
+    #[arg(long, env = "RINGFEED_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+impl Access {
+    /// The `authorization` value for the token, if any.
+    pub(super) fn authorization(&self) -> Result<Option<MetadataValue<Ascii>>> {
+        self.token
+            .as_deref()
+            .map(|t| {
+                MetadataValue::try_from(format!("Bearer {t}")).map_err(|_| {
+                    anyhow::anyhow!("--token: not a valid token (printable ASCII only)")
+                })
+            })
+            .transpose()
+    }
+}
+
+/// Adds the token, if any, to every request.
+#[derive(Clone, Debug)]
+pub struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert(crate::auth::AUTHORIZATION, value.clone());
+        }
+        Ok(request)
+    }
+}
+
+pub(super) type Client = RingFeedClient<InterceptedService<Channel, Bearer>>;
+
+pub(super) async fn connect(access: &Access) -> Result<Client> {
+    let server = &access.server;
+    let bearer = Bearer(access.authorization()?);
     let uri = if server.contains("://") {
         server.to_owned()
     } else {
         format!("http://{server}")
     };
-    let client = RingFeedClient::connect(uri.clone())
+    let channel = Channel::from_shared(uri.clone())
+        .with_context(|| format!("server address {uri}"))?
+        .connect()
         .await
         .with_context(|| format!("connecting to {uri}"))?;
-    Ok(client.max_decoding_message_size(MAX_RESPONSE_BYTES))
+    Ok(RingFeedClient::with_interceptor(channel, bearer)
+        .max_decoding_message_size(MAX_RESPONSE_BYTES))
 }
 
 /// Exit code and one-line message for an error from a client command:

@@ -21,7 +21,7 @@ mod tests;
 mod time;
 
 pub use append::{append, AppendArgs, Op};
-pub use connection::exit_code;
+pub use connection::{exit_code, Access};
 pub use nodes::{nodes, NodesArgs};
 pub use status::{status, subscribers, StatusArgs, SubscribersArgs};
 pub use tail::{tail, TailArgs};

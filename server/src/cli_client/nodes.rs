@@ -5,7 +5,7 @@ use std::io;
 use anyhow::{Context, Result};
 use ringfeed_proto::v1::{ListNodesRequest, NodeInfo};
 
-use super::connection::{connect, DEFAULT_SERVER};
+use super::connection::{connect, Access};
 use super::output::{format_ts, table, write_out, Align};
 
 /// List the nodes of the cluster as this server sees them: itself, then its
@@ -14,9 +14,8 @@ use super::output::{format_ts, table, write_out, Align};
 /// failed.
 #[derive(clap::Args, Debug)]
 pub struct NodesArgs {
-    /// Server address (a URI with a scheme is also accepted).
-    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_SERVER)]
-    pub server: String,
+    #[command(flatten)]
+    pub access: Access,
     /// Print the ListNodesResponse as one proto3-JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -24,7 +23,7 @@ pub struct NodesArgs {
 
 /// Prints the server's view of the cluster per `args` on stdout.
 pub async fn nodes(args: NodesArgs) -> Result<()> {
-    let mut client = connect(&args.server).await?;
+    let mut client = connect(&args.access).await?;
     let list = client.list_nodes(ListNodesRequest {}).await?.into_inner();
     let text = if args.json {
         serde_json::to_string(&list).context("encoding the nodes as JSON")? + "\n"

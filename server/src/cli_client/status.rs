@@ -11,7 +11,7 @@ use ringfeed_proto::v1::{
     SubscriberInfo,
 };
 
-use super::connection::{connect, DEFAULT_SERVER};
+use super::connection::{connect, Access};
 use super::output::{format_ts, plural, table, write_out, Align, CURSOR_B64};
 
 /// List the connected subscription streams: client name, id and epoch, peer
@@ -19,9 +19,8 @@ use super::output::{format_ts, plural, table, write_out, Align, CURSOR_B64};
 /// events and seconds, events sent, connected since, filters and cursor.
 #[derive(clap::Args, Debug)]
 pub struct SubscribersArgs {
-    /// Server address (a URI with a scheme is also accepted).
-    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_SERVER)]
-    pub server: String,
+    #[command(flatten)]
+    pub access: Access,
     /// Print the ListSubscribersResponse as one proto3-JSON object instead of
     /// a table (64-bit numbers are strings, the cursor is standard base64).
     #[arg(long)]
@@ -30,7 +29,7 @@ pub struct SubscribersArgs {
 
 /// Prints the server's subscribers per `args` on stdout.
 pub async fn subscribers(args: SubscribersArgs) -> Result<()> {
-    let mut client = connect(&args.server).await?;
+    let mut client = connect(&args.access).await?;
     let list = client
         .list_subscribers(ListSubscribersRequest {})
         .await?
@@ -47,9 +46,8 @@ pub async fn subscribers(args: SubscribersArgs) -> Result<()> {
 /// subscribers.
 #[derive(clap::Args, Debug)]
 pub struct StatusArgs {
-    /// Server address (a URI with a scheme is also accepted).
-    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_SERVER)]
-    pub server: String,
+    #[command(flatten)]
+    pub access: Access,
     /// Print the StatusResponse as one proto3-JSON object instead of tables
     /// (64-bit numbers are strings there, as the mapping says). With
     /// --cluster: `{"nodes":[{"node":NodeInfo,"status":StatusResponse or null}]}`.
@@ -67,7 +65,7 @@ pub async fn status(args: StatusArgs) -> Result<()> {
     if args.cluster {
         return cluster_status(&args).await;
     }
-    let mut client = connect(&args.server).await?;
+    let mut client = connect(&args.access).await?;
     let status = client.status(StatusRequest {}).await?.into_inner();
     let mut out = io::stdout();
     let text = if args.json {
@@ -90,7 +88,7 @@ const PEER_ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(5
 /// `status --cluster`: the node list, then each node's status from its own
 /// address (this node's from the server asked).
 async fn cluster_status(args: &StatusArgs) -> Result<()> {
-    let mut client = connect(&args.server).await?;
+    let mut client = connect(&args.access).await?;
     let nodes = client
         .list_nodes(ListNodesRequest {})
         .await?
@@ -108,7 +106,11 @@ async fn cluster_status(args: &StatusArgs) -> Result<()> {
         } else {
             // A stopped process still accepts connections: bound the wait.
             let ask = async {
-                let mut peer = connect(&node.address).await.map_err(|e| format!("{e:#}"))?;
+                let access = Access {
+                    server: node.address.clone(),
+                    ..args.access.clone()
+                };
+                let mut peer = connect(&access).await.map_err(|e| format!("{e:#}"))?;
                 peer.status(StatusRequest {})
                     .await
                     .map_err(|s| format!("{}: {}", s.code(), s.message()))

@@ -13,7 +13,7 @@ use ringfeed_proto::v1::{Ordering, Scope, SubscribeRequest};
 
 use crate::client::{write_event_json, Backoff, FollowedEvent, Follower};
 
-use super::connection::{connect, DEFAULT_SERVER};
+use super::connection::{connect, Access};
 use super::output::{write_out, CURSOR_B64};
 use super::time::{parse_since, parse_timestamp};
 
@@ -30,9 +30,8 @@ use super::time::{parse_since, parse_timestamp};
 /// lost events the cursor covers, ...) end it with their gRPC code.
 #[derive(clap::Args, Debug)]
 pub struct TailArgs {
-    /// Server address (a URI with a scheme is also accepted).
-    #[arg(long, value_name = "HOST:PORT", default_value = DEFAULT_SERVER)]
-    pub server: String,
+    #[command(flatten)]
+    pub access: Access,
     /// Only events under this path prefix (directory-boundary match: /a/b
     /// matches /a/b and /a/b/..., not /a/bc). Repeat for several. Default:
     /// every path.
@@ -122,8 +121,9 @@ pub(super) async fn tail_to(args: TailArgs, out: &mut (impl Write + Send)) -> Re
     let request = subscribe_request(&args, now_ns())?;
     let mut progress = args.progress.then(Progress::new);
     // An unreachable server at the start is an error, not something to wait for.
-    connect(&args.server).await?;
-    let mut follower = Follower::new(&args.server, request, Backoff::default())?;
+    connect(&args.access).await?;
+    let mut follower = Follower::new(&args.access.server, request, Backoff::default())?
+        .with_token(args.access.token.as_deref())?;
     // One buffer for the lines, written when nothing more is at hand (so a
     // batch is one write), and one for the cursor: nothing is allocated per
     // event.

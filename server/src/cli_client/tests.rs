@@ -79,11 +79,11 @@ fn help_documents_every_flag() {
 #[test]
 fn defaults() {
     let a = append_args(&[]);
-    assert_eq!(a.server, "127.0.0.1:7070");
+    assert_eq!(a.access.server, "127.0.0.1:7070");
     assert_eq!(a.batch, 1024);
     assert!(!a.durable && a.dir.is_none());
     match parse(&["status", "--server", "h:1", "--json"]).expect("parse") {
-        Cli::Status(s) => assert!(s.json && s.server == "h:1"),
+        Cli::Status(s) => assert!(s.json && s.access.server == "h:1"),
         other => panic!("{other:?}"),
     }
     let request = subscribe_request(&tail_args(&[]), 5).expect("request");
