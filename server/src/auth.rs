@@ -199,17 +199,167 @@ impl Auth {
         }
     }
 
-    /// A subscription is allowed. Reads scoped to paths (rename rewriting,
-    /// scope-filtered chunks) are not built yet: only a token that may read
-    /// everything subscribes, so nothing outside a scope can leak.
-    pub fn read(&self, metadata: &MetadataMap) -> Result<(), Status> {
+    /// What a subscription may read: `None` everything (an open server, or
+    /// a token that reads "/"), else its token's read scope.
+    pub fn read(&self, metadata: &MetadataMap) -> Result<Option<ReadScope>, Status> {
         match self.grant(metadata)? {
-            Some(grant) if !grant.reads_everything() => Err(Status::permission_denied(
-                "this token may not read everything, and reads scoped to paths are not \
-                 supported yet: subscribe with a token whose read list has \"/\"",
-            )),
-            _ => Ok(()),
+            Some(grant) if !grant.reads_everything() => {
+                if grant.read.is_empty() {
+                    return Err(Status::permission_denied("this token may not read"));
+                }
+                Ok(Some(ReadScope {
+                    prefixes: grant.read.clone(),
+                }))
+            }
+            _ => Ok(None),
         }
+    }
+}
+
+/// What a token scoped to path prefixes may read. A subscription under it
+/// gets its filter narrowed to the scope, and every event as the scope shows
+/// it: a rename out of the scope is a delete of the old entry, a rename into
+/// it a create of the new one, so no path outside the scope is ever sent.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ReadScope {
+    prefixes: Vec<String>,
+}
+
+/// An event as a scope shows it.
+#[derive(Debug, PartialEq)]
+pub enum Shown {
+    /// Every path of it is in the scope: sent as it is.
+    Same,
+    /// It crosses the scope's edge: sent as this event instead.
+    Rewritten(ringfeed_proto::bytes::Bytes),
+    /// Nothing of it is in the scope (a narrowed filter never delivers one;
+    /// this is the last guard).
+    Hidden,
+}
+
+impl ReadScope {
+    pub fn covers(&self, path: &str) -> bool {
+        self.prefixes.iter().any(|p| path_under(path, p))
+    }
+
+    /// Narrows the request's filter to the scope: its prefixes to their
+    /// overlaps with the scope's (the scope itself when it has no prefix or
+    /// directory), its directories to those in the scope. PERMISSION_DENIED
+    /// when nothing it asks for lies in the scope (the message names no path).
+    pub fn narrow(&self, r: &mut ringfeed_proto::v1::SubscribeRequest) -> Result<(), Status> {
+        let mut asked: Vec<String> = r.path_prefixes.clone();
+        if !r.path_prefix.is_empty() {
+            asked.push(r.path_prefix.clone());
+        }
+        let (prefixes, directories) = if asked.is_empty() && r.directories.is_empty() {
+            (self.prefixes.clone(), Vec::new())
+        } else {
+            let mut prefixes = Vec::new();
+            for p in &asked {
+                let p = p.trim_end_matches('/');
+                let p = if p.is_empty() { "/" } else { p };
+                for s in &self.prefixes {
+                    let overlap = if path_under(p, s) {
+                        p
+                    } else if path_under(s, p) {
+                        s.as_str()
+                    } else {
+                        continue;
+                    };
+                    if !prefixes.iter().any(|q: &String| q == overlap) {
+                        prefixes.push(overlap.to_owned());
+                    }
+                }
+            }
+            let directories: Vec<String> = r
+                .directories
+                .iter()
+                .filter(|d| self.covers(d.trim_end_matches('/')) || self.covers(d))
+                .cloned()
+                .collect();
+            (prefixes, directories)
+        };
+        if prefixes.is_empty() && directories.is_empty() {
+            return Err(Status::permission_denied(
+                "nothing this subscription asks for lies in this token's read scope",
+            ));
+        }
+        r.path_prefix.clear();
+        r.path_prefixes = prefixes;
+        r.directories = directories;
+        Ok(())
+    }
+
+    /// How the scope shows the event whose payload is `event`.
+    pub fn show(&self, event: &[u8]) -> Shown {
+        use ringfeed_proto::prost::Message;
+        let Ok(mut e) = ringfeed_proto::v1::Event::decode(event) else {
+            return Shown::Hidden;
+        };
+        let old = e.old_entry.as_ref().map(|o| join(&e.directory, &o.name));
+        let new_dir = if e.new_parent_path.is_empty() {
+            e.directory.clone()
+        } else {
+            e.new_parent_path.clone()
+        };
+        let new = e.new_entry.as_ref().map(|n| join(&new_dir, &n.name));
+        let old_in = old.as_deref().map(|p| self.covers(p));
+        let new_in = new.as_deref().map(|p| self.covers(p));
+        match (old_in, new_in) {
+            (Some(true) | None, Some(true) | None) if old_in.or(new_in) == Some(true) => {
+                Shown::Same
+            }
+            (None, None) if self.covers(&e.directory) => Shown::Same,
+            (Some(true), Some(false)) => {
+                // Moved out: a delete of the old entry.
+                e.new_entry = None;
+                e.new_parent_path.clear();
+                Shown::Rewritten(e.encode_to_vec().into())
+            }
+            (Some(false), Some(true)) => {
+                // Moved in: a create of the new entry.
+                e.old_entry = None;
+                e.directory = new_dir;
+                e.new_parent_path.clear();
+                Shown::Rewritten(e.encode_to_vec().into())
+            }
+            _ => Shown::Hidden,
+        }
+    }
+
+    /// [`ReadScope::show`] for an event whose record header the engine has:
+    /// decoded only when it may cross the scope's edge.
+    pub fn show_record(
+        &self,
+        h: &ringfeed_engine::record::RecordHeader<'_>,
+        payload: &[u8],
+    ) -> Shown {
+        let text = |b: &[u8]| {
+            std::str::from_utf8(b)
+                .map(str::to_owned)
+                .unwrap_or_default()
+        };
+        let dir = text(h.directory);
+        let new_dir = if h.new_parent.is_empty() {
+            dir.clone()
+        } else {
+            text(h.new_parent)
+        };
+        let old_in = (!h.old_name.is_empty()).then(|| self.covers(&join(&dir, &text(h.old_name))));
+        let new_in =
+            (!h.new_name.is_empty()).then(|| self.covers(&join(&new_dir, &text(h.new_name))));
+        match (old_in, new_in) {
+            (Some(true), Some(true) | None) | (None, Some(true)) => Shown::Same,
+            _ => self.show(payload),
+        }
+    }
+}
+
+/// The path of entry `name` in directory `dir`.
+fn join(dir: &str, name: &str) -> String {
+    match dir {
+        "/" => format!("/{name}"),
+        _ => format!("{dir}/{name}"),
     }
 }
 
@@ -261,10 +411,6 @@ pub fn event_paths(
     new_name: &str,
     new_parent: &str,
 ) -> Vec<String> {
-    let join = |dir: &str, name: &str| match dir {
-        "/" => format!("/{name}"),
-        _ => format!("{dir}/{name}"),
-    };
     let mut paths = Vec::new();
     if !old_name.is_empty() {
         paths.push(join(directory, old_name));
@@ -375,6 +521,97 @@ mod tests {
         );
         assert_eq!(event_paths("/", "", "f", ""), vec!["/f".to_owned()]);
         assert_eq!(event_paths("/d", "", "", ""), vec!["/d".to_owned()]);
+    }
+
+    fn scope(prefixes: &[&str]) -> ReadScope {
+        ReadScope {
+            prefixes: prefixes.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
+    fn event(dir: &str, old: Option<&str>, new: Option<&str>, new_parent: &str) -> Vec<u8> {
+        use ringfeed_proto::prost::Message;
+        let entry = |name: &str| ringfeed_proto::v1::Entry {
+            name: name.into(),
+            ..Default::default()
+        };
+        ringfeed_proto::v1::Event {
+            directory: dir.into(),
+            old_entry: old.map(entry),
+            new_entry: new.map(entry),
+            new_parent_path: new_parent.into(),
+            signatures: vec![7],
+        }
+        .encode_to_vec()
+    }
+
+    #[test]
+    fn renames_across_the_scope_become_deletes_and_creates() {
+        let a = scope(&["/a"]);
+        // In scope: as it is.
+        assert_eq!(a.show(&event("/a", None, Some("x"), "")), Shown::Same);
+        assert_eq!(
+            a.show(&event("/a", Some("x"), Some("y"), "/a/d")),
+            Shown::Same
+        );
+        // Out: /a/x -> /b/x is a delete of /a/x.
+        let out = a.show(&event("/a", Some("x"), Some("x"), "/b"));
+        assert_eq!(
+            out,
+            Shown::Rewritten(event("/a", Some("x"), None, "").into())
+        );
+        // In: /b/y -> /a/y is a create of /a/y.
+        let into = a.show(&event("/b", Some("y"), Some("y"), "/a"));
+        assert_eq!(
+            into,
+            Shown::Rewritten(event("/a", None, Some("y"), "").into())
+        );
+        // Nothing in it, or /ab (not under /a): hidden.
+        assert_eq!(
+            a.show(&event("/b", Some("x"), Some("y"), "")),
+            Shown::Hidden
+        );
+        assert_eq!(a.show(&event("/ab", None, Some("x"), "")), Shown::Hidden);
+        assert_eq!(a.show(b"\xff\xff not an event"), Shown::Hidden);
+        // No rewritten event names a path outside the scope.
+        for (dir, old, new, parent) in [("/a", "x", "x", "/b"), ("/b", "y", "y", "/a")] {
+            let Shown::Rewritten(bytes) = a.show(&event(dir, Some(old), Some(new), parent)) else {
+                panic!("rewritten");
+            };
+            assert!(!String::from_utf8_lossy(&bytes).contains("/b"));
+        }
+    }
+
+    #[test]
+    fn a_filter_is_narrowed_to_the_scope() {
+        use ringfeed_proto::v1::SubscribeRequest;
+        let a = scope(&["/a", "/c/d"]);
+        let mut everything = SubscribeRequest::default();
+        a.narrow(&mut everything).unwrap();
+        assert_eq!(everything.path_prefixes, vec!["/a", "/c/d"]);
+        let mut wide = SubscribeRequest {
+            path_prefix: "/c".into(),
+            path_prefixes: vec!["/a/x/".into(), "/e".into()],
+            ..Default::default()
+        };
+        a.narrow(&mut wide).unwrap();
+        assert_eq!(wide.path_prefixes, vec!["/a/x", "/c/d"]);
+        assert!(wide.path_prefix.is_empty());
+        let mut dirs = SubscribeRequest {
+            directories: vec!["/a/q".into(), "/e".into()],
+            ..Default::default()
+        };
+        a.narrow(&mut dirs).unwrap();
+        assert!(dirs.path_prefixes.is_empty());
+        assert_eq!(dirs.directories, vec!["/a/q"]);
+        let mut outside = SubscribeRequest {
+            path_prefix: "/e".into(),
+            directories: vec!["/f".into()],
+            ..Default::default()
+        };
+        let denied = a.narrow(&mut outside).unwrap_err();
+        assert_eq!(denied.code(), ringfeed_proto::tonic::Code::PermissionDenied);
+        assert!(!denied.message().contains("/e") && !denied.message().contains("/a"));
     }
 
     #[test]

@@ -151,6 +151,7 @@ pub(crate) fn start(
     admission: Arc<Admission>,
     registered: Registered,
     shutdown: watch::Receiver<bool>,
+    scope: Option<crate::auth::ReadScope>,
 ) -> Result<(Responses, Vec<u8>), Status> {
     if r.chunk_mode {
         return Err(Status::invalid_argument(
@@ -224,6 +225,7 @@ pub(crate) fn start(
         admission,
         budget: None,
         queued_bytes: 0,
+        scope,
     };
     for peer in &peers {
         stream.add_peer(peer)?;
@@ -303,6 +305,8 @@ struct ClusterStream {
     admission: Arc<Admission>,
     budget: Option<tokio::sync::OwnedSemaphorePermit>,
     queued_bytes: usize,
+    /// A token's read scope: events are shown as it shows them.
+    scope: Option<crate::auth::ReadScope>,
 }
 
 impl Drop for ClusterStream {
@@ -742,10 +746,17 @@ impl ClusterStream {
             let p = popped.event;
             self.queued_bytes -= p.payload.len() + EVENT_OVERHEAD;
             let node = &mut self.nodes[p.node];
-            events.push(RawEventMessage {
-                node: node.id,
-                ..RawEventMessage::new(popped.ts, p.shard, p.offset, p.payload)
-            });
+            let payload = match self.scope.as_ref().map(|s| s.show(&p.payload)) {
+                None | Some(crate::auth::Shown::Same) => Some(p.payload),
+                Some(crate::auth::Shown::Rewritten(bytes)) => Some(bytes),
+                Some(crate::auth::Shown::Hidden) => None,
+            };
+            if let Some(payload) = payload {
+                events.push(RawEventMessage {
+                    node: node.id,
+                    ..RawEventMessage::new(popped.ts, p.shard, p.offset, payload)
+                });
+            }
             // A node's first event comes after its start (its follower's
             // Start item), so its cursor is known by then.
             let Some(cursor) = node.cursor.as_mut() else {

@@ -259,6 +259,9 @@ pub(crate) struct StreamOptions {
     pub batching: bool,
     pub heartbeat: Option<Duration>,
     pub chunk_mode: bool,
+    /// A token's read scope: events are shown as it shows them (renames
+    /// across its edge rewritten); such a stream shares no responses.
+    pub scope: Option<crate::auth::ReadScope>,
 }
 
 /// What every subscription stream's sender shares.
@@ -297,7 +300,10 @@ impl Streams {
             last_pull: tokio::time::Instant::now(),
         })));
         let sender = Sender {
-            group: self.groups.join(&sub, options.batching),
+            group: match options.scope {
+                None => self.groups.join(&sub, options.batching),
+                Some(_) => None,
+            },
             shards: self.shards.clone(),
             limits: self.limits.clone(),
             admission: self.admission.clone(),
@@ -490,7 +496,8 @@ impl Sender {
                     continue;
                 }
             }
-            let mut events = vec![raw_event(&first)];
+            let mut events = Vec::new();
+            shown(&first, options, &mut events);
             let mut bytes = first.record_bytes().len();
             let mut failure = None;
             // Whether the response ends at the live edge (nothing more was
@@ -503,7 +510,7 @@ impl Sender {
                     match sub.poll() {
                         Ok(Step::Event(d)) => {
                             bytes += d.record_bytes().len();
-                            events.push(raw_event(&d));
+                            shown(&d, options, &mut events);
                         }
                         Ok(_) => {
                             at_edge = true;
@@ -516,10 +523,17 @@ impl Sender {
                     }
                 }
             }
-            let item = if events.len() == 1 {
-                RawItem::Event(events.pop().expect("one event"))
-            } else {
-                RawItem::Batch(RawEventBatch { events })
+            let item = match events.len() {
+                // Nothing the read scope shows (a narrowed filter never
+                // delivers such an event; this is the last guard).
+                0 => {
+                    if let Some(e) = failure {
+                        return Err(e.into());
+                    }
+                    continue;
+                }
+                1 => RawItem::Event(events.pop().expect("one event")),
+                _ => RawItem::Batch(RawEventBatch { events }),
             };
             let mode = if place.is_some() { "backlog" } else { "live" };
             // Only responses at the live edge are shared. A catching-up
@@ -805,6 +819,22 @@ fn show(
 
 fn raw_event(d: &Delivered) -> RawEventMessage {
     RawEventMessage::new(d.ts, d.shard, d.offset, d.payload())
+}
+
+/// Adds `d` to `events` as the stream's read scope, if any, shows it.
+fn shown(d: &Delivered, options: &StreamOptions, events: &mut Vec<RawEventMessage>) {
+    let Some(scope) = &options.scope else {
+        events.push(raw_event(d));
+        return;
+    };
+    let payload = d.payload();
+    match scope.show_record(&d.header(), &payload) {
+        crate::auth::Shown::Same => events.push(raw_event(d)),
+        crate::auth::Shown::Rewritten(bytes) => {
+            events.push(RawEventMessage::new(d.ts, d.shard, d.offset, bytes))
+        }
+        crate::auth::Shown::Hidden => {}
+    }
 }
 
 fn chunk_message(chunk: RawChunk) -> v1::ChunkMessage {

@@ -470,12 +470,18 @@ impl RingFeed for Service {
         &self,
         request: Request<v1::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
-        self.auth.read(request.metadata())?;
+        let scope = self.auth.read(request.metadata())?;
         let peer = request
             .remote_addr()
             .map(|a| a.to_string())
             .unwrap_or_default();
         let mut r = request.into_inner();
+        if let Some(scope) = &scope {
+            // Its filter within the token's scope. Chunks would carry records
+            // outside it: a scoped stream catches up in events instead.
+            scope.narrow(&mut r)?;
+            r.chunk_mode = false;
+        }
         let cluster = r.scope == v1::Scope::Cluster as i32;
         if cluster && matches!(r.start, Some(v1::subscribe_request::Start::Now(_)) | None) {
             // A cluster stream's `now` is taken before the stream is listed,
@@ -530,6 +536,7 @@ impl RingFeed for Service {
                 self.streams.admission.clone(),
                 register(listed_cursor, 0)?,
                 self.shutdown.clone(),
+                scope,
             )?
         } else {
             let subscription = self.engine.subscribe(engine_request(&r)?).map_err(|e| {
@@ -542,6 +549,7 @@ impl RingFeed for Service {
                 batching: r.batching,
                 heartbeat: heartbeat_interval(&r),
                 chunk_mode: r.chunk_mode,
+                scope,
             };
             let responses =
                 self.streams

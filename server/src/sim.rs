@@ -407,6 +407,7 @@ impl World {
             batching: client.batching,
             heartbeat: client.heartbeat.then_some(Duration::from_millis(10)),
             chunk_mode: client.chunk_mode,
+            scope: None,
         };
         let responses = self
             .streams
