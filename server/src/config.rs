@@ -42,8 +42,12 @@ pub struct FileConfig {
     pub token_file: Option<PathBuf>,
     /// The token this node sends its peers (`serve --peer-token`).
     pub peer_token: Option<String>,
-    /// Listen on a non-loopback address without TLS (`serve --insecure`).
+    /// Listen on a non-loopback address without TLS and tokens (`serve --insecure`).
     pub insecure: Option<bool>,
+    /// TLS for the gRPC listener (`serve --tls-cert --tls-key [--tls-client-ca]`), PEM files.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_client_ca: Option<PathBuf>,
     /// etcd endpoints (URLs): membership through etcd instead of `peers`.
     pub etcd: Option<Vec<String>>,
     /// Where nodes register in etcd: `<prefix><node id>`.
@@ -108,6 +112,7 @@ pub struct ServerConfig {
     pub cluster: crate::membership::ClusterOptions,
     pub token_file: Option<PathBuf>,
     pub insecure: bool,
+    pub tls: Option<crate::tls::ServerTls>,
 }
 
 impl FileConfig {
@@ -260,6 +265,17 @@ impl FileConfig {
             },
             token_file: self.token_file,
             insecure: self.insecure.unwrap_or(false),
+            tls: match (self.tls_cert, self.tls_key) {
+                (Some(cert), Some(key)) => Some(crate::tls::ServerTls {
+                    cert,
+                    key,
+                    client_ca: self.tls_client_ca,
+                }),
+                (None, None) if self.tls_client_ca.is_none() => None,
+                _ => {
+                    anyhow::bail!("tls_cert and tls_key go together (and tls_client_ca needs them)")
+                }
+            },
         })
     }
 }

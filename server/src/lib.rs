@@ -19,6 +19,7 @@ pub mod service;
 pub(crate) mod shared;
 pub mod sim;
 pub mod status;
+pub mod tls;
 
 /// The gRPC transport as `serve` runs it (tests serve through the same):
 /// HTTP/2 keepalives, stream limits and windows, and each stream's send

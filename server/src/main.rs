@@ -168,8 +168,18 @@ struct ServeArgs {
     /// files must let it read "/" and be admin). Config `peer_token`.
     #[arg(long, env = "RINGFEED_PEER_TOKEN", hide_env_values = true)]
     peer_token: Option<String>,
-    /// Listen on an address other hosts can reach without TLS (not built yet): anyone on the
-    /// network can then read the feed and the tokens sent. Config `insecure`.
+    /// Serve gRPC over TLS with this certificate (PEM; with --tls-key). Config `tls_cert`.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The key of --tls-cert (PEM). Config `tls_key`.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Mutual TLS: clients must present a certificate this CA (PEM) signed. Config
+    /// `tls_client_ca`.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+    /// Listen on an address other hosts can reach without both TLS and a token file: anyone
+    /// on the network could then read or append. Config `insecure`.
     #[arg(long)]
     insecure: bool,
     /// Serve Prometheus metrics at http://ADDR/metrics; port 0 picks a free port [default: off].
@@ -311,6 +321,9 @@ fn serve_command(args: ServeArgs) -> Result<()> {
     file.token_file = args.token_file.or(file.token_file);
     file.peer_token = args.peer_token.or(file.peer_token);
     file.insecure = Some(args.insecure || file.insecure.unwrap_or(false));
+    file.tls_cert = args.tls_cert.or(file.tls_cert);
+    file.tls_key = args.tls_key.or(file.tls_key);
+    file.tls_client_ca = args.tls_client_ca.or(file.tls_client_ca);
     serve(file.resolve()?)
 }
 
@@ -362,19 +375,28 @@ fn serve(config: ServerConfig) -> Result<()> {
         .build()
         .context("starting the network runtime")?;
     let served: Result<()> = runtime.block_on(async {
-        // Other hosts could reach it: without TLS (not built yet) anyone on
-        // the path reads every event and every token. Checked before binding.
+        // Other hosts could reach it: without TLS anyone on the path reads
+        // every event and every token, and without tokens anyone may read
+        // and append. Checked before binding.
         let reachable = tokio::net::lookup_host(&config.listen)
             .await
             .with_context(|| format!("listening on {}", config.listen))?
             .find(|a| !a.ip().is_loopback());
-        if let (Some(addr), false) = (reachable, config.insecure) {
+        let protected = config.tls.is_some() && config.token_file.is_some();
+        if let (Some(addr), false, false) = (reachable, protected, config.insecure) {
             anyhow::bail!(
-                "listening on {addr}, which other hosts can reach, without TLS: anyone on the \
-                 network could read the feed and the tokens sent. Listen on a loopback address, \
-                 or give --insecure (config `insecure = true`) to accept that"
+                "listening on {addr}, which other hosts can reach, without {}: anyone on the \
+                 network could read the feed or append. Give --tls-cert/--tls-key and \
+                 --token-file, listen on a loopback address, or give --insecure (config \
+                 `insecure = true`) to accept that",
+                match (config.tls.is_some(), config.token_file.is_some()) {
+                    (false, false) => "TLS and tokens",
+                    (false, true) => "TLS",
+                    _ => "tokens",
+                }
             );
         }
+        let tls = config.tls.as_ref().map(|t| t.config()).transpose()?;
         let listener = tokio::net::TcpListener::bind(&config.listen)
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
@@ -454,7 +476,11 @@ fn serve(config: ServerConfig) -> Result<()> {
             tracing::info!("stopping: no new connections; ending streams, then flush and sync");
             let _ = stop_tx.send(true);
         };
-        let server = ringfeed_server::transport(&config.subscribers)
+        let mut transport = ringfeed_server::transport(&config.subscribers);
+        if let Some(tls) = tls {
+            transport = transport.tls_config(tls).context("TLS")?;
+        }
+        let server = transport
             .add_service(health_service)
             .add_service(ringfeed)
             .serve_with_incoming_shutdown(ringfeed_server::incoming(listener), signal);

@@ -178,6 +178,16 @@ impl Truncation {
     }
 }
 
+/// The endpoint a follower connects to (`server` as given, for errors).
+fn endpoint(server: &str, uri: String) -> Result<Endpoint, FollowError> {
+    Ok(Endpoint::from_shared(uri)
+        .map_err(|e| FollowError::Address(server.to_owned(), e.to_string()))?
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(10))
+        .http2_keep_alive_interval(Duration::from_secs(20))
+        .keep_alive_timeout(Duration::from_secs(10)))
+}
+
 /// Counters of what a follower went through.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FollowStats {
@@ -307,12 +317,7 @@ impl Follower {
         } else {
             format!("http://{server}")
         };
-        let endpoint = Endpoint::from_shared(uri.clone())
-            .map_err(|e| FollowError::Address(server.to_owned(), e.to_string()))?
-            .tcp_nodelay(true)
-            .connect_timeout(Duration::from_secs(10))
-            .http2_keep_alive_interval(Duration::from_secs(20))
-            .keep_alive_timeout(Duration::from_secs(10));
+        let endpoint = endpoint(server, uri)?;
         let mut prefixes = Vec::new();
         if !request.path_prefix.is_empty() {
             prefixes.push(request.path_prefix.clone());
@@ -370,6 +375,23 @@ impl Follower {
             authorization: None,
             stats: FollowStats::default(),
         })
+    }
+
+    /// Connects over TLS with `tls` (to `https://` when the server was
+    /// given as `host:port`).
+    pub fn with_tls(
+        mut self,
+        tls: tonic::transport::ClientTlsConfig,
+    ) -> Result<Follower, FollowError> {
+        let uri = if self.server.contains("://") {
+            self.server.clone()
+        } else {
+            format!("https://{}", self.server)
+        };
+        self.endpoint = endpoint(&self.server, uri)?
+            .tls_config(tls)
+            .map_err(|e| FollowError::Address(self.server.clone(), e.to_string()))?;
+        Ok(self)
     }
 
     /// Sends `token` (`authorization: Bearer TOKEN`) with every

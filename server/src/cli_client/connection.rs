@@ -23,9 +23,26 @@ pub struct Access {
     /// --token-file.
     #[arg(long, env = "RINGFEED_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Connect over TLS, trusting the server certificate this CA (PEM) signed.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// This client's certificate (PEM), for a server that asks for one (mutual TLS).
+    #[arg(long, value_name = "FILE", requires_all = ["tls_key", "tls_ca"])]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
 }
 
 impl Access {
+    pub(super) fn tls(&self) -> crate::tls::ClientTls {
+        crate::tls::ClientTls {
+            ca: self.tls_ca.clone(),
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+        }
+    }
+
     /// The `authorization` value for the token, if any.
     pub(super) fn authorization(&self) -> Result<Option<MetadataValue<Ascii>>> {
         self.token
@@ -57,18 +74,29 @@ impl Interceptor for Bearer {
 pub(super) type Client = RingFeedClient<InterceptedService<Channel, Bearer>>;
 
 pub(super) async fn connect(access: &Access) -> Result<Client> {
-    let server = &access.server;
     let bearer = Bearer(access.authorization()?);
-    let uri = if server.contains("://") {
-        server.to_owned()
-    } else {
-        format!("http://{server}")
-    };
-    let channel = Channel::from_shared(uri.clone())
-        .with_context(|| format!("server address {uri}"))?
-        .connect()
-        .await
-        .with_context(|| format!("connecting to {uri}"))?;
+    let tls = access.tls();
+    let uri = tls.uri(&access.server);
+    let mut endpoint =
+        Channel::from_shared(uri.clone()).with_context(|| format!("server address {uri}"))?;
+    if tls.enabled() {
+        endpoint = endpoint.tls_config(tls.config()?)?;
+    }
+    let channel = endpoint.connect().await.with_context(|| {
+        format!(
+            "connecting to {uri}{}",
+            crate::tls::mismatch_hint(tls.enabled())
+        )
+    })?;
+    // One cheap call (the health service needs no token) so a plaintext
+    // client of a TLS server, whose connection only fails at its first
+    // call, says so at once.
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    let asked = tonic_health::pb::HealthCheckRequest::default();
+    if let Err(status) = health.check(asked).await {
+        let hint = crate::tls::mismatch_hint(tls.enabled());
+        return Err(Status::new(status.code(), format!("{}{hint}", status.message())).into());
+    }
     Ok(RingFeedClient::with_interceptor(channel, bearer)
         .max_decoding_message_size(MAX_RESPONSE_BYTES))
 }

@@ -124,6 +124,10 @@ pub(super) async fn tail_to(args: TailArgs, out: &mut (impl Write + Send)) -> Re
     connect(&args.access).await?;
     let mut follower = Follower::new(&args.access.server, request, Backoff::default())?
         .with_token(args.access.token.as_deref())?;
+    let tls = args.access.tls();
+    if tls.enabled() {
+        follower = follower.with_tls(tls.config()?)?;
+    }
     // One buffer for the lines, written when nothing more is at hand (so a
     // batch is one write), and one for the cursor: nothing is allocated per
     // event.

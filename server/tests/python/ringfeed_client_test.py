@@ -160,7 +160,18 @@ def run(args):
 
     with tempfile.TemporaryDirectory(prefix="ringfeed-pystubs-") as out_dir:
         pb, pb_grpc = generate_stubs(args.proto, out_dir)
-        with grpc.insecure_channel(args.server) as channel:
+        if args.tls_ca:
+            with open(args.tls_ca, "rb") as f:
+                credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
+            if args.token:
+                # Sent as `authorization: Bearer TOKEN` on every call.
+                credentials = grpc.composite_channel_credentials(
+                    credentials, grpc.access_token_call_credentials(args.token)
+                )
+            channel = grpc.secure_channel(args.server, credentials)
+        else:
+            channel = grpc.insecure_channel(args.server)
+        with channel:
             grpc.channel_ready_future(channel).result(timeout=TIMEOUT_S)
             stub = pb_grpc.RingFeedStub(channel)
 
@@ -197,6 +208,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server", required=True, help="HOST:PORT of a running, empty ringfeed server")
     parser.add_argument("--proto", required=True, help="path to ringfeed.proto")
+    parser.add_argument("--tls-ca", help="connect over TLS, trusting this CA (PEM)")
+    parser.add_argument("--token", help="with --tls-ca: send this token on every call")
     args = parser.parse_args()
     try:
         import grpc  # noqa: F401
