@@ -29,6 +29,7 @@ mod producer_open;
 mod report;
 mod results;
 mod scenarios;
+mod security;
 mod simulate;
 mod since_lookup;
 mod systems;
@@ -187,6 +188,10 @@ enum Command {
     /// catch-up events/s, CPU per event (node 1 and all nodes) and live
     /// latency p50/p99, side by side with a single node read in node scope.
     Cluster(cluster::Args),
+    /// What TLS and tokens cost: a plain server and one with TLS and a token file,
+    /// interleaved passes of appends and of a catch-up from the beginning (events/s),
+    /// medians and the ratio.
+    Security(security::Args),
     /// What waiting subscribers cost a shard's append: K live subscribers
     /// parked in next() (tokio tasks) and one producer appending single-event
     /// batches at a fixed rate; the shard's stamp-and-publish time per batch,
@@ -467,6 +472,7 @@ fn main() -> Result<()> {
             flush_interval_ms,
         }),
         Command::Cluster(args) => cluster::run(&args),
+        Command::Security(args) => security::run(&args),
         Command::ShardWakeups {
             dir,
             shards,

@@ -459,14 +459,16 @@ pub fn new_token(append: &[String], read: &[String], admin: bool) -> Result<(Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ringfeed_proto::tonic::metadata::{MetadataMap, MetadataValue};
+    use ringfeed_proto::tonic::metadata::MetadataMap;
 
+    /// Metadata whose `authorization` is `value` as HTTP allows it (bytes
+    /// 0x80-0xff too, which are not UTF-8).
     fn with(value: &[u8]) -> MetadataMap {
-        let mut m = MetadataMap::new();
-        if let Ok(v) = MetadataValue::try_from(value) {
-            m.insert(AUTHORIZATION, v);
-        }
-        m
+        let mut headers = ringfeed_proto::tonic::codegen::http::HeaderMap::new();
+        let value = ringfeed_proto::tonic::codegen::http::HeaderValue::from_bytes(value)
+            .expect("a value HTTP allows");
+        headers.insert(AUTHORIZATION, value);
+        MetadataMap::from_headers(headers)
     }
 
     #[test]
