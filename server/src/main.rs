@@ -429,7 +429,8 @@ fn serve(config: ServerConfig) -> Result<()> {
         if let Some(path) = config.token_file.clone() {
             tokio::spawn(reload_tokens_on_sighup(path, auth.clone())?);
         } else {
-            tracing::warn!(
+            // Once, at start: the default on loopback, so not a warning.
+            tracing::info!(
                 "no --token-file: the server is open, anyone who reaches {addr} may append and read everything"
             );
         }
