@@ -52,6 +52,7 @@ async fn start_server(
         tokio::spawn(ringfeed_server::metrics::serve(
             listener,
             Arc::new(exporter),
+            Default::default(),
         ));
         Some(at)
     } else {

@@ -446,7 +446,15 @@ fn serve(config: ServerConfig) -> Result<()> {
             Some(listener) => {
                 let at = listener.local_addr()?;
                 let exporter = Exporter::new(engine.clone(), service.metrics(), service.subscribers().clone());
-                tokio::spawn(ringfeed_server::metrics::serve(listener, Arc::new(exporter)));
+                let access = ringfeed_server::metrics::Access {
+                    auth: auth.clone(),
+                    tls: config
+                        .tls
+                        .as_ref()
+                        .map(|t| t.rustls_config(b"http/1.1"))
+                        .transpose()?,
+                };
+                tokio::spawn(ringfeed_server::metrics::serve(listener, Arc::new(exporter), access));
                 Some(at)
             }
             None => None,
@@ -495,7 +503,8 @@ fn serve(config: ServerConfig) -> Result<()> {
         );
         println!("listening on {addr}");
         if let Some(at) = metrics_addr {
-            println!("metrics on http://{at}/metrics");
+            let scheme = if config.tls.is_some() { "https" } else { "http" };
+            println!("metrics on {scheme}://{at}/metrics");
         }
         // Clients that keep a stream open past shutdown get 10 s to let go.
         let mut stopping = stop_rx;

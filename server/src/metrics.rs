@@ -259,8 +259,24 @@ impl Exporter {
         text
     }
 
-    fn respond(&self, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+    fn respond(
+        &self,
+        request: &Request<Incoming>,
+        auth: &crate::auth::Auth,
+    ) -> Response<Full<Bytes>> {
+        // With a token file, metrics need an admin token (`authorization:
+        // Bearer TOKEN`, as Prometheus sends with `authorization:`).
+        let headers =
+            ringfeed_proto::tonic::metadata::MetadataMap::from_headers(request.headers().clone());
+        let refused = auth.admin(&headers, "metrics").err().map(|status| {
+            let code = match status.code() {
+                ringfeed_proto::tonic::Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+                _ => StatusCode::FORBIDDEN,
+            };
+            (code, "text/plain", format!("{}\n", status.message()))
+        });
         let (status, content_type, body) = match (request.method(), request.uri().path()) {
+            _ if refused.is_some() => refused.expect("checked"),
             (&Method::GET, "/metrics") => (
                 StatusCode::OK,
                 prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
@@ -287,8 +303,19 @@ impl Exporter {
     }
 }
 
-/// Serves `exporter` over HTTP/1 on `listener` until the runtime stops.
-pub async fn serve(listener: tokio::net::TcpListener, exporter: Arc<Exporter>) {
+/// Who may scrape the metrics endpoint, and over what.
+#[derive(Clone, Default)]
+pub struct Access {
+    /// The server's tokens: with any, a scrape needs an admin token.
+    pub auth: Arc<crate::auth::Auth>,
+    /// TLS (the gRPC listener's certificate), if on.
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+}
+
+/// Serves `exporter` over HTTP/1 (over TLS with `access.tls`) on
+/// `listener` until the runtime stops.
+pub async fn serve(listener: tokio::net::TcpListener, exporter: Arc<Exporter>, access: Access) {
+    let acceptor = access.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -300,15 +327,25 @@ pub async fn serve(listener: tokio::net::TcpListener, exporter: Arc<Exporter>) {
             }
         };
         let exporter = exporter.clone();
+        let auth = access.auth.clone();
+        let acceptor = acceptor.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request| {
-                let response = exporter.respond(&request);
+                let response = exporter.respond(&request, &auth);
                 async move { Ok::<_, Infallible>(response) }
             });
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
+            let http = hyper::server::conn::http1::Builder::new();
+            let served = match acceptor {
+                None => http.serve_connection(TokioIo::new(stream), service).await,
+                Some(acceptor) => match acceptor.accept(stream).await {
+                    Ok(tls) => http.serve_connection(TokioIo::new(tls), service).await,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "metrics endpoint: TLS handshake failed");
+                        return;
+                    }
+                },
+            };
+            if let Err(e) = served {
                 tracing::debug!(error = %e, "metrics endpoint: connection ended");
             }
         });

@@ -30,6 +30,49 @@ fn read(path: &Path, what: &str) -> Result<Vec<u8>> {
 }
 
 impl ServerTls {
+    /// The same certificate (and client CA) for a listener tonic does not
+    /// serve (the metrics endpoint), as a rustls config offering `alpn`.
+    pub fn rustls_config(
+        &self,
+        alpn: &[u8],
+    ) -> Result<std::sync::Arc<tokio_rustls::rustls::ServerConfig>> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        use tokio_rustls::rustls;
+        let certs = CertificateDer::pem_slice_iter(&read(&self.cert, "TLS certificate")?)
+            .collect::<Result<Vec<_>, _>>()
+            .with_context(|| format!("the TLS certificate {}", self.cert.display()))?;
+        let key = PrivateKeyDer::from_pem_slice(&read(&self.key, "TLS key")?)
+            .with_context(|| format!("the TLS key {}", self.key.display()))?;
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .context("TLS protocol versions")?;
+        let builder = match &self.client_ca {
+            None => builder.with_no_client_auth(),
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in CertificateDer::pem_slice_iter(&read(ca, "client CA")?) {
+                    roots
+                        .add(cert.with_context(|| format!("the client CA {}", ca.display()))?)
+                        .with_context(|| format!("the client CA {}", ca.display()))?;
+                }
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    std::sync::Arc::new(roots),
+                    provider,
+                )
+                .build()
+                .context("the client CA")?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder
+            .with_single_cert(certs, key)
+            .context("the TLS certificate and key")?;
+        config.alpn_protocols = vec![alpn.to_vec()];
+        Ok(std::sync::Arc::new(config))
+    }
+
     pub fn config(&self) -> Result<ServerTlsConfig> {
         let identity = Identity::from_pem(
             read(&self.cert, "TLS certificate")?,

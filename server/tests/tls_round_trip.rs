@@ -4,7 +4,8 @@
 //! against the TLS server, and a TLS client against a plaintext server, fail
 //! fast with a message saying so; with --tls-client-ca a client without a
 //! certificate is refused and one with a certificate the CA signed is
-//! served; the Python grpcio client round-trips over TLS with a token.
+//! served; the Python grpcio client round-trips over TLS with a token; the
+//! metrics endpoint serves over TLS and needs an admin token.
 
 mod serve_binary;
 
@@ -238,4 +239,84 @@ fn python_client_over_tls_with_a_token() {
         Some(0),
         "the python client failed; its output is above"
     );
+}
+
+/// GET `path` from `addr` over TLS trusting `ca`, with `authorization` if
+/// given: the status code and body.
+async fn https_get(addr: &str, ca: &Path, authorization: Option<&str>) -> (u16, String) {
+    use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::rustls;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = ServerName::try_from("127.0.0.1").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let auth = authorization
+        .map(|a| format!("authorization: {a}\r\n"))
+        .unwrap_or_default();
+    let request =
+        format!("GET /metrics HTTP/1.1\r\nhost: {addr}\r\n{auth}connection: close\r\n\r\n");
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    tls.read_to_string(&mut response).await.ok();
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, response)
+}
+
+/// The metrics endpoint over TLS, needing an admin token when tokens exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_over_tls_need_an_admin_token() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let pki = make_pki(dir.path());
+    let new_token = |flags: &[&str]| {
+        let (out, _) = ringfeed(&[&["token", "new"][..], flags].concat());
+        let (token, table) = out.stdout.split_once('\n').unwrap();
+        (token.to_owned(), table.to_owned())
+    };
+    let (admin, admin_table) = new_token(&["--admin"]);
+    let (reader, reader_table) = new_token(&["--read", "/"]);
+    let tokens = write(
+        dir.path(),
+        "tokens.toml",
+        &format!("{admin_table}{reader_table}"),
+    );
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        1,
+        &[
+            "--tls-cert",
+            p(&pki.server_cert),
+            "--tls-key",
+            p(&pki.server_key),
+            "--token-file",
+            p(&tokens),
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let at = server.metrics.clone().expect("a metrics address");
+    let (code, _) = https_get(&at, &pki.ca, None).await;
+    assert_eq!(code, 401, "no token");
+    let (code, _) = https_get(&at, &pki.ca, Some(&format!("Bearer {reader}"))).await;
+    assert_eq!(code, 403, "not admin");
+    let (code, body) = https_get(&at, &pki.ca, Some(&format!("Bearer {admin}"))).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("ringfeed_"), "{body}");
 }

@@ -97,7 +97,10 @@ impl Server {
                 if let Some(addr) = line.strip_prefix("listening on ") {
                     let _ = addr_tx.send(addr.trim().to_owned());
                 }
-                if let Some(url) = line.strip_prefix("metrics on http://") {
+                let url = line
+                    .strip_prefix("metrics on http://")
+                    .or_else(|| line.strip_prefix("metrics on https://"));
+                if let Some(url) = url {
                     let _ = metrics_tx.send(url.trim().trim_end_matches("/metrics").to_owned());
                 }
             }
