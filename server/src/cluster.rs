@@ -351,18 +351,12 @@ impl ClusterStream {
             None => v1::subscribe_request::Start::Beginning(true),
         };
         let feed = match self.peer_request.until_ns {
-            0 => Some(
-                self.membership
-                    .peer_feeds
-                    .get(
-                        peer.node_id,
-                        &peer.address,
-                        &self.peer_request(),
-                        PEER_BACKOFF,
-                        self.membership.peer_token.as_deref(),
-                    )
-                    .map_err(|e| Status::invalid_argument(format!("peer {}: {e}", peer.address)))?,
-            ),
+            0 => Some(self.membership.peer_feeds.get(
+                peer.node_id,
+                &peer.address,
+                &self.peer_request(),
+                |r| peer_follower(&self.membership, &peer.address, r),
+            )?),
             // Its own followers end at until_ns; a live feed does not.
             _ => None,
         };
@@ -410,9 +404,7 @@ impl ClusterStream {
         let mut request = self.peer_request();
         request.start = Some(start);
         let address = &self.nodes[node].address;
-        let follower = Follower::new(address, request, PEER_BACKOFF)
-            .and_then(|f| f.with_token(self.membership.peer_token.as_deref()))
-            .map_err(|e| Status::invalid_argument(format!("peer {address}: {e}")))?;
+        let follower = peer_follower(&self.membership, address, request)?;
         self.followers += 1;
         let id = self.followers;
         let task = tokio::spawn(follow_peer(follower, node, id, self.peer_tx.clone()));
@@ -712,13 +704,9 @@ impl ClusterStream {
                 Gone::Failed => self
                     .membership
                     .peer_feeds
-                    .get(
-                        n.id,
-                        &n.address,
-                        &request,
-                        PEER_BACKOFF,
-                        self.membership.peer_token.as_deref(),
-                    )
+                    .get(n.id, &n.address, &request, |r| {
+                        peer_follower(&self.membership, &n.address, r)
+                    })
                     .ok(),
             };
         }
@@ -872,6 +860,25 @@ impl ClusterStream {
             }
         }
     }
+}
+
+/// A follower of the peer at `address` as this node follows its peers: with
+/// its peer token and TLS, reconnecting soon after a failure.
+fn peer_follower(
+    membership: &Membership,
+    address: &str,
+    request: v1::SubscribeRequest,
+) -> Result<Follower, Status> {
+    let refused =
+        |e: &dyn std::fmt::Display| Status::invalid_argument(format!("peer {address}: {e}"));
+    let mut follower = Follower::new(address, request, PEER_BACKOFF)
+        .and_then(|f| f.with_token(membership.peer_token.as_deref()))
+        .map_err(|e| refused(&e))?;
+    if let Some(tls) = membership.peer_tls.as_ref().filter(|t| t.enabled()) {
+        let config = tls.config().map_err(|e| refused(&format!("{e:#}")))?;
+        follower = follower.with_tls(config).map_err(|e| refused(&e))?;
+    }
+    Ok(follower)
 }
 
 /// The ids of the nodes of `sources`, ascending, each once.

@@ -48,6 +48,9 @@ pub struct FileConfig {
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub tls_client_ca: Option<PathBuf>,
+    /// The CA that signed the peers' certificates: this node dials its peers
+    /// over TLS (`serve --peer-tls-ca`).
+    pub peer_tls_ca: Option<PathBuf>,
     /// etcd endpoints (URLs): membership through etcd instead of `peers`.
     pub etcd: Option<Vec<String>>,
     /// Where nodes register in etcd: `<prefix><node id>`.
@@ -262,6 +265,13 @@ impl FileConfig {
                     crate::peer_feed::DEFAULT_FEED_ITEMS,
                 )?,
                 peer_token: self.peer_token,
+                // Peers serve TLS: trust this CA, and present this node's
+                // own certificate (peers with a client CA ask for one).
+                peer_tls: self.peer_tls_ca.map(|ca| crate::tls::ClientTls {
+                    ca: Some(ca),
+                    cert: self.tls_cert.clone(),
+                    key: self.tls_key.clone(),
+                }),
             },
             token_file: self.token_file,
             insecure: self.insecure.unwrap_or(false),

@@ -178,6 +178,10 @@ struct ServeArgs {
     /// `tls_client_ca`.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_client_ca: Option<PathBuf>,
+    /// Dial the cluster's peers over TLS, trusting the certificates this CA (PEM) signed
+    /// (this node presents its own --tls-cert to peers that ask). Config `peer_tls_ca`.
+    #[arg(long, value_name = "FILE")]
+    peer_tls_ca: Option<PathBuf>,
     /// Listen on an address other hosts can reach without both TLS and a token file: anyone
     /// on the network could then read or append. Config `insecure`.
     #[arg(long)]
@@ -324,6 +328,7 @@ fn serve_command(args: ServeArgs) -> Result<()> {
     file.tls_cert = args.tls_cert.or(file.tls_cert);
     file.tls_key = args.tls_key.or(file.tls_key);
     file.tls_client_ca = args.tls_client_ca.or(file.tls_client_ca);
+    file.peer_tls_ca = args.peer_tls_ca.or(file.peer_tls_ca);
     serve(file.resolve()?)
 }
 

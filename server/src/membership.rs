@@ -57,6 +57,9 @@ pub struct ClusterOptions {
     /// The token this node sends its peers (`serve --peer-token`): their
     /// token files must let it read everything and ask for status.
     pub peer_token: Option<String>,
+    /// TLS to the peers (`serve --peer-tls-ca`): the CA that signed their
+    /// certificates, and this node's own certificate to present.
+    pub peer_tls: Option<crate::tls::ClientTls>,
 }
 
 impl Default for ClusterOptions {
@@ -65,6 +68,7 @@ impl Default for ClusterOptions {
             peer_hold: DEFAULT_PEER_HOLD,
             peer_feed_events: crate::peer_feed::DEFAULT_FEED_ITEMS,
             peer_token: None,
+            peer_tls: None,
         }
     }
 }
@@ -81,6 +85,8 @@ pub struct Membership {
     pub peer_hold: Duration,
     /// Sent to peers as `Bearer` token (status polls, cluster streams).
     pub(crate) peer_token: Option<String>,
+    /// TLS to the peers, when they serve TLS.
+    pub(crate) peer_tls: Option<crate::tls::ClientTls>,
     /// The peers' shared live feeds (one per peer and stream shape).
     pub(crate) peer_feeds: crate::peer_feed::PeerFeeds,
 }
@@ -133,6 +139,7 @@ impl Membership {
             changes: watch::channel(0).0,
             peer_hold: options.peer_hold,
             peer_token: options.peer_token.clone(),
+            peer_tls: options.peer_tls.clone(),
             peer_feeds: crate::peer_feed::PeerFeeds::new(options.peer_feed_events),
         })
     }
@@ -175,7 +182,16 @@ impl Membership {
     /// Asks `peer` for its status every [`POLL_INTERVAL`] until it leaves
     /// or `shutdown`.
     fn poll(self: &Arc<Self>, peer: Arc<Peer>, mut shutdown: watch::Receiver<bool>) {
-        let channel = Endpoint::from_shared(format!("http://{}", peer.address))
+        let tls = self.peer_tls.clone().unwrap_or_default();
+        let channel = Endpoint::from_shared(tls.uri(&peer.address))
+            .map_err(|e| e.to_string())
+            .and_then(|e| match tls.enabled() {
+                false => Ok(e),
+                true => tls
+                    .config()
+                    .map_err(|e| format!("{e:#}"))
+                    .and_then(|c| e.tls_config(c).map_err(|e| e.to_string())),
+            })
             .map(|e| e.connect_timeout(ANSWER_WITHIN).timeout(ANSWER_WITHIN))
             .map(|e| e.connect_lazy());
         let membership = self.clone();

@@ -26,6 +26,8 @@ use ringfeed_proto::prost::Message;
 use ringfeed_proto::v1;
 use tokio::sync::Notify;
 
+use ringfeed_proto::tonic::Status;
+
 use crate::client::{FollowError, Follower, Step as FollowStep};
 
 /// Items a feed keeps by default (config `peer_feed_events`).
@@ -333,15 +335,15 @@ impl PeerFeeds {
 
     /// The live feed of peer `node` at `address` for streams following it
     /// with `request` (its start and client fields are replaced): the
-    /// running one, or a new one following the peer from now.
+    /// running one, or a new one following the peer from now with the
+    /// follower `follower` makes of the request.
     pub(crate) fn get(
         &self,
         node: u32,
         address: &str,
         request: &v1::SubscribeRequest,
-        backoff: crate::client::Backoff,
-        token: Option<&str>,
-    ) -> Result<Arc<PeerFeed>, FollowError> {
+        follower: impl FnOnce(v1::SubscribeRequest) -> Result<Follower, Status>,
+    ) -> Result<Arc<PeerFeed>, Status> {
         let mut request = request.clone();
         request.start = Some(v1::subscribe_request::Start::Now(true));
         request.client_id = 0;
@@ -360,7 +362,7 @@ impl PeerFeeds {
             }
         }
         request.client_name = request.client_name.replace("cluster stream", "shared feed");
-        let follower = Follower::new(address, request, backoff)?.with_token(token)?;
+        let follower = follower(request)?;
         let (made, made_rx) = tokio::sync::oneshot::channel();
         let feed = Arc::new_cyclic(|weak: &Weak<PeerFeed>| PeerFeed {
             ring: Mutex::new(Ring {

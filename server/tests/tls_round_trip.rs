@@ -5,8 +5,11 @@
 //! fast with a message saying so; with --tls-client-ca a client without a
 //! certificate is refused and one with a certificate the CA signed is
 //! served; the Python grpcio client round-trips over TLS with a token; the
-//! metrics endpoint serves over TLS and needs an admin token.
+//! metrics endpoint serves over TLS and needs an admin token; two cluster
+//! nodes with TLS and tokens reach each other (--peer-tls-ca, --peer-token)
+//! and a cluster tail over TLS prints both nodes' events.
 
+mod cluster_nodes;
 mod serve_binary;
 
 use std::path::{Path, PathBuf};
@@ -319,4 +322,91 @@ async fn metrics_over_tls_need_an_admin_token() {
     let (code, body) = https_get(&at, &pki.ca, Some(&format!("Bearer {admin}"))).await;
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("ringfeed_"), "{body}");
+}
+
+/// Two nodes serving TLS with token files reach each other over TLS with
+/// their peer token; `tail --cluster` over TLS prints both nodes' events.
+#[test]
+fn cluster_nodes_over_tls() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let pki = make_pki(dir.path());
+    let new_token = |flags: &[&str]| {
+        let (out, _) = ringfeed(&[&["token", "new"][..], flags].concat());
+        let (token, table) = out.stdout.split_once('\n').unwrap();
+        (token.to_owned(), table.to_owned())
+    };
+    let (peer, peer_table) = new_token(&["--read", "/", "--admin"]);
+    let (writer, writer_table) = new_token(&["--append", "/", "--read", "/", "--admin"]);
+    let tokens = write(
+        dir.path(),
+        "tokens.toml",
+        &format!("{peer_table}{writer_table}"),
+    );
+    let ports = cluster_nodes::free_ports(2);
+    let dirs = cluster_nodes::data_dirs(2, "tls-cluster-");
+    let flags = [
+        "--tls-cert",
+        p(&pki.server_cert),
+        "--tls-key",
+        p(&pki.server_key),
+        "--token-file",
+        p(&tokens),
+        "--peer-token",
+        &peer,
+        "--peer-tls-ca",
+        p(&pki.ca),
+    ];
+    let _servers: Vec<Server> = (0..2)
+        .map(|i| cluster_nodes::start_node(&ports, dirs[i].path(), i, 1, &flags))
+        .collect();
+    // `ringfeed ARGS` against `addr` over TLS with the writer's token.
+    let run = |args: &[&str], addr: &str| {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend([
+            "--server",
+            addr,
+            "--tls-ca",
+            p(&pki.ca),
+            "--token",
+            writer.as_str(),
+        ]);
+        ringfeed(&all)
+    };
+    // Each node sees its peer up.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for addr in &ports {
+        loop {
+            let (out, _) = run(&["nodes"], addr);
+            assert!(ok(&out), "{}", out.stderr);
+            let peer_up = out
+                .stdout
+                .lines()
+                .any(|l| l.split_whitespace().nth(2) == Some("up"));
+            if peer_up {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{addr}: {}", out.stdout);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    for (i, addr) in ports.iter().enumerate() {
+        let name = format!("from-node-{}", i + 1);
+        let (out, _) = run(
+            &["append", "--dir", "/c", "--name", &name, "--op", "create"],
+            addr,
+        );
+        assert!(ok(&out), "{}", out.stderr);
+    }
+    let now = now_ns();
+    let (out, _) = run(
+        &["tail", "--cluster", "--beginning", "--until-ns", &now],
+        &ports[0],
+    );
+    assert!(ok(&out), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("from-node-1") && out.stdout.contains("from-node-2"),
+        "{}",
+        out.stdout
+    );
 }
