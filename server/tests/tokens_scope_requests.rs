@@ -72,13 +72,18 @@ async fn requests_need_a_token_within_its_scope() {
     let (writer, writer_table) = new_token(&["--append", "/a/", "--read", "/"]);
     let (admin, admin_table) = new_token(&["--read", "/", "--admin"]);
     let (scoped, scoped_table) = new_token(&["--read", "/a"]);
+    let (append_only, append_only_table) = new_token(&["--append", "/a"]);
     assert!(
         !writer_table.contains(&writer),
         "the table never holds the token"
     );
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let file = dir.path().join("tokens.toml");
-    std::fs::write(&file, format!("{writer_table}{admin_table}{scoped_table}")).unwrap();
+    std::fs::write(
+        &file,
+        format!("{writer_table}{admin_table}{scoped_table}{append_only_table}"),
+    )
+    .unwrap();
     let server = Server::start_with(
         &dir.path().join("data"),
         2,
@@ -119,6 +124,15 @@ async fn requests_need_a_token_within_its_scope() {
         );
         assert!(!status.message().contains(&writer));
     }
+    // Bytes that are not UTF-8 (HTTP allows 0x80-0xff in a header value).
+    let mut request = Request::new(append_request("/a", &["f"]));
+    let mut headers = ringfeed_proto::tonic::codegen::http::HeaderMap::new();
+    let value = b"Bearer \xff\xfe\x80";
+    let value = ringfeed_proto::tonic::codegen::http::HeaderValue::from_bytes(value).unwrap();
+    headers.insert("authorization", value);
+    *request.metadata_mut() = ringfeed_proto::tonic::metadata::MetadataMap::from_headers(headers);
+    let status = client.append(request).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
 
     // In scope: stored. Out of scope: refused whole, naming the path.
     client
@@ -183,6 +197,15 @@ async fn requests_need_a_token_within_its_scope() {
         .unwrap()
         .unwrap();
     assert!(first.is_some());
+    // A token that may only append may not read.
+    let denied = client
+        .subscribe(with_token(
+            subscribe(),
+            Some(&format!("Bearer {append_only}")),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), Code::PermissionDenied);
     // A token scoped to /a reads /a (tokens_scoped_reads.rs has the rest).
     let mut scoped_stream = client
         .subscribe(with_token(subscribe(), Some(&scoped_h)))
