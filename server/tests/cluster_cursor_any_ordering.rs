@@ -12,7 +12,6 @@ mod cluster_nodes;
 mod serve_binary;
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
 
 use cluster_nodes::*;
 use ringfeed_proto::v1::{self, subscribe_request::Start};
@@ -22,35 +21,16 @@ const SHARDS: u32 = 4;
 const ROUNDS: usize = 6;
 const PER_ROUND: usize = 20;
 
-/// Reads `count` events of a cluster stream (one per response) from `start`,
-/// each with the cursor after it; fails after 20 s.
+/// `count` events of a per_shard cluster stream of `addr` from `start`, one
+/// per response, each with the cursor after it.
 async fn read(addr: &str, start: Start, count: usize) -> Vec<(Seen, Vec<u8>)> {
-    let mut stream = client(addr)
-        .await
-        .subscribe(v1::SubscribeRequest {
-            start: Some(start),
-            scope: v1::Scope::Cluster as i32,
-            ordering: v1::Ordering::PerShard as i32,
-            ..Default::default()
-        })
-        .await
-        .unwrap_or_else(|s| panic!("{addr}: {s}"))
-        .into_inner();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut seen = Vec::new();
-    while seen.len() < count {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let response = tokio::time::timeout(left, stream.message())
-            .await
-            .unwrap_or_else(|_| panic!("{addr}: {} of {count} events in 20 s", seen.len()))
-            .unwrap_or_else(|s| panic!("{addr}: {s}"))
-            .expect("the stream goes on");
-        let cursor = response.cursor.to_vec();
-        let events = events_of(response);
-        assert!(events.len() <= 1, "one event per response");
-        seen.extend(events.into_iter().map(|e| (e, cursor.clone())));
-    }
-    seen
+    let request = v1::SubscribeRequest {
+        start: Some(start),
+        scope: v1::Scope::Cluster as i32,
+        ordering: v1::Ordering::PerShard as i32,
+        ..Default::default()
+    };
+    read_with_cursors(addr, request, count).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,15 +23,20 @@ const SHARDS: u32 = 2;
 const BACKLOG: usize = 300;
 const BURST: usize = 400;
 
-/// The cluster streams node `addr` lists, by mode.
-async fn cluster_modes(addr: &str) -> Vec<String> {
-    let list = client(addr)
+/// The streams node `addr` lists.
+async fn listed(addr: &str) -> Vec<v1::SubscriberInfo> {
+    client(addr)
         .await
         .list_subscribers(v1::ListSubscribersRequest {})
         .await
         .unwrap()
         .into_inner()
-        .subscribers;
+        .subscribers
+}
+
+/// The cluster streams node `addr` lists, by mode.
+async fn cluster_modes(addr: &str) -> Vec<String> {
+    let list = listed(addr).await;
     list.into_iter()
         .filter(|s| s.mode.starts_with("cluster"))
         .map(|s| s.mode)
@@ -40,13 +45,7 @@ async fn cluster_modes(addr: &str) -> Vec<String> {
 
 /// How many streams node `addr` lists under each of `names`.
 async fn streams_named(addr: &str, names: &[&str]) -> Vec<usize> {
-    let list = client(addr)
-        .await
-        .list_subscribers(v1::ListSubscribersRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .subscribers;
+    let list = listed(addr).await;
     names
         .iter()
         .map(|name| list.iter().filter(|s| s.client_name == *name).count())
@@ -212,7 +211,19 @@ async fn cluster_streams_share_one_live_stream_per_peer() {
     let key = |e: &Seen| (e.1, e.2, e.3);
     for i in (0..total - 1).step_by(97).chain([backlog + 1, total - 2]) {
         let addr = &ports[1 + i % 2];
-        let rest = read_from(addr, cursors[i].clone(), total - 1 - i).await;
+        let request = v1::SubscribeRequest {
+            start: Some(v1::subscribe_request::Start::Cursor(
+                cursors[i].clone().into(),
+            )),
+            scope: v1::Scope::Cluster as i32,
+            batching: true,
+            ..Default::default()
+        };
+        let rest: Vec<Seen> = read_with_cursors(addr, request, total - 1 - i)
+            .await
+            .into_iter()
+            .map(|(e, _)| e)
+            .collect();
         let got: std::collections::BTreeSet<_> = rest.iter().map(key).collect();
         let want: std::collections::BTreeSet<_> = reference[i + 1..].iter().map(key).collect();
         assert_eq!(
@@ -222,31 +233,4 @@ async fn cluster_streams_share_one_live_stream_per_peer() {
         );
         assert_eq!(got, want, "after event {i}, on {addr}: exactly the rest");
     }
-}
-
-/// Reads `count` events of a cluster stream from `cursor` (20 s at most).
-async fn read_from(addr: &str, cursor: Vec<u8>, count: usize) -> Vec<Seen> {
-    let mut stream = client(addr)
-        .await
-        .subscribe(v1::SubscribeRequest {
-            start: Some(v1::subscribe_request::Start::Cursor(cursor.into())),
-            scope: v1::Scope::Cluster as i32,
-            batching: true,
-            ..Default::default()
-        })
-        .await
-        .unwrap_or_else(|s| panic!("{addr}: {s}"))
-        .into_inner();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut seen = Vec::new();
-    while seen.len() < count {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let response = tokio::time::timeout(left, stream.message())
-            .await
-            .unwrap_or_else(|_| panic!("{addr}: {} of {count} events in 20 s", seen.len()))
-            .unwrap_or_else(|s| panic!("{addr}: {s}"))
-            .expect("the stream goes on");
-        seen.extend(events_of(response));
-    }
-    seen
 }

@@ -17,7 +17,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
-use serve_binary::{run_bounded, Output, Server};
+use serve_binary::{new_token, run_bounded, Output, Server};
 
 struct Pki {
     ca: PathBuf,
@@ -73,6 +73,20 @@ fn p(path: &Path) -> &str {
     path.to_str().unwrap()
 }
 
+impl Pki {
+    /// `serve` flags for TLS with the server certificate, then `more`.
+    fn serve_flags<'a>(&'a self, more: &[&'a str]) -> Vec<&'a str> {
+        let mut flags = vec![
+            "--tls-cert",
+            p(&self.server_cert),
+            "--tls-key",
+            p(&self.server_key),
+        ];
+        flags.extend_from_slice(more);
+        flags
+    }
+}
+
 /// Runs `ringfeed ARGS` (at most 20 s) and says how long it took.
 fn ringfeed(args: &[&str]) -> (Output, Duration) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_ringfeed"));
@@ -97,16 +111,7 @@ fn tls_round_trips_and_mismatches_fail_fast() {
     let _watchdog = ringfeed_watchdog::arm();
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let pki = make_pki(dir.path());
-    let tls = Server::start_with(
-        &dir.path().join("tls"),
-        2,
-        &[
-            "--tls-cert",
-            p(&pki.server_cert),
-            "--tls-key",
-            p(&pki.server_key),
-        ],
-    );
+    let tls = Server::start_with(&dir.path().join("tls"), 2, &pki.serve_flags(&[]));
     let ca = ["--tls-ca", p(&pki.ca)];
     let server = ["--server", tls.addr.as_str()];
 
@@ -154,14 +159,7 @@ fn tls_round_trips_and_mismatches_fail_fast() {
     let mutual = Server::start_with(
         &dir.path().join("mutual"),
         1,
-        &[
-            "--tls-cert",
-            p(&pki.server_cert),
-            "--tls-key",
-            p(&pki.server_key),
-            "--tls-client-ca",
-            p(&pki.ca),
-        ],
+        &pki.serve_flags(&["--tls-client-ca", p(&pki.ca)]),
     );
     let server = ["--server", mutual.addr.as_str()];
     let (out, _) = ringfeed(&[&["status"][..], &server, &ca].concat());
@@ -203,23 +201,12 @@ fn python_client_over_tls_with_a_token() {
     }
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let pki = make_pki(dir.path());
-    let (token, table) = {
-        let (out, _) = ringfeed(&["token", "new", "--append", "/", "--read", "/"]);
-        let (token, table) = out.stdout.split_once('\n').unwrap();
-        (token.to_owned(), table.to_owned())
-    };
+    let (token, table) = new_token(&["--append", "/", "--read", "/"]);
     let tokens = write(dir.path(), "tokens.toml", &table);
     let server = Server::start_with(
         &dir.path().join("data"),
         2,
-        &[
-            "--tls-cert",
-            p(&pki.server_cert),
-            "--tls-key",
-            p(&pki.server_key),
-            "--token-file",
-            p(&tokens),
-        ],
+        &pki.serve_flags(&["--token-file", p(&tokens)]),
     );
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut client = Command::new("python3");
@@ -288,11 +275,6 @@ async fn metrics_over_tls_need_an_admin_token() {
     let _watchdog = ringfeed_watchdog::arm();
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let pki = make_pki(dir.path());
-    let new_token = |flags: &[&str]| {
-        let (out, _) = ringfeed(&[&["token", "new"][..], flags].concat());
-        let (token, table) = out.stdout.split_once('\n').unwrap();
-        (token.to_owned(), table.to_owned())
-    };
     let (admin, admin_table) = new_token(&["--admin"]);
     let (reader, reader_table) = new_token(&["--read", "/"]);
     let tokens = write(
@@ -303,16 +285,12 @@ async fn metrics_over_tls_need_an_admin_token() {
     let server = Server::start_with(
         &dir.path().join("data"),
         1,
-        &[
-            "--tls-cert",
-            p(&pki.server_cert),
-            "--tls-key",
-            p(&pki.server_key),
+        &pki.serve_flags(&[
             "--token-file",
             p(&tokens),
             "--metrics-listen",
             "127.0.0.1:0",
-        ],
+        ]),
     );
     let at = server.metrics.clone().expect("a metrics address");
     let (code, _) = https_get(&at, &pki.ca, None).await;
@@ -331,11 +309,6 @@ fn cluster_nodes_over_tls() {
     let _watchdog = ringfeed_watchdog::arm();
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let pki = make_pki(dir.path());
-    let new_token = |flags: &[&str]| {
-        let (out, _) = ringfeed(&[&["token", "new"][..], flags].concat());
-        let (token, table) = out.stdout.split_once('\n').unwrap();
-        (token.to_owned(), table.to_owned())
-    };
     let (peer, peer_table) = new_token(&["--read", "/", "--admin"]);
     let (writer, writer_table) = new_token(&["--append", "/", "--read", "/", "--admin"]);
     let tokens = write(
@@ -345,18 +318,14 @@ fn cluster_nodes_over_tls() {
     );
     let ports = cluster_nodes::free_ports(2);
     let dirs = cluster_nodes::data_dirs(2, "tls-cluster-");
-    let flags = [
-        "--tls-cert",
-        p(&pki.server_cert),
-        "--tls-key",
-        p(&pki.server_key),
+    let flags = pki.serve_flags(&[
         "--token-file",
         p(&tokens),
         "--peer-token",
         &peer,
         "--peer-tls-ca",
         p(&pki.ca),
-    ];
+    ]);
     let _servers: Vec<Server> = (0..2)
         .map(|i| cluster_nodes::start_node(&ports, dirs[i].path(), i, 1, &flags))
         .collect();

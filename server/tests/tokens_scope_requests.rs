@@ -17,19 +17,9 @@ use std::time::{Duration, Instant};
 use ringfeed_proto::tonic::{self, metadata::MetadataValue, Code, Request};
 use ringfeed_proto::v1;
 use ringfeed_proto::RingFeedClient;
-use serve_binary::{run_bounded, Server};
+use serve_binary::{new_token, run_bounded, Server};
 
 /// A new token with `flags`: (token, its table).
-fn new_token(flags: &[&str]) -> (String, String) {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ringfeed"));
-    command.args(["token", "new"]).args(flags);
-    let out = run_bounded(command, None, Duration::from_secs(10));
-    assert!(out.status.is_some_and(|s| s.success()), "{}", out.stderr);
-    let text = out.stdout;
-    let (token, table) = text.split_once('\n').unwrap();
-    (token.to_owned(), table.to_owned())
-}
-
 fn with_token<T>(message: T, authorization: Option<&str>) -> Request<T> {
     let mut request = Request::new(message);
     if let Some(value) = authorization {

@@ -14,16 +14,7 @@ use ringfeed_proto::tonic::{metadata::MetadataValue, Code, Request};
 use ringfeed_proto::v1::{self, subscribe_response::Item};
 use ringfeed_proto::RingFeedClient;
 use ringfeed_server::client::{Backoff, Follower};
-use serve_binary::{run_bounded, Server};
-
-fn new_token(flags: &[&str]) -> (String, String) {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ringfeed"));
-    command.args(["token", "new"]).args(flags);
-    let out = run_bounded(command, None, Duration::from_secs(10));
-    assert!(out.status.is_some_and(|s| s.success()), "{}", out.stderr);
-    let (token, table) = out.stdout.split_once('\n').unwrap();
-    (token.to_owned(), table.to_owned())
-}
+use serve_binary::{new_token, Server};
 
 fn entry(name: &str) -> Option<v1::Entry> {
     Some(v1::Entry {

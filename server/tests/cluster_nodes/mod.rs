@@ -328,3 +328,31 @@ pub fn start_node(
     all.extend_from_slice(flags);
     super::serve_binary::Server::start_on_with(dir, shards, &ports[i], &all)
 }
+
+/// Reads `count` events of a subscription of `addr` with `request`, each
+/// with its response's cursor; fails after 20 s.
+pub async fn read_with_cursors(
+    addr: &str,
+    request: v1::SubscribeRequest,
+    count: usize,
+) -> Vec<(Seen, Vec<u8>)> {
+    let mut stream = client(addr)
+        .await
+        .subscribe(request)
+        .await
+        .unwrap_or_else(|s| panic!("{addr}: {s}"))
+        .into_inner();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    while seen.len() < count {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let response = tokio::time::timeout(left, stream.message())
+            .await
+            .unwrap_or_else(|_| panic!("{addr}: {} of {count} events in 20 s", seen.len()))
+            .unwrap_or_else(|s| panic!("{addr}: {s}"))
+            .expect("the stream goes on");
+        let cursor = response.cursor.to_vec();
+        seen.extend(events_of(response).into_iter().map(|e| (e, cursor.clone())));
+    }
+    seen
+}

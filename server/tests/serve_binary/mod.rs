@@ -308,3 +308,13 @@ pub fn run_bounded(mut command: Command, stdin: Option<Vec<u8>>, timeout: Durati
         stderr: stderr.join().unwrap_or_default(),
     }
 }
+
+/// `ringfeed token new FLAGS`: (the token, its `[[token]]` table).
+pub fn new_token(flags: &[&str]) -> (String, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ringfeed"));
+    command.args(["token", "new"]).args(flags);
+    let out = run_bounded(command, None, Duration::from_secs(10));
+    assert!(out.code() == Some(0), "token new: {}", out.stderr);
+    let (token, table) = out.stdout.split_once('\n').expect("a token line");
+    (token.to_owned(), table.to_owned())
+}
