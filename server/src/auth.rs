@@ -60,6 +60,8 @@ struct EntryToml {
 /// What one token may do.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
+    /// The token's SHA-256, hex: who presents a request (never the token).
+    pub id: String,
     /// For people and logs (may be empty).
     pub name: String,
     /// Path prefixes it may append under (normalized: no trailing `/`).
@@ -92,6 +94,7 @@ impl Tokens {
             let what = || format!("[[token]] number {}", i + 1);
             let hash = parse_sha256(&entry.sha256).with_context(what)?;
             let grant = Grant {
+                id: entry.sha256.trim().to_ascii_lowercase(),
                 name: entry.name,
                 append: normalized(entry.append, "append").with_context(what)?,
                 read: normalized(entry.read, "read").with_context(what)?,
@@ -199,10 +202,10 @@ impl Auth {
         }
     }
 
-    /// What a subscription may read: `None` everything (an open server, or
-    /// a token that reads "/"), else its token's read scope.
-    pub fn read(&self, metadata: &MetadataMap) -> Result<Option<ReadScope>, Status> {
-        match self.grant(metadata)? {
+    /// What a subscription under `grant` may read: `None` everything (an
+    /// open server, or a token that reads "/"), else its token's read scope.
+    pub fn read_scope(grant: Option<&Grant>) -> Result<Option<ReadScope>, Status> {
+        match grant {
             Some(grant) if !grant.reads_everything() => {
                 if grant.read.is_empty() {
                     return Err(Status::permission_denied("this token may not read"));
@@ -305,6 +308,19 @@ impl ReadScope {
         let new = e.new_entry.as_ref().map(|n| join(&new_dir, &n.name));
         let old_in = old.as_deref().map(|p| self.covers(p));
         let new_in = new.as_deref().map(|p| self.covers(p));
+        // A new parent without a new entry (not a rename) names a path
+        // too: outside the scope, it is left out.
+        if e.new_entry.is_none()
+            && !e.new_parent_path.is_empty()
+            && !self.covers(&e.new_parent_path)
+        {
+            e.new_parent_path.clear();
+            let shown = old_in.unwrap_or_else(|| self.covers(&e.directory));
+            return match shown {
+                true => Shown::Rewritten(e.encode_to_vec().into()),
+                false => Shown::Hidden,
+            };
+        }
         match (old_in, new_in) {
             (Some(true) | None, Some(true) | None) if old_in.or(new_in) == Some(true) => {
                 Shown::Same
@@ -349,7 +365,9 @@ impl ReadScope {
         let new_in =
             (!h.new_name.is_empty()).then(|| self.covers(&join(&new_dir, &text(h.new_name))));
         match (old_in, new_in) {
-            (Some(true), Some(true) | None) | (None, Some(true)) => Shown::Same,
+            (Some(true), Some(true)) | (None, Some(true)) => Shown::Same,
+            // No new entry: a new parent may still name a path.
+            (Some(true), None) if h.new_parent.is_empty() => Shown::Same,
             _ => self.show(payload),
         }
     }
@@ -422,6 +440,9 @@ pub fn event_paths(
             new_parent
         };
         paths.push(join(dir, new_name));
+    } else if !new_parent.is_empty() {
+        // A new parent without a new entry still names a path.
+        paths.push(new_parent.to_owned());
     }
     if paths.is_empty() {
         paths.push(directory.to_owned());
@@ -506,6 +527,7 @@ mod tests {
     #[test]
     fn append_scope_covers_whole_path_components() {
         let grant = Grant {
+            id: String::new(),
             name: String::new(),
             append: vec!["/a".into()],
             read: vec![],
@@ -523,6 +545,12 @@ mod tests {
         );
         assert_eq!(event_paths("/", "", "f", ""), vec!["/f".to_owned()]);
         assert_eq!(event_paths("/d", "", "", ""), vec!["/d".to_owned()]);
+        // A new parent without a new entry names a path too.
+        assert_eq!(
+            event_paths("/a", "x", "", "/b"),
+            vec!["/a/x".to_owned(), "/b".to_owned()]
+        );
+        assert!(grant.check_append(["/a/x", "/b"]).is_err());
     }
 
     fn scope(prefixes: &[&str]) -> ReadScope {
@@ -575,6 +603,11 @@ mod tests {
         );
         assert_eq!(a.show(&event("/ab", None, Some("x"), "")), Shown::Hidden);
         assert_eq!(a.show(b"\xff\xff not an event"), Shown::Hidden);
+        // A delete that names a new parent outside the scope: without it.
+        assert_eq!(
+            a.show(&event("/a", Some("x"), None, "/b")),
+            Shown::Rewritten(event("/a", Some("x"), None, "").into())
+        );
         // No rewritten event names a path outside the scope.
         for (dir, old, new, parent) in [("/a", "x", "x", "/b"), ("/b", "y", "y", "/a")] {
             let Shown::Rewritten(bytes) = a.show(&event(dir, Some(old), Some(new), parent)) else {

@@ -378,7 +378,7 @@ impl ClusterStream {
             feed,
             address: peer.address.clone(),
         });
-        self.follow_own(self.nodes.len() - 1, start)
+        self.follow_own(self.nodes.len() - 1, start, false)
     }
 
     /// How this stream follows its peers (scope node, heartbeats, batches;
@@ -395,14 +395,18 @@ impl ClusterStream {
     }
 
     /// Follows node `node` (a peer) with a follower of this stream's own
-    /// from `start`.
+    /// from `start`; `resumed`: from where the stream already is (a crash
+    /// that truncated the peer since is then an error, as for any follower
+    /// after its first response, whatever the client's resume_truncated).
     fn follow_own(
         &mut self,
         node: usize,
         start: v1::subscribe_request::Start,
+        resumed: bool,
     ) -> Result<(), Status> {
         let mut request = self.peer_request();
         request.start = Some(start);
+        request.resume_truncated &= !resumed;
         let address = &self.nodes[node].address;
         let follower = peer_follower(&self.membership, address, request)?;
         self.followers += 1;
@@ -591,17 +595,29 @@ impl ClusterStream {
                     n.cursor = Some((**start).clone());
                 }
             }
-            PeerItem::Event { shard, offset, .. } => {
+            PeerItem::Event {
+                shard,
+                offset,
+                generation,
+                ..
+            } => {
                 if *shard >= n.shards {
                     return Err(Status::internal(format!(
                         "node {} sent an event of shard {shard}, but it has {} shard(s)",
                         n.id, n.shards
                     )));
                 }
-                if n.fed
-                    .as_ref()
-                    .is_some_and(|f| *offset < f.next_offset(*shard))
-                {
+                // Already taken: below the position, in the same
+                // generation. An event of another generation at such an
+                // offset is new (a peer that lost events in a crash and
+                // reused their offsets, resumed with resume_truncated).
+                let taken = n.fed.as_ref().is_some_and(|f| {
+                    *offset < f.next_offset(*shard)
+                        && (generation.is_none()
+                            || f.generation(*shard).is_none()
+                            || f.generation(*shard) == *generation)
+                });
+                if taken {
                     return Ok(());
                 }
             }
@@ -715,7 +731,7 @@ impl ClusterStream {
             .as_ref()
             .expect("a stream reads a feed only from a known position");
         let start = v1::subscribe_request::Start::Cursor(fed.to_bytes().into());
-        self.follow_own(node, start)
+        self.follow_own(node, start, true)
     }
 
     /// Sends one response of the events the merge delivers now, if any.

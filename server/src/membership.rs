@@ -183,8 +183,10 @@ impl Membership {
     /// or `shutdown`.
     fn poll(self: &Arc<Self>, peer: Arc<Peer>, mut shutdown: watch::Receiver<bool>) {
         let tls = self.peer_tls.clone().unwrap_or_default();
-        let channel = Endpoint::from_shared(tls.uri(&peer.address))
-            .map_err(|e| e.to_string())
+        let channel = tls
+            .uri(&peer.address)
+            .map_err(|e| format!("{e:#}"))
+            .and_then(|uri| Endpoint::from_shared(uri).map_err(|e| e.to_string()))
             .and_then(|e| match tls.enabled() {
                 false => Ok(e),
                 true => tls

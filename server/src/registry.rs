@@ -25,18 +25,23 @@ struct State {
     next_id: u64,
     streams: HashMap<u64, Stream>,
     /// `(client_name, client_id)` → `(epoch, stream id)` of its connected stream.
-    clients: HashMap<(String, u64), (u64, u64)>,
+    clients: HashMap<ClientKey, (u64, u64)>,
 }
 
 /// A stream's entry. Its info has a lock of its own, so a stream refreshing
 /// its position on every response never contends with other streams.
 struct Stream {
     info: Arc<Mutex<SubscriberInfo>>,
-    client: (String, u64),
+    client: ClientKey,
     cancel: Arc<Notify>,
 }
 
 pub use ringfeed_proto::wire::SUPERSEDED;
+
+/// A client's identity: whose token it presents (empty on an open server),
+/// its name and id. Only the same identity supersedes a stream, so a
+/// token cannot end (or learn the epoch of) another token's streams.
+type ClientKey = (String, String, u64);
 
 /// What a superseded stream learns: the epoch that replaced it.
 pub(crate) struct Superseded(pub u64);
@@ -57,13 +62,16 @@ impl Registry {
 
     /// Registers a stream, superseding an older stream of the same client.
     /// Returns the superseded stream's epoch, if any, with the registration.
+    /// `owner`: who presents the stream (a token's id; empty on an open
+    /// server).
     pub(crate) fn register(
         self: &Arc<Self>,
         info: SubscriberInfo,
+        owner: &str,
     ) -> Result<(Registered, Option<u64>), Status> {
         let mut state = self.lock();
         let id = state.next_id;
-        let key = (info.client_name.clone(), info.client_id);
+        let key = (owner.to_owned(), info.client_name.clone(), info.client_id);
         let mut superseded = None;
         if info.client_id != 0 {
             if let Some(&(epoch, old)) = state.clients.get(&key) {

@@ -470,7 +470,9 @@ impl RingFeed for Service {
         &self,
         request: Request<v1::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
-        let scope = self.auth.read(request.metadata())?;
+        let grant = self.auth.grant(request.metadata())?;
+        let scope = crate::auth::Auth::read_scope(grant.as_deref())?;
+        let owner = grant.map(|g| g.id.clone()).unwrap_or_default();
         let peer = request
             .remote_addr()
             .map(|a| a.to_string())
@@ -493,23 +495,26 @@ impl RingFeed for Service {
         let register = |cursor: Vec<u8>, lag_events: u64| {
             let (registered, superseded) = self
                 .registry
-                .register(v1::SubscriberInfo {
-                    client_name: r.client_name.clone(),
-                    client_id: r.client_id,
-                    client_epoch: r.client_epoch,
-                    peer: peer.clone(),
-                    path_prefix: r.path_prefix.clone(),
-                    path_prefixes: r.path_prefixes.clone(),
-                    directories: r.directories.clone(),
-                    exclude_prefixes: r.exclude_prefixes.clone(),
-                    cursor: cursor.into(),
-                    lag_events,
-                    mode: "starting".into(),
-                    connected_since_ns: now_ns(),
-                    signature: r.signature,
-                    ordering: r.ordering,
-                    ..Default::default()
-                })
+                .register(
+                    v1::SubscriberInfo {
+                        client_name: r.client_name.clone(),
+                        client_id: r.client_id,
+                        client_epoch: r.client_epoch,
+                        peer: peer.clone(),
+                        path_prefix: r.path_prefix.clone(),
+                        path_prefixes: r.path_prefixes.clone(),
+                        directories: r.directories.clone(),
+                        exclude_prefixes: r.exclude_prefixes.clone(),
+                        cursor: cursor.into(),
+                        lag_events,
+                        mode: "starting".into(),
+                        connected_since_ns: now_ns(),
+                        signature: r.signature,
+                        ordering: r.ordering,
+                        ..Default::default()
+                    },
+                    &owner,
+                )
                 .inspect_err(|_| self.metrics.subscriber_refused())?;
             if superseded.is_some() {
                 self.metrics.subscriber_superseded();

@@ -110,13 +110,18 @@ impl ClientTls {
         Ok(config)
     }
 
-    /// The URI for `server` ("host:port" or a URI): https with TLS.
-    pub fn uri(&self, server: &str) -> String {
-        match (server.contains("://"), self.enabled()) {
+    /// The URI for `server` ("host:port" or a URI): https with TLS. An
+    /// `http://` address with TLS options is refused (it would connect in
+    /// plaintext and send the token in clear).
+    pub fn uri(&self, server: &str) -> Result<String> {
+        Ok(match (server.contains("://"), self.enabled()) {
+            (true, true) if server.starts_with("http://") => anyhow::bail!(
+                "{server}: an http:// address with TLS options; use https:// or no scheme"
+            ),
             (true, _) => server.to_owned(),
             (false, true) => format!("https://{server}"),
             (false, false) => format!("http://{server}"),
-        }
+        })
     }
 }
 

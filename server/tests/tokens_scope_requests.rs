@@ -187,6 +187,41 @@ async fn requests_need_a_token_within_its_scope() {
         .unwrap()
         .unwrap();
     assert!(first.is_some());
+    // A named client's stream is superseded only by the same token: the
+    // same name, id and a higher epoch under another token is another
+    // client, and the first stream goes on.
+    let named = |epoch: u64| v1::SubscribeRequest {
+        client_name: "sync".into(),
+        client_id: 7,
+        client_epoch: epoch,
+        start: Some(v1::subscribe_request::Start::Now(true)),
+        ..Default::default()
+    };
+    let mut first_stream = client
+        .subscribe(with_token(named(1), Some(&writer_h)))
+        .await
+        .unwrap()
+        .into_inner();
+    let _second = client
+        .subscribe(with_token(named(2), Some(&admin_h)))
+        .await
+        .unwrap()
+        .into_inner();
+    client
+        .append(with_token(
+            append_request("/a", &["after"]),
+            Some(&writer_h),
+        ))
+        .await
+        .unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(10), first_stream.message())
+        .await
+        .unwrap();
+    assert!(
+        matches!(next, Ok(Some(_))),
+        "the first token's stream goes on: {next:?}"
+    );
+
     // A token that may only append may not read.
     let denied = client
         .subscribe(with_token(

@@ -383,6 +383,13 @@ impl Follower {
         mut self,
         tls: tonic::transport::ClientTlsConfig,
     ) -> Result<Follower, FollowError> {
+        if self.server.starts_with("http://") {
+            // It would connect in plaintext and send the token in clear.
+            return Err(FollowError::Address(
+                self.server.clone(),
+                "an http:// address with TLS: use https:// or no scheme".into(),
+            ));
+        }
         let uri = if self.server.contains("://") {
             self.server.clone()
         } else {

@@ -76,7 +76,7 @@ pub(super) type Client = RingFeedClient<InterceptedService<Channel, Bearer>>;
 pub(super) async fn connect(access: &Access) -> Result<Client> {
     let bearer = Bearer(access.authorization()?);
     let tls = access.tls();
-    let uri = tls.uri(&access.server);
+    let uri = tls.uri(&access.server)?;
     let mut endpoint =
         Channel::from_shared(uri.clone()).with_context(|| format!("server address {uri}"))?;
     if tls.enabled() {
