@@ -1,0 +1,103 @@
+//! A cluster cursor that covers a peer's events a crash then destroyed
+//! (issue 20 with the crash-safe cursors): node 2 takes memory appends it
+//! never flushes (flush every 60 s), a cluster read on node 1 delivers them
+//! and keeps its cursor; node 2 is SIGKILLed (the events are gone), restarts
+//! (a new generation) and takes new appends at the same offsets. Resumed
+//! from the old cursor with `resume_truncated`, a cluster stream delivers
+//! node 2's new events, every one of them once: the offsets the cursor
+//! covered now hold other events, and a position taken by offset alone
+//! would skip them. Without `resume_truncated` the resume is refused.
+
+mod cluster_nodes;
+mod serve_binary;
+
+use std::time::Duration;
+
+use cluster_nodes::*;
+use ringfeed_proto::v1::{self, subscribe_request::Start};
+use serve_binary::Server;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_events_at_offsets_a_crash_freed_are_delivered() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let ports = free_ports(2);
+    let dirs = data_dirs(2, "cluster-truncated-");
+    let lazy = config_file(dirs[1].path(), "flush_interval_ms = 60000\n");
+    let start = |i: usize| {
+        let flags: &[&str] = if i == 1 { &["--config", &lazy] } else { &[] };
+        start_node(&ports, dirs[i].path(), i, 1, flags)
+    };
+    let _node1 = start(0);
+    let node2 = start(1);
+    for addr in &ports {
+        wait_all_up(addr).await;
+    }
+    append(&ports[0], 1, 0, 5, true).await;
+    append(&ports[1], 2, 0, 10, false).await;
+    // The cursor after all 15 events covers node 2's 10 unflushed ones.
+    let all = read_with_cursors(
+        &ports[0],
+        v1::SubscribeRequest {
+            start: Some(Start::Beginning(true)),
+            scope: v1::Scope::Cluster as i32,
+            ..Default::default()
+        },
+        15,
+    )
+    .await;
+    let cursor = all.last().expect("15 events").1.clone();
+
+    node2.kill();
+    let node2 = start(1);
+    wait_all_up(&ports[0]).await;
+    // Node 2 starts again at offset 0 of a new generation: 4 new events.
+    append(&ports[1], 2, 100, 4, true).await;
+
+    let resumed = |resume_truncated: bool| v1::SubscribeRequest {
+        start: Some(Start::Cursor(cursor.clone().into())),
+        scope: v1::Scope::Cluster as i32,
+        resume_truncated,
+        ..Default::default()
+    };
+    let rest: Vec<Seen> = read_with_cursors(&ports[0], resumed(true), 4)
+        .await
+        .into_iter()
+        .map(|(e, _)| e)
+        .collect();
+    assert!(
+        rest.iter().all(|e| e.1 == 2),
+        "only node 2's new events: {rest:?}"
+    );
+    let offsets: Vec<u64> = rest.iter().map(|e| e.3).collect();
+    assert_eq!(offsets, vec![0, 1, 2, 3], "each new event once, in order");
+    // Nothing more.
+    let more = tokio::time::timeout(
+        Duration::from_millis(500),
+        read_with_cursors(&ports[0], resumed(true), 5),
+    )
+    .await;
+    assert!(more.is_err(), "a fifth event after the cursor");
+
+    // Without resume_truncated the cursor is refused (the stream fails).
+    let mut stream = client(&ports[0])
+        .await
+        .subscribe(resumed(false))
+        .await
+        .unwrap()
+        .into_inner();
+    let refused = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match stream.message().await {
+                Ok(Some(r)) if events_of(r.clone()).is_empty() => continue,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("an answer within 20 s");
+    assert!(
+        refused.is_err(),
+        "the truncated cursor was not refused: {refused:?}"
+    );
+    drop(node2);
+}
