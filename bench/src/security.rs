@@ -11,12 +11,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use ringfeed_proto::tonic::metadata::{Ascii, MetadataValue};
 use ringfeed_proto::tonic::service::interceptor::InterceptedService;
 use ringfeed_proto::tonic::transport::{Certificate, Channel, ClientTlsConfig};
-use ringfeed_proto::tonic::{Request, Status};
 use ringfeed_proto::v1::{self, subscribe_request::Start, subscribe_response::Item};
 use ringfeed_proto::RingFeedClient;
+use ringfeed_server::client::Bearer;
 
 use crate::systems::{free_ports, ringfeed_event as event, spawn_server_on, unstamp, Process};
 use crate::util::{fresh_dir, machine, median, runtime};
@@ -43,20 +42,6 @@ pub struct Args {
 /// A client: TLS or not, a token or not.
 type Client = RingFeedClient<InterceptedService<Channel, Bearer>>;
 
-#[derive(Clone)]
-struct Bearer(Option<MetadataValue<Ascii>>);
-
-impl ringfeed_proto::tonic::service::Interceptor for Bearer {
-    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        if let Some(value) = &self.0 {
-            request
-                .metadata_mut()
-                .insert("authorization", value.clone());
-        }
-        Ok(request)
-    }
-}
-
 /// One server under test and how to reach it.
 struct Side {
     name: &'static str,
@@ -77,12 +62,7 @@ impl Side {
         .connect()
         .await
         .with_context(|| format!("connecting to {}", self.addr))?;
-        let bearer = Bearer(
-            self.token
-                .as_ref()
-                .map(|t| format!("Bearer {t}").parse())
-                .transpose()?,
-        );
+        let bearer = Bearer::new(self.token.as_deref()).context("the token")?;
         Ok(RingFeedClient::with_interceptor(channel, bearer).max_decoding_message_size(256 << 20))
     }
 }

@@ -888,11 +888,10 @@ fn peer_follower(
     let refused =
         |e: &dyn std::fmt::Display| Status::invalid_argument(format!("peer {address}: {e}"));
     let mut follower = Follower::new(address, request, PEER_BACKOFF)
-        .and_then(|f| f.with_token(membership.peer_token.as_deref()))
-        .map_err(|e| refused(&e))?;
-    if let Some(tls) = membership.peer_tls.as_ref().filter(|t| t.enabled()) {
-        let config = tls.config().map_err(|e| refused(&format!("{e:#}")))?;
-        follower = follower.with_tls(config).map_err(|e| refused(&e))?;
+        .map_err(|e| refused(&e))?
+        .with_bearer(membership.peer_bearer.clone());
+    if let Some(tls) = &membership.peer_tls {
+        follower = follower.with_tls(tls.clone()).map_err(|e| refused(&e))?;
     }
     Ok(follower)
 }

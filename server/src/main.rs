@@ -428,7 +428,7 @@ fn serve(config: ServerConfig) -> Result<()> {
             advertise,
             config.members.clone(),
             &config.cluster,
-        );
+        )?;
         let leaving = membership.start(stop_rx.clone());
         let auth = Arc::new(ringfeed_server::auth::Auth::new(tokens));
         if let Some(path) = config.token_file.clone() {

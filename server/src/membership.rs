@@ -83,10 +83,10 @@ pub struct Membership {
     changes: watch::Sender<u64>,
     /// How long a peer may hold a cluster subscription's merge.
     pub peer_hold: Duration,
-    /// Sent to peers as `Bearer` token (status polls, cluster streams).
-    pub(crate) peer_token: Option<String>,
-    /// TLS to the peers, when they serve TLS.
-    pub(crate) peer_tls: Option<crate::tls::ClientTls>,
+    /// Sent to peers (status polls, cluster streams).
+    pub(crate) peer_bearer: crate::client::Bearer,
+    /// TLS to the peers, when they serve TLS (its files read once, at start).
+    pub(crate) peer_tls: Option<ringfeed_proto::tonic::transport::ClientTlsConfig>,
     /// The peers' shared live feeds (one per peer and stream shape).
     pub(crate) peer_feeds: crate::peer_feed::PeerFeeds,
 }
@@ -118,6 +118,7 @@ impl Membership {
             Members::Static(peers),
             &ClusterOptions::default(),
         )
+        .expect("no peer token or TLS files to check")
     }
 
     /// A membership whose peers come from `members`.
@@ -126,22 +127,28 @@ impl Membership {
         advertise: String,
         members: Members,
         options: &ClusterOptions,
-    ) -> Arc<Membership> {
+    ) -> anyhow::Result<Arc<Membership>> {
+        let peer_bearer = crate::client::Bearer::new(options.peer_token.as_deref())
+            .ok_or_else(|| anyhow::anyhow!("the peer token is not a valid header value"))?;
+        let peer_tls = match &options.peer_tls {
+            Some(tls) if tls.enabled() => Some(tls.config()?),
+            _ => None,
+        };
         let peers = match &members {
             Members::Static(peers) => peers.iter().map(|a| Peer::new(a.clone(), 0)).collect(),
             Members::Etcd(_) => Vec::new(),
         };
-        Arc::new(Membership {
+        Ok(Arc::new(Membership {
             node_id,
             advertise,
             members,
             peers: Mutex::new(peers),
             changes: watch::channel(0).0,
             peer_hold: options.peer_hold,
-            peer_token: options.peer_token.clone(),
-            peer_tls: options.peer_tls.clone(),
+            peer_bearer,
+            peer_tls,
             peer_feeds: crate::peer_feed::PeerFeeds::new(options.peer_feed_events),
-        })
+        }))
     }
 
     /// Asks every peer for its status every [`POLL_INTERVAL`], and with
@@ -182,17 +189,12 @@ impl Membership {
     /// Asks `peer` for its status every [`POLL_INTERVAL`] until it leaves
     /// or `shutdown`.
     fn poll(self: &Arc<Self>, peer: Arc<Peer>, mut shutdown: watch::Receiver<bool>) {
-        let tls = self.peer_tls.clone().unwrap_or_default();
-        let channel = tls
-            .uri(&peer.address)
+        let channel = crate::tls::uri(&peer.address, self.peer_tls.is_some())
             .map_err(|e| format!("{e:#}"))
             .and_then(|uri| Endpoint::from_shared(uri).map_err(|e| e.to_string()))
-            .and_then(|e| match tls.enabled() {
-                false => Ok(e),
-                true => tls
-                    .config()
-                    .map_err(|e| format!("{e:#}"))
-                    .and_then(|c| e.tls_config(c).map_err(|e| e.to_string())),
+            .and_then(|e| match &self.peer_tls {
+                None => Ok(e),
+                Some(tls) => e.tls_config(tls.clone()).map_err(|e| e.to_string()),
             })
             .map(|e| e.connect_timeout(ANSWER_WITHIN).timeout(ANSWER_WITHIN))
             .map(|e| e.connect_lazy());
@@ -390,14 +392,7 @@ impl Membership {
 
     async fn ask(&self, channel: Channel) -> Result<NodeInfo, String> {
         let mut request = ringfeed_proto::tonic::Request::new(StatusRequest {});
-        if let Some(token) = &self.peer_token {
-            let value = format!("Bearer {token}")
-                .parse()
-                .map_err(|_| "the peer token is not a valid header value".to_owned())?;
-            request
-                .metadata_mut()
-                .insert(crate::auth::AUTHORIZATION, value);
-        }
+        self.peer_bearer.apply(&mut request);
         let status = RingFeedClient::new(channel)
             .status(request)
             .await

@@ -287,8 +287,8 @@ fn group_answers(
     answers
 }
 
-/// The durability, producer and events of one append request, each event decoded.
-/// Decodes an append request; with a token's `grant`, refuses it whole
+/// The durability, producer and events of one append request, each event
+/// decoded; with a token's `grant`, the request is refused whole
 /// (PERMISSION_DENIED naming the path) if an event touches a path outside
 /// the grant's append prefixes.
 fn decode_request(request: RawAppendRequest, grant: Option<&Grant>) -> Result<Decoded, Status> {

@@ -110,19 +110,24 @@ impl ClientTls {
         Ok(config)
     }
 
-    /// The URI for `server` ("host:port" or a URI): https with TLS. An
-    /// `http://` address with TLS options is refused (it would connect in
-    /// plaintext and send the token in clear).
+    /// The URI for `server` with these options: see [`uri`].
     pub fn uri(&self, server: &str) -> Result<String> {
-        Ok(match (server.contains("://"), self.enabled()) {
-            (true, true) if server.starts_with("http://") => anyhow::bail!(
-                "{server}: an http:// address with TLS options; use https:// or no scheme"
-            ),
-            (true, _) => server.to_owned(),
-            (false, true) => format!("https://{server}"),
-            (false, false) => format!("http://{server}"),
-        })
+        uri(server, self.enabled())
     }
+}
+
+/// The URI for `server` ("host:port" or a URI): https with `tls`. An
+/// `http://` address with TLS is refused (it would connect in plaintext and
+/// send the token in clear).
+pub fn uri(server: &str, tls: bool) -> Result<String> {
+    Ok(match (server.contains("://"), tls) {
+        (true, true) if server.starts_with("http://") => anyhow::bail!(
+            "{server}: an http:// address with TLS options; use https:// or no scheme"
+        ),
+        (true, _) => server.to_owned(),
+        (false, true) => format!("https://{server}"),
+        (false, false) => format!("http://{server}"),
+    })
 }
 
 /// A hint for a connection that failed: the usual cause when one side

@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use cluster_nodes::*;
 use ringfeed_proto::v1::{self, subscribe_request::Start};
-use serve_binary::Server;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_events_at_offsets_a_crash_freed_are_delivered() {

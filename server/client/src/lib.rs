@@ -178,6 +178,38 @@ impl Truncation {
     }
 }
 
+/// A token sent as `authorization: Bearer TOKEN` with every request, for a
+/// server started with --token-file (none: nothing is sent). Also a tonic
+/// interceptor, for clients made with `with_interceptor`.
+#[derive(Clone, Debug, Default)]
+pub struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl Bearer {
+    /// `None` when `token` is not a valid header value (printable ASCII only).
+    pub fn new(token: Option<&str>) -> Option<Bearer> {
+        match token {
+            None => Some(Bearer(None)),
+            Some(t) => format!("Bearer {t}").parse().ok().map(|v| Bearer(Some(v))),
+        }
+    }
+
+    /// Adds the token, if any, to `request`.
+    pub fn apply<T>(&self, request: &mut tonic::Request<T>) {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+    }
+}
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        self.apply(&mut request);
+        Ok(request)
+    }
+}
+
 /// The endpoint a follower connects to (`server` as given, for errors).
 fn endpoint(server: &str, uri: String) -> Result<Endpoint, FollowError> {
     Ok(Endpoint::from_shared(uri)
@@ -226,8 +258,8 @@ pub struct Follower {
     ended: bool,
     in_chunks: bool,
     seed: u64,
-    /// Sent as `authorization` with every subscription request.
-    authorization: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+    /// Sent with every subscription request.
+    bearer: Bearer,
     pub stats: FollowStats,
 }
 
@@ -372,7 +404,7 @@ impl Follower {
             ended: false,
             in_chunks: false,
             seed: now_us | 1,
-            authorization: None,
+            bearer: Bearer::default(),
             stats: FollowStats::default(),
         })
     }
@@ -403,17 +435,19 @@ impl Follower {
 
     /// Sends `token` (`authorization: Bearer TOKEN`) with every
     /// subscription request, for a server started with --token-file.
-    pub fn with_token(mut self, token: Option<&str>) -> Result<Follower, FollowError> {
-        self.authorization = token
-            .map(|t| {
-                tonic::metadata::MetadataValue::try_from(format!("Bearer {t}")).map_err(|_| {
-                    FollowError::Refused(Status::invalid_argument(
-                        "the token is not a valid header value (printable ASCII only)",
-                    ))
-                })
-            })
-            .transpose()?;
-        Ok(self)
+    pub fn with_token(self, token: Option<&str>) -> Result<Follower, FollowError> {
+        let bearer = Bearer::new(token).ok_or_else(|| {
+            FollowError::Refused(Status::invalid_argument(
+                "the token is not a valid header value (printable ASCII only)",
+            ))
+        })?;
+        Ok(self.with_bearer(bearer))
+    }
+
+    /// [`Follower::with_token`] with the token made already.
+    pub fn with_bearer(mut self, bearer: Bearer) -> Follower {
+        self.bearer = bearer;
+        self
     }
 
     /// The checkpoint: resuming from it continues right after the last event
@@ -564,11 +598,7 @@ impl Follower {
             .map_err(|e| Status::unavailable(format!("connecting to {}: {e}", self.server)))?;
         let path = PathAndQuery::from_static("/ringfeed.v1.RingFeed/Subscribe");
         let mut request = tonic::Request::new(request);
-        if let Some(value) = &self.authorization {
-            request
-                .metadata_mut()
-                .insert("authorization", value.clone());
-        }
+        self.bearer.apply(&mut request);
         let response = grpc
             .server_streaming(request, path, RawResponseCodec)
             .await?;

@@ -1,11 +1,12 @@
 //! Reaching a server, and saying what went wrong in one line and an exit code.
 
 use anyhow::{Context, Result};
-use ringfeed_proto::tonic::metadata::{Ascii, MetadataValue};
-use ringfeed_proto::tonic::service::interceptor::{InterceptedService, Interceptor};
+use ringfeed_proto::tonic::service::interceptor::InterceptedService;
 use ringfeed_proto::tonic::transport::Channel;
-use ringfeed_proto::tonic::{Code, Request, Status};
+use ringfeed_proto::tonic::{Code, Status};
 use ringfeed_proto::RingFeedClient;
+
+use crate::client::Bearer;
 
 pub(super) const DEFAULT_SERVER: &str = "127.0.0.1:7070";
 
@@ -43,38 +44,17 @@ impl Access {
         }
     }
 
-    /// The `authorization` value for the token, if any.
-    pub(super) fn authorization(&self) -> Result<Option<MetadataValue<Ascii>>> {
-        self.token
-            .as_deref()
-            .map(|t| {
-                MetadataValue::try_from(format!("Bearer {t}")).map_err(|_| {
-                    anyhow::anyhow!("--token: not a valid token (printable ASCII only)")
-                })
-            })
-            .transpose()
-    }
-}
-
-/// Adds the token, if any, to every request.
-#[derive(Clone, Debug)]
-pub struct Bearer(Option<MetadataValue<Ascii>>);
-
-impl Interceptor for Bearer {
-    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        if let Some(value) = &self.0 {
-            request
-                .metadata_mut()
-                .insert(crate::auth::AUTHORIZATION, value.clone());
-        }
-        Ok(request)
+    /// The token, if any, to send with every request.
+    pub(super) fn bearer(&self) -> Result<Bearer> {
+        Bearer::new(self.token.as_deref())
+            .ok_or_else(|| anyhow::anyhow!("--token: not a valid token (printable ASCII only)"))
     }
 }
 
 pub(super) type Client = RingFeedClient<InterceptedService<Channel, Bearer>>;
 
 pub(super) async fn connect(access: &Access) -> Result<Client> {
-    let bearer = Bearer(access.authorization()?);
+    let bearer = access.bearer()?;
     let tls = access.tls();
     let uri = tls.uri(&access.server)?;
     let mut endpoint =
