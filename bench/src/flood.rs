@@ -116,7 +116,10 @@ async fn flood(addr: &str, clients: usize, batch_mib: usize) -> Result<Vec<Outco
 
 async fn committed(addr: &str) -> Result<u64> {
     let mut client = RingFeedClient::connect(format!("http://{addr}")).await?;
-    let status = client.status(v1::StatusRequest {}).await?.into_inner();
+    let status = client
+        .status(v1::StatusRequest::default())
+        .await?
+        .into_inner();
     Ok(status.shards.iter().map(|s| s.committed_next).sum())
 }
 

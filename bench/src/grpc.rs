@@ -44,14 +44,14 @@ async fn start_server(
     let metrics_addr = if metrics {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let at = listener.local_addr()?;
-        let exporter = Exporter::new(
-            engine.clone(),
-            service.metrics(),
-            service.subscribers().clone(),
-        );
-        tokio::spawn(ringfeed_server::metrics::serve(
+        let exporter = Exporter::new(engine.clone(), service.metrics(), service.board().clone());
+        let routes = ringfeed_server::http::Routes {
+            metrics: Some(Arc::new(exporter)),
+            page: None,
+        };
+        tokio::spawn(ringfeed_server::http::serve(
             listener,
-            Arc::new(exporter),
+            routes,
             Default::default(),
         ));
         Some(at)

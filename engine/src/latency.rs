@@ -24,7 +24,7 @@ pub struct LatencyHistogram {
 }
 
 /// A reading of a [`LatencyHistogram`].
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct LatencySnapshot {
     /// (upper bound in seconds, observations in that bucket alone), ascending;
     /// the last bound is infinite.
@@ -62,6 +62,46 @@ impl LatencyHistogram {
     }
 }
 
+impl LatencySnapshot {
+    /// What was observed between `earlier` (a reading of the same histogram)
+    /// and this reading.
+    pub fn since(&self, earlier: &LatencySnapshot) -> LatencySnapshot {
+        let buckets: Vec<(f64, u64)> = self
+            .buckets
+            .iter()
+            .zip(&earlier.buckets)
+            .map(|(&(bound, n), &(_, m))| (bound, n.saturating_sub(m)))
+            .collect();
+        LatencySnapshot {
+            count: buckets.iter().map(|(_, n)| n).sum(),
+            buckets,
+            sum_seconds: (self.sum_seconds - earlier.sum_seconds).max(0.0),
+        }
+    }
+
+    /// The upper bound, in seconds, of the bucket holding the `q` quantile
+    /// (0 < q <= 1); 0 with no observation. Observations above every bound
+    /// report the largest bound (10 s).
+    pub fn quantile_bound(&self, q: f64) -> f64 {
+        if self.count == 0 {
+            return 0.0;
+        }
+        let rank = ((self.count as f64 * q).ceil() as u64).clamp(1, self.count);
+        let mut seen = 0;
+        for &(bound, n) in &self.buckets {
+            seen += n;
+            if seen >= rank {
+                return if bound.is_finite() {
+                    bound
+                } else {
+                    BOUNDS_US[BOUNDS_US.len() - 1] as f64 / 1e6
+                };
+            }
+        }
+        BOUNDS_US[BOUNDS_US.len() - 1] as f64 / 1e6
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,5 +122,23 @@ mod tests {
             "{}",
             s.sum_seconds
         );
+    }
+
+    #[test]
+    fn quantiles_of_what_was_observed_between_readings() {
+        let h = LatencyHistogram::default();
+        h.record(Duration::from_micros(40));
+        let before = h.snapshot();
+        for _ in 0..98 {
+            h.record(Duration::from_micros(700));
+        }
+        h.record(Duration::from_millis(20));
+        h.record(Duration::from_secs(30));
+        let window = h.snapshot().since(&before);
+        assert_eq!(window.count, 100);
+        assert_eq!(window.quantile_bound(0.5), 0.001);
+        assert_eq!(window.quantile_bound(0.99), 0.025);
+        assert_eq!(window.quantile_bound(1.0), 10.0);
+        assert_eq!(before.since(&before).quantile_bound(0.5), 0.0);
     }
 }

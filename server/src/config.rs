@@ -60,6 +60,8 @@ pub struct FileConfig {
     pub etcd_lease_s: Option<u64>,
     pub listen: Option<String>,
     pub metrics_listen: Option<String>,
+    /// The status page's address (`/` and `/api/status`).
+    pub http_listen: Option<String>,
     pub shards: Option<u32>,
     pub io_threads: Option<usize>,
     pub cpus: Option<Vec<usize>>,
@@ -104,6 +106,8 @@ pub struct ServerConfig {
     pub engine: EngineConfig,
     pub listen: String,
     pub metrics_listen: Option<String>,
+    /// The status page's address; the same as `metrics_listen` serves both.
+    pub http_listen: Option<String>,
     pub io_threads: usize,
     pub subscribers: SubscriberLimits,
     /// See [`FileConfig::append_budget_bytes`].
@@ -246,6 +250,7 @@ impl FileConfig {
             engine,
             listen: self.listen.unwrap_or_else(|| DEFAULT_LISTEN.into()),
             metrics_listen: self.metrics_listen,
+            http_listen: self.http_listen,
             io_threads,
             subscribers,
             append_budget_bytes: at_least_one(
@@ -341,7 +346,7 @@ mod tests {
              window_bytes = 65536\nring_bytes = 1048576\nmax_unflushed_bytes = 262144\n\
              flush_interval_ms = 7\nappend_timeout_ms = 9\nsegment_bytes = 1048576\n\
              max_event_bytes = 16384\nretention_max_age_secs = 60\nretention_max_bytes = 10\n\
-             cpus = [0]\nmetrics_listen = \"127.0.0.1:9\"\nbatch_behind_ms = 500\n\
+             cpus = [0]\nmetrics_listen = \"127.0.0.1:9\"\nhttp_listen = \"127.0.0.1:8\"\nbatch_behind_ms = 500\n\
              batch_min_ready = 10\nsubscriber_queue = 4\nresponse_budget_bytes = 1048576\n\
              backlog_readers = 3\nsubscriber_send_buffer_bytes = 32768\nstall_timeout_secs = 5\n",
         )
@@ -356,6 +361,7 @@ mod tests {
         assert_eq!(e.flush_interval, Duration::from_millis(7));
         assert_eq!(e.retention.max_bytes, Some(10));
         assert_eq!((c.io_threads, c.listen.as_str()), (2, "127.0.0.1:1"));
+        assert_eq!(c.http_listen.as_deref(), Some("127.0.0.1:8"));
         let s = &c.subscribers;
         assert_eq!(s.queue_responses, 4);
         assert_eq!((s.response_budget_bytes, s.backlog_readers), (1 << 20, 3));

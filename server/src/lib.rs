@@ -1,15 +1,18 @@
 //! The ringfeed server: the gRPC service over the engine, its configuration,
-//! its metrics endpoint, and the command-line client.
+//! its HTTP endpoints (metrics and the status page), and the command-line
+//! client.
 
 #![deny(unsafe_code)]
 
 pub mod append_budget;
 pub mod auth;
+pub mod board;
 pub mod cli_client;
 mod cluster;
 /// The client library (its own crate, `ringfeed-client`, which does not build the engine).
 pub use ringfeed_client as client;
 pub mod config;
+pub mod http;
 pub mod membership;
 pub mod metrics;
 pub(crate) mod peer_feed;

@@ -42,7 +42,8 @@ enum Command {
     /// then stop accepting, flush, sync and exit 0.
     ///
     /// Prints `listening on ADDR` once it accepts connections (then `metrics on
-    /// http://ADDR/metrics` with --metrics-listen). Logs go to stderr.
+    /// http://ADDR/metrics` with --metrics-listen, and `status page on
+    /// http://ADDR/` with --http-listen). Logs go to stderr.
     Serve(ServeArgs),
     /// Append events (from flags, or JSON lines on stdin) and print their positions.
     Append(ringfeed_server::cli_client::AppendArgs),
@@ -189,6 +190,12 @@ struct ServeArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics; port 0 picks a free port [default: off].
     #[arg(long)]
     metrics_listen: Option<String>,
+    /// Serve the status page at http://ADDR/ (shards, subscribers and lag, updated live) and
+    /// its data at http://ADDR/api/status; port 0 picks a free port. The same address as
+    /// --metrics-listen serves both on one listener. With --token-file both need an admin
+    /// token: open http://ADDR/#token=TOKEN [default: off]. Config `http_listen`.
+    #[arg(long)]
+    http_listen: Option<String>,
     /// Log lines as plain text or as one JSON object each.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -322,6 +329,7 @@ fn serve_command(args: ServeArgs) -> Result<()> {
     file.etcd = args.etcd.or(file.etcd);
     file.advertise = args.advertise.or(file.advertise);
     file.metrics_listen = args.metrics_listen.or(file.metrics_listen);
+    file.http_listen = args.http_listen.or(file.http_listen);
     file.token_file = args.token_file.or(file.token_file);
     file.peer_token = args.peer_token.or(file.peer_token);
     file.insecure = Some(args.insecure || file.insecure.unwrap_or(false));
@@ -414,6 +422,18 @@ fn serve(config: ServerConfig) -> Result<()> {
             ),
             None => None,
         };
+        // The page gets a listener of its own (an operator's browser is
+        // often let in where Prometheus's scrapes are not), unless it is
+        // given the metrics' address: that listener then serves both.
+        let page_shares_metrics = config.http_listen.is_some() && config.http_listen == config.metrics_listen;
+        let page = match &config.http_listen {
+            Some(at) if !page_shares_metrics => Some(
+                tokio::net::TcpListener::bind(at)
+                    .await
+                    .with_context(|| format!("status page: listening on {at}"))?,
+            ),
+            _ => None,
+        };
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let advertise = config.advertise.clone().unwrap_or_else(|| addr.to_string());
         // Peers dial the advertised address: a wildcard one reaches nobody.
@@ -447,23 +467,37 @@ fn serve(config: ServerConfig) -> Result<()> {
         )
         .with_membership(membership)
         .with_auth(auth.clone());
-        let metrics_addr = match metrics {
-            Some(listener) => {
-                let at = listener.local_addr()?;
-                let exporter = Exporter::new(engine.clone(), service.metrics(), service.subscribers().clone());
-                let access = ringfeed_server::metrics::Access {
-                    auth: auth.clone(),
-                    tls: config
-                        .tls
-                        .as_ref()
-                        .map(|t| t.rustls_config(b"http/1.1"))
-                        .transpose()?,
-                };
-                tokio::spawn(ringfeed_server::metrics::serve(listener, Arc::new(exporter), access));
-                Some(at)
-            }
-            None => None,
+        let service = service.with_data_dir(data_dir.display().to_string());
+        let board = service.board().clone();
+        tokio::spawn(board.clone().sample_every_second(stop_rx.clone()));
+        let access = ringfeed_server::http::Access {
+            auth: auth.clone(),
+            tls: match (&config.tls, metrics.is_some() || page.is_some()) {
+                (Some(tls), true) => Some(tls.rustls_config(b"http/1.1")?),
+                _ => None,
+            },
         };
+        let mut metrics_addr = None;
+        let mut page_addr = None;
+        if let Some(listener) = metrics {
+            let at = listener.local_addr()?;
+            let exporter = Exporter::new(engine.clone(), service.metrics(), board.clone());
+            let routes = ringfeed_server::http::Routes {
+                metrics: Some(Arc::new(exporter)),
+                page: page_shares_metrics.then(|| board.clone()),
+            };
+            tokio::spawn(ringfeed_server::http::serve(listener, routes, access.clone()));
+            metrics_addr = Some(at);
+            page_addr = page_shares_metrics.then_some(at);
+        }
+        if let Some(listener) = page {
+            page_addr = Some(listener.local_addr()?);
+            let routes = ringfeed_server::http::Routes {
+                metrics: None,
+                page: Some(board.clone()),
+            };
+            tokio::spawn(ringfeed_server::http::serve(listener, routes, access));
+        }
         let (health, health_service) = tonic_health::server::health_reporter();
         health.set_serving::<RingFeedServer<Service>>().await;
         // Room for the largest batch the engine accepts, plus framing.
@@ -507,9 +541,12 @@ fn serve(config: ServerConfig) -> Result<()> {
             data_dir.display()
         );
         println!("listening on {addr}");
+        let scheme = if config.tls.is_some() { "https" } else { "http" };
         if let Some(at) = metrics_addr {
-            let scheme = if config.tls.is_some() { "https" } else { "http" };
             println!("metrics on {scheme}://{at}/metrics");
+        }
+        if let Some(at) = page_addr {
+            println!("status page on {scheme}://{at}/");
         }
         // Clients that keep a stream open past shutdown get 10 s to let go.
         let mut stopping = stop_rx;

@@ -391,7 +391,7 @@ impl Membership {
     }
 
     async fn ask(&self, channel: Channel) -> Result<NodeInfo, String> {
-        let mut request = ringfeed_proto::tonic::Request::new(StatusRequest {});
+        let mut request = ringfeed_proto::tonic::Request::new(StatusRequest::default());
         self.peer_bearer.apply(&mut request);
         let status = RingFeedClient::new(channel)
             .status(request)

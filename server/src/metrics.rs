@@ -1,5 +1,5 @@
-//! The Prometheus endpoint (`serve --metrics-listen ADDR`, `GET /metrics`) and
-//! the server-level counters behind it.
+//! The Prometheus metrics (`serve --metrics-listen ADDR`, `GET /metrics`,
+//! served by [`crate::http`]) and the server-level counters behind them.
 //!
 //! Shard gauges (watermarks, memory, latch) and the process's RSS and open
 //! fds are read when a scrape comes, so the append path pays nothing for
@@ -9,15 +9,9 @@
 //! sends (names, peers, paths) ever becomes a label, so the number of series
 //! is fixed by the configuration.
 
-use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
@@ -26,9 +20,8 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use ringfeed_engine::{Engine, LatencySnapshot, SubscribeError};
-use ringfeed_proto::bytes::Bytes;
 
-use crate::registry::Registry as Subscribers;
+use crate::board::StatusBoard;
 
 /// Server-level metrics, shared by every subscription task (`Arc`). Each
 /// update is one atomic add, except the lag histogram's short lock per
@@ -238,15 +231,11 @@ pub struct Exporter {
 }
 
 impl Exporter {
-    pub fn new(
-        engine: Arc<Engine>,
-        metrics: &ServerMetrics,
-        subscribers: Arc<Subscribers>,
-    ) -> Exporter {
+    pub fn new(engine: Arc<Engine>, metrics: &ServerMetrics, board: Arc<StatusBoard>) -> Exporter {
         let mut registry = Registry::with_prefix("ringfeed");
         metrics.register(&mut registry);
         registry.register_collector(Box::new(Shards(engine)));
-        registry.register_collector(Box::new(SubscriberLag(subscribers)));
+        registry.register_collector(Box::new(SubscriberLag(board)));
         registry.register_collector(Box::new(ProcessStats));
         Exporter { registry }
     }
@@ -257,98 +246,6 @@ impl Exporter {
         // Writing to a String cannot fail, and every collector here is infallible.
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry);
         text
-    }
-
-    fn respond(
-        &self,
-        request: &Request<Incoming>,
-        auth: &crate::auth::Auth,
-    ) -> Response<Full<Bytes>> {
-        // With a token file, metrics need an admin token (`authorization:
-        // Bearer TOKEN`, as Prometheus sends with `authorization:`).
-        let headers =
-            ringfeed_proto::tonic::metadata::MetadataMap::from_headers(request.headers().clone());
-        let refused = auth.admin(&headers, "metrics").err().map(|status| {
-            let code = match status.code() {
-                ringfeed_proto::tonic::Code::Unauthenticated => StatusCode::UNAUTHORIZED,
-                _ => StatusCode::FORBIDDEN,
-            };
-            (code, "text/plain", format!("{}\n", status.message()))
-        });
-        let (status, content_type, body) = match (request.method(), request.uri().path()) {
-            _ if refused.is_some() => refused.expect("checked"),
-            (&Method::GET, "/metrics") => (
-                StatusCode::OK,
-                prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
-                self.render(),
-            ),
-            (_, "/metrics") => (
-                StatusCode::METHOD_NOT_ALLOWED,
-                "text/plain",
-                "use GET\n".into(),
-            ),
-            _ => (
-                StatusCode::NOT_FOUND,
-                "text/plain",
-                "metrics are at /metrics\n".into(),
-            ),
-        };
-        let mut response = Response::new(Full::new(Bytes::from(body)));
-        *response.status_mut() = status;
-        response.headers_mut().insert(
-            hyper::header::CONTENT_TYPE,
-            hyper::header::HeaderValue::from_static(content_type),
-        );
-        response
-    }
-}
-
-/// Who may scrape the metrics endpoint, and over what.
-#[derive(Clone, Default)]
-pub struct Access {
-    /// The server's tokens: with any, a scrape needs an admin token.
-    pub auth: Arc<crate::auth::Auth>,
-    /// TLS (the gRPC listener's certificate), if on.
-    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
-}
-
-/// Serves `exporter` over HTTP/1 (over TLS with `access.tls`) on
-/// `listener` until the runtime stops.
-pub async fn serve(listener: tokio::net::TcpListener, exporter: Arc<Exporter>, access: Access) {
-    let acceptor = access.tls.clone().map(tokio_rustls::TlsAcceptor::from);
-    loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                // Out of fds, usually: back off instead of spinning on accept.
-                tracing::warn!(error = %e, "metrics endpoint: accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let exporter = exporter.clone();
-        let auth = access.auth.clone();
-        let acceptor = acceptor.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request| {
-                let response = exporter.respond(&request, &auth);
-                async move { Ok::<_, Infallible>(response) }
-            });
-            let http = hyper::server::conn::http1::Builder::new();
-            let served = match acceptor {
-                None => http.serve_connection(TokioIo::new(stream), service).await,
-                Some(acceptor) => match acceptor.accept(stream).await {
-                    Ok(tls) => http.serve_connection(TokioIo::new(tls), service).await,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "metrics endpoint: TLS handshake failed");
-                        return;
-                    }
-                },
-            };
-            if let Err(e) = served {
-                tracing::debug!(error = %e, "metrics endpoint: connection ended");
-            }
-        });
     }
 }
 
@@ -508,8 +405,8 @@ impl Collector for Shards {
     }
 }
 
-/// The largest lag among connected subscribers, from the subscriber registry.
-struct SubscriberLag(Arc<Subscribers>);
+/// The largest lag among connected subscribers, as the status board lists them.
+struct SubscriberLag(Arc<StatusBoard>);
 
 impl std::fmt::Debug for SubscriberLag {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -519,10 +416,10 @@ impl std::fmt::Debug for SubscriberLag {
 
 impl Collector for SubscriberLag {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let lag = ConstGauge::new(self.0.max_lag_seconds());
+        let lag = ConstGauge::new(self.0.worst_lag_seconds());
         lag.encode(encoder.encode_descriptor(
             "subscriber_lag_max_seconds",
-            "Largest lag among connected subscribers, as of each one's last response (0 if none).",
+            "Largest lag among connected subscribers now (0 if none).",
             None,
             lag.metric_type(),
         )?)

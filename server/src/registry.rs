@@ -31,9 +31,49 @@ struct State {
 /// A stream's entry. Its info has a lock of its own, so a stream refreshing
 /// its position on every response never contends with other streams.
 struct Stream {
-    info: Arc<Mutex<SubscriberInfo>>,
+    info: Arc<Mutex<Shown>>,
     client: ClientKey,
     cancel: Arc<Notify>,
+}
+
+/// What a stream last showed of itself, and what its lag is computed from
+/// when it is listed.
+#[derive(Default)]
+struct Shown {
+    info: SubscriberInfo,
+    /// Each shard's next offset to deliver, by shard id, as of `at_ns`; empty
+    /// for a stream whose lag is not measured against this node's shards (a
+    /// cluster stream), which is then listed with the lag it showed.
+    next: Vec<u64>,
+    /// When the stream last showed itself.
+    at_ns: i64,
+    /// `events_sent` and the time at the previous sample (rates).
+    sampled: (i64, u64),
+}
+
+impl Shown {
+    /// The stream's info as of `now_ns`, with the shards committed up to
+    /// `committed` (by shard id). A stream that stopped sending (its client
+    /// stopped reading: the send waits) does not refresh its lag, so the
+    /// lag is computed here: the events committed past its position, and,
+    /// while any are, the lag it showed grown by the time since (nothing
+    /// it delivered since then moved its watermark). A stream with nothing
+    /// pending keeps the lag it showed: its heartbeats refresh it.
+    fn listed(&self, now_ns: i64, committed: &[u64]) -> SubscriberInfo {
+        let mut info = self.info.clone();
+        if !self.next.is_empty() {
+            info.lag_events = self
+                .next
+                .iter()
+                .zip(committed)
+                .map(|(&next, &committed)| committed.saturating_sub(next))
+                .sum();
+            if info.lag_events > 0 && self.at_ns > 0 {
+                info.lag_seconds += (now_ns - self.at_ns).max(0) as f64 / 1e9;
+            }
+        }
+        info
+    }
 }
 
 pub use ringfeed_proto::wire::SUPERSEDED;
@@ -51,7 +91,7 @@ pub(crate) struct Superseded(pub u64);
 pub(crate) struct Registered {
     registry: Arc<Registry>,
     id: u64,
-    info: Arc<Mutex<SubscriberInfo>>,
+    info: Arc<Mutex<Shown>>,
     cancel: Arc<Notify>,
 }
 
@@ -91,7 +131,10 @@ impl Registry {
         }
         state.next_id += 1;
         let cancel = Arc::new(Notify::new());
-        let info = Arc::new(Mutex::new(info));
+        let info = Arc::new(Mutex::new(Shown {
+            info,
+            ..Shown::default()
+        }));
         state.streams.insert(
             id,
             Stream {
@@ -115,33 +158,63 @@ impl Registry {
         self.lock().streams.len()
     }
 
-    /// Every connected stream, oldest first.
-    /// The largest lag among connected subscribers as of each one's last
-    /// response; 0 with none connected.
-    pub fn max_lag_seconds(&self) -> f64 {
-        self.list()
-            .iter()
-            .map(|s| s.lag_seconds)
-            .fold(0.0, f64::max)
-    }
-
-    pub fn list(&self) -> Vec<SubscriberInfo> {
-        let infos: Vec<_> = self
-            .lock()
+    /// The streams' entries, so each is then locked without the registry's lock.
+    fn entries(&self) -> Vec<Arc<Mutex<Shown>>> {
+        self.lock()
             .streams
             .values()
             .map(|s| s.info.clone())
+            .collect()
+    }
+
+    /// Every connected stream as of `now_ns`, oldest first, its lag measured
+    /// against the shards committed up to `committed` (by shard id).
+    pub fn list(&self, now_ns: i64, committed: &[u64]) -> Vec<SubscriberInfo> {
+        let mut all: Vec<SubscriberInfo> = self
+            .entries()
+            .iter()
+            .map(|shown| lock(shown).listed(now_ns, committed))
             .collect();
-        let mut all: Vec<SubscriberInfo> = infos.iter().map(|i| lock(i).clone()).collect();
         all.sort_by_key(|s| s.connected_since_ns);
         all
+    }
+
+    /// Takes a rate sample at `now_ns`: each stream's events per second since
+    /// the previous sample (shown as `events_per_second`).
+    pub fn sample_rates(&self, now_ns: i64) {
+        for shown in self.entries() {
+            let mut shown = lock(&shown);
+            let sent = shown.info.events_sent;
+            let (then, sent_then) = shown.sampled;
+            if then > 0 && now_ns > then {
+                shown.info.events_per_second =
+                    sent.saturating_sub(sent_then) as f64 * 1e9 / (now_ns - then) as f64;
+            }
+            shown.sampled = (now_ns, sent);
+        }
     }
 }
 
 impl Registered {
     /// Updates what `ListSubscribers` shows for this stream.
     pub fn update<T>(&self, f: impl FnOnce(&mut SubscriberInfo) -> T) -> T {
-        f(&mut lock(&self.info))
+        f(&mut lock(&self.info).info)
+    }
+
+    /// Updates what `ListSubscribers` shows for this stream at `now_ns`,
+    /// positioned at `next` (each shard's next offset, by shard id): from
+    /// then on its lag is measured against the shards' committed offsets.
+    pub fn show_at(
+        &self,
+        now_ns: i64,
+        next: impl Iterator<Item = u64>,
+        f: impl FnOnce(&mut SubscriberInfo),
+    ) {
+        let mut shown = lock(&self.info);
+        shown.at_ns = now_ns;
+        shown.next.clear();
+        shown.next.extend(next);
+        f(&mut shown.info);
     }
 
     /// Completes when a newer epoch of the same client replaced this stream.

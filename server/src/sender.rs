@@ -805,8 +805,9 @@ fn show(
     sent: u64,
 ) {
     let lag_events = sub.lag_events();
-    let lag_seconds = ((now_ns() - sub.watermark()).max(0) as f64 / 1e9).min(1e9);
-    registered.update(|info| {
+    let now = now_ns();
+    let lag_seconds = ((now - sub.watermark()).max(0) as f64 / 1e9).min(1e9);
+    registered.show_at(now, sub.offsets(), |info| {
         info.cursor = cursor.clone();
         info.lag_events = lag_events;
         info.lag_seconds = lag_seconds;

@@ -26,6 +26,7 @@ use tokio_stream::{Stream, StreamExt};
 use ringfeed_engine::clock::now_ns;
 
 use crate::auth::Grant;
+use crate::board::StatusBoard;
 use crate::membership::Membership;
 use crate::metrics::ServerMetrics;
 use crate::registry::Registry;
@@ -71,6 +72,8 @@ pub struct Service {
     membership: Arc<Membership>,
     /// The tokens requests must carry (none: an open server).
     auth: Arc<crate::auth::Auth>,
+    /// What `Status` and `ListSubscribers` answer with.
+    board: Arc<StatusBoard>,
 }
 
 impl Service {
@@ -98,11 +101,17 @@ impl Service {
             metrics: metrics.clone(),
             groups: Groups::default(),
         });
+        let registry = Arc::new(Registry::default());
         Service {
             membership: Membership::new(engine.node_id().unwrap_or(0), String::new(), Vec::new()),
             auth: Arc::default(),
+            board: Arc::new(StatusBoard::new(
+                engine.clone(),
+                registry.clone(),
+                String::new(),
+            )),
             engine,
-            registry: Arc::new(Registry::default()),
+            registry,
             streams,
             shutdown,
             metrics,
@@ -127,6 +136,21 @@ impl Service {
     /// The connected subscribers.
     pub fn subscribers(&self) -> &Arc<Registry> {
         &self.registry
+    }
+
+    /// `Status` names `data_dir` as the server's data directory.
+    pub fn with_data_dir(self, data_dir: String) -> Service {
+        let board = Arc::new(StatusBoard::new(
+            self.engine.clone(),
+            self.registry.clone(),
+            data_dir,
+        ));
+        Service { board, ..self }
+    }
+
+    /// What `Status` answers with (the status page and metrics read it too).
+    pub fn board(&self) -> &Arc<StatusBoard> {
+        &self.board
     }
 
     async fn append_batch(
@@ -575,35 +599,8 @@ impl RingFeed for Service {
         request: Request<v1::StatusRequest>,
     ) -> Result<Response<v1::StatusResponse>, Status> {
         self.auth.admin(request.metadata(), "status")?;
-        let shards = self
-            .engine
-            .status()
-            .into_iter()
-            .map(|s| {
-                let w = s.watermarks;
-                v1::ShardStatus {
-                    shard: s.shard,
-                    committed_next: w.committed_next,
-                    committed_ts_ns: w.committed_ts,
-                    claimed_ts_ns: w.claimed_ts,
-                    flushed_next: w.flushed_next,
-                    flushed_ts_ns: w.flushed_ts,
-                    evicted_below: w.evicted_below,
-                    retained_from: w.retained_from,
-                    ring_bytes: s.ring_bytes as u64,
-                    unflushed_bytes: s.unflushed_bytes as u64,
-                    segment_count: s.segments as u32,
-                    latched: s.latched.unwrap_or_default(),
-                }
-            })
-            .collect();
-        Ok(Response::new(v1::StatusResponse {
-            shards,
-            subscribers: self.registry.len() as u64,
-            now_ns: now_ns(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            node_id: self.engine.node_id().unwrap_or(0),
-        }))
+        let limit = request.get_ref().subscriber_limit as usize;
+        Ok(Response::new(self.board.status(limit)))
     }
 
     async fn list_subscribers(
@@ -612,7 +609,7 @@ impl RingFeed for Service {
     ) -> Result<Response<v1::ListSubscribersResponse>, Status> {
         self.auth.admin(request.metadata(), "listing subscribers")?;
         Ok(Response::new(v1::ListSubscribersResponse {
-            subscribers: self.registry.list(),
+            subscribers: self.board.subscribers(),
         }))
     }
 

@@ -61,7 +61,7 @@ async fn every_client_is_acked_or_refused_and_only_acked_events_are_stored() {
     let status = RingFeedClient::connect(url)
         .await
         .unwrap()
-        .status(v1::StatusRequest {})
+        .status(v1::StatusRequest::default())
         .await
         .unwrap()
         .into_inner();

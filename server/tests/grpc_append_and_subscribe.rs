@@ -134,7 +134,7 @@ async fn append_then_subscribe_every_way() {
 
     // Status follows flushes: durable appends are flushed before they are acknowledged.
     let status = client
-        .status(v1::StatusRequest {})
+        .status(v1::StatusRequest::default())
         .await
         .unwrap()
         .into_inner();
@@ -153,7 +153,7 @@ async fn append_then_subscribe_every_way() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         subscribers = client
-            .status(v1::StatusRequest {})
+            .status(v1::StatusRequest::default())
             .await
             .unwrap()
             .into_inner()

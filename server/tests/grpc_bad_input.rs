@@ -255,7 +255,7 @@ async fn overload_latching_and_retention_map_to_their_codes() {
     let mut retained = 0;
     for _ in 0..500 {
         let s = client
-            .status(v1::StatusRequest {})
+            .status(v1::StatusRequest::default())
             .await
             .unwrap()
             .into_inner();

@@ -266,7 +266,7 @@ async fn chunk_mode_delivers_what_event_mode_delivers() {
     let until = append(&mut client, 24_000, 450, 500).await;
     let addr = server.addr.to_string();
     let status = client
-        .status(v1::StatusRequest {})
+        .status(v1::StatusRequest::default())
         .await
         .unwrap()
         .into_inner();

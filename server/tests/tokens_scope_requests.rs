@@ -49,7 +49,7 @@ fn append_request(directory: &str, names: &[&str]) -> v1::AppendRequest {
 
 async fn committed(client: &mut RingFeedClient<tonic::transport::Channel>, admin: &str) -> u64 {
     let status = client
-        .status(with_token(v1::StatusRequest {}, Some(admin)))
+        .status(with_token(v1::StatusRequest::default(), Some(admin)))
         .await
         .unwrap()
         .into_inner();
@@ -161,7 +161,7 @@ async fn requests_need_a_token_within_its_scope() {
     // Admin requests.
     for token in [&writer_h, &scoped_h] {
         let denied = client
-            .status(with_token(v1::StatusRequest {}, Some(token)))
+            .status(with_token(v1::StatusRequest::default(), Some(token)))
             .await
             .unwrap_err();
         assert_eq!(denied.code(), Code::PermissionDenied);

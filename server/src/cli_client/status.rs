@@ -49,7 +49,9 @@ pub struct StatusArgs {
     #[command(flatten)]
     pub access: Access,
     /// Print the StatusResponse as one proto3-JSON object instead of tables
-    /// (64-bit numbers are strings there, as the mapping says). With
+    /// (64-bit numbers are strings there, as the mapping says), the object
+    /// the status page's /api/status answers: with up to 1000 subscribers in
+    /// `subscriberList`, the most lagging first. With
     /// --cluster: `{"nodes":[{"node":NodeInfo,"status":StatusResponse or null}]}`.
     #[arg(long)]
     pub json: bool,
@@ -66,7 +68,12 @@ pub async fn status(args: StatusArgs) -> Result<()> {
         return cluster_status(&args).await;
     }
     let mut client = connect(&args.access).await?;
-    let status = client.status(StatusRequest {}).await?.into_inner();
+    let status = client
+        .status(StatusRequest {
+            subscriber_limit: if args.json { STATUS_SUBSCRIBERS } else { 0 },
+        })
+        .await?
+        .into_inner();
     let mut out = io::stdout();
     let text = if args.json {
         serde_json::to_string(&status).context("encoding the status as JSON")? + "\n"
@@ -81,6 +88,9 @@ pub async fn status(args: StatusArgs) -> Result<()> {
     };
     write_out(&mut out, &text).context("writing to stdout")
 }
+
+/// Subscribers `status --json` asks for, as the status page does.
+const STATUS_SUBSCRIBERS: u32 = crate::http::PAGE_SUBSCRIBERS as u32;
 
 /// How long `status --cluster` waits for each other node's answer.
 const PEER_ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
@@ -98,7 +108,7 @@ async fn cluster_status(args: &StatusArgs) -> Result<()> {
     for node in &nodes {
         let status = if node.this_node {
             client
-                .status(StatusRequest {})
+                .status(StatusRequest::default())
                 .await
                 .map_err(|s| s.to_string())
         } else if !node.up {
@@ -111,7 +121,7 @@ async fn cluster_status(args: &StatusArgs) -> Result<()> {
                     ..args.access.clone()
                 };
                 let mut peer = connect(&access).await.map_err(|e| format!("{e:#}"))?;
-                peer.status(StatusRequest {})
+                peer.status(StatusRequest::default())
                     .await
                     .map_err(|s| format!("{}: {}", s.code(), s.message()))
             };

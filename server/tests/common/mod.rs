@@ -111,7 +111,7 @@ pub fn request(events: Vec<v1::Event>, durable: bool) -> v1::AppendRequest {
 /// Total committed events over all shards.
 pub async fn committed(client: &mut RingFeedClient<Channel>) -> u64 {
     let status = client
-        .status(v1::StatusRequest {})
+        .status(v1::StatusRequest::default())
         .await
         .unwrap()
         .into_inner();

@@ -25,6 +25,9 @@ pub struct Server {
     /// HOST:PORT from the `metrics on http://HOST:PORT/metrics` line, if
     /// started with `--metrics-listen`.
     pub metrics: Option<String>,
+    /// HOST:PORT from the `status page on http://HOST:PORT/` line, if
+    /// started with `--http-listen`.
+    pub page: Option<String>,
     /// What the server wrote to stderr so far, line by line.
     pub stderr: Arc<Mutex<Vec<String>>>,
     exited: mpsc::Receiver<ExitStatus>,
@@ -89,6 +92,7 @@ impl Server {
         let stderr = child.stderr.take().expect("stderr");
         let (addr_tx, addr_rx) = mpsc::channel();
         let (metrics_tx, metrics_rx) = mpsc::channel();
+        let (page_tx, page_rx) = mpsc::channel();
         // Keep draining both pipes for the server's whole life so it never
         // blocks on a full pipe; what it says shows up when the test fails.
         std::thread::spawn(move || {
@@ -102,6 +106,12 @@ impl Server {
                     .or_else(|| line.strip_prefix("metrics on https://"));
                 if let Some(url) = url {
                     let _ = metrics_tx.send(url.trim().trim_end_matches("/metrics").to_owned());
+                }
+                let page = line
+                    .strip_prefix("status page on http://")
+                    .or_else(|| line.strip_prefix("status page on https://"));
+                if let Some(url) = page {
+                    let _ = page_tx.send(url.trim().trim_end_matches('/').to_owned());
                 }
             }
         });
@@ -119,6 +129,7 @@ impl Server {
             _watched: ringfeed_watchdog::watch_child(pid),
             addr: String::new(),
             metrics: None,
+            page: None,
             stderr: stderr_lines,
             exited,
             stopped: false,
@@ -133,6 +144,9 @@ impl Server {
         server.addr = addr_rx.recv_timeout(STARTUP).map_err(|_| stuck(pid))?;
         if flags.contains(&"--metrics-listen") {
             server.metrics = Some(metrics_rx.recv_timeout(STARTUP).map_err(|_| stuck(pid))?);
+        }
+        if flags.contains(&"--http-listen") {
+            server.page = Some(page_rx.recv_timeout(STARTUP).map_err(|_| stuck(pid))?);
         }
         Ok(server)
     }

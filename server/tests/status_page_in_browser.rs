@@ -1,0 +1,359 @@
+//! `serve --http-listen`: the status page in a real browser (Debian's
+//! headless Chromium). The page shows each shard's offsets as the server
+//! counts them and one row per subscriber, a client name full of markup as
+//! plain text, and a subscriber's lag growing while it stops reading and
+//! falling back once it catches up, in the same open page (it polls
+//! `/api/status` once a second); with a token file it needs an admin token,
+//! given in the URL's fragment.
+
+mod browser;
+mod serve_binary;
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use browser::Browser;
+use ringfeed_proto::tonic::transport::{Channel, Endpoint};
+use ringfeed_proto::v1::subscribe_response::Item;
+use ringfeed_proto::{v1, RingFeedClient};
+use serde_json::Value;
+use serve_binary::{new_token, Server};
+
+/// A client name that would run script, load an image and close the table
+/// if the page put it into the document as markup.
+const EVIL_NAME: &str = "<script>document.body.dataset.pwned='script'</script>\
+     <img src=x onerror=\"document.body.dataset.pwned='img'\"></td></tr><b>bold";
+
+/// What the page shows, read from its document: each shard row's cells and
+/// each subscriber row's cells (their text), and whether anything ran.
+const READ_PAGE: &str = r#"(() => {
+  const rows = (sel) => [...document.querySelectorAll(sel)].map((tr) =>
+    Object.fromEntries([...tr.cells].map((td) => [td.dataset.k, td.textContent])));
+  const lag = [...document.querySelectorAll('#subscribers tbody td[data-k="lagSeconds"]')]
+    .map((td) => Number(td.dataset.v));
+  return {
+    state: document.body.dataset.state,
+    updates: Number(document.body.dataset.updates),
+    pwned: document.body.dataset.pwned || null,
+    bold: document.querySelectorAll('#subscribers b').length,
+    images: document.querySelectorAll('img').length,
+    shards: rows('#shards tbody tr'),
+    subscribers: rows('#subscribers tbody tr'),
+    lagSeconds: lag,
+    sparkPoints: Number(document.getElementById('spark-rate').dataset.points || 0),
+  };
+})()"#;
+
+/// The page's waits: it polls once a second, so anything it should show is
+/// there within a few polls; longer means the page is wrong or stuck.
+const SHOWS_WITHIN: Duration = Duration::from_secs(20);
+
+fn create(dir: &str, name: &str, bytes: usize) -> v1::Event {
+    v1::Event {
+        directory: dir.into(),
+        new_entry: Some(v1::Entry {
+            name: name.into(),
+            size: 1,
+            attributes: vec![b'x'; bytes].into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+async fn append(client: &mut RingFeedClient<Channel>, prefix: &str, count: usize, bytes: usize) {
+    for batch in 0..count.div_ceil(50) {
+        let events = (batch * 50..count.min(batch * 50 + 50))
+            .map(|i| create(&format!("/{prefix}/d{}", i % 7), &format!("f{i}"), bytes))
+            .collect();
+        client
+            .append(v1::AppendRequest {
+                events,
+                ..Default::default()
+            })
+            .await
+            .expect("append");
+    }
+}
+
+/// A client whose HTTP/2 windows are small, so a subscription it stops
+/// reading stops the server's sending after a few responses (its lag then
+/// shows on the server) instead of filling megabytes of buffers.
+async fn small_window_client(addr: &str) -> RingFeedClient<Channel> {
+    let channel = Endpoint::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .initial_stream_window_size(Some(65_535))
+        .initial_connection_window_size(Some(65_535))
+        .connect()
+        .await
+        .expect("connect");
+    RingFeedClient::new(channel)
+}
+
+async fn read_events(
+    stream: &mut ringfeed_proto::tonic::Streaming<v1::SubscribeResponse>,
+    count: usize,
+) {
+    let mut got = 0;
+    while got < count {
+        let response = tokio::time::timeout(Duration::from_secs(20), stream.message())
+            .await
+            .expect("the subscription stalled")
+            .expect("stream ok")
+            .expect("stream open");
+        if let Some(Item::Event(_)) = response.item {
+            got += 1;
+        }
+    }
+}
+
+fn as_u64(v: &Value) -> u64 {
+    v.as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn the_page_shows_shards_subscribers_and_live_lag() {
+    let _watchdog = ringfeed_watchdog::arm_for(Duration::from_secs(120));
+    let Some(chromium) = browser::chromium() else {
+        eprintln!("skipped: no chromium (install Debian's chromium package)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), 2, &["--http-listen", "127.0.0.1:0"]);
+    let page = server.page.clone().expect("status page address");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+
+    let mut client = rt
+        .block_on(RingFeedClient::connect(format!("http://{}", server.addr)))
+        .expect("connect");
+    rt.block_on(append(&mut client, "a", 40, 10));
+    // A subscriber that keeps up, and one named with markup that will stop
+    // reading.
+    let steady = rt.spawn({
+        let mut client = client.clone();
+        async move {
+            let mut stream = client
+                .subscribe(v1::SubscribeRequest {
+                    start: Some(v1::subscribe_request::Start::Beginning(true)),
+                    client_name: "steady".into(),
+                    ..Default::default()
+                })
+                .await
+                .expect("subscribe")
+                .into_inner();
+            while let Ok(Some(_)) = stream.message().await {}
+        }
+    });
+    // On a connection of its own: what it leaves unread holds its
+    // connection's window.
+    let mut stalled = rt.block_on(async {
+        let mut stream = small_window_client(&server.addr)
+            .await
+            .subscribe(v1::SubscribeRequest {
+                start: Some(v1::subscribe_request::Start::Beginning(true)),
+                client_name: EVIL_NAME.into(),
+                client_id: 7,
+                client_epoch: 1,
+                ..Default::default()
+            })
+            .await
+            .expect("subscribe")
+            .into_inner();
+        read_events(&mut stream, 40).await;
+        stream
+    });
+
+    let mut browser = Browser::open(&chromium, &format!("http://{page}/"), 1400, 760);
+    let shown = browser.wait_for(
+        "both subscribers, caught up",
+        READ_PAGE,
+        SHOWS_WITHIN,
+        |v| {
+            let subs = v["subscribers"].as_array().map_or(0, Vec::len);
+            let caught_up = v["subscribers"]
+                .as_array()
+                .is_some_and(|s| s.iter().all(|s| s["lagEvents"] == "0"));
+            v["state"] == "ok" && subs == 2 && caught_up
+        },
+    );
+    // The shard rows carry the server's own offsets.
+    let status = rt
+        .block_on(client.status(v1::StatusRequest::default()))
+        .expect("status")
+        .into_inner();
+    let rows = shown["shards"].as_array().expect("shard rows");
+    assert_eq!(rows.len(), 2, "{shown}");
+    for (row, shard) in rows.iter().zip(&status.shards) {
+        assert_eq!(row["shard"], shard.shard.to_string(), "{shown}");
+        assert_eq!(
+            row["committedNext"],
+            shard.committed_next.to_string(),
+            "{shown}"
+        );
+    }
+    let committed: u64 = rows.iter().map(|r| as_u64(&r["committedNext"])).sum();
+    assert_eq!(committed, 40, "{shown}");
+    // The name is text: nothing ran, no element came from it.
+    let evil = shown["subscribers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["clientId"] == "7")
+        .expect("the stalled subscriber's row")
+        .clone();
+    assert_eq!(evil["clientName"], EVIL_NAME, "{shown}");
+    assert_eq!(evil["eventsSent"], "40", "{shown}");
+    assert_eq!(shown["pwned"], Value::Null, "{shown}");
+    assert_eq!(shown["bold"], 0, "{shown}");
+    assert_eq!(shown["images"], 0, "{shown}");
+
+    // It stops reading: the page's lag for it grows while appends go on.
+    rt.block_on(append(&mut client, "b", 300, 10_000));
+    let lagging = browser.wait_for(
+        "the stalled subscriber's lag in events",
+        READ_PAGE,
+        SHOWS_WITHIN,
+        |v| {
+            v["subscribers"]
+                .as_array()
+                .and_then(|s| s.iter().find(|s| s["clientId"] == "7"))
+                .is_some_and(|s| as_u64(&s["lagEvents"]) > 0)
+        },
+    );
+    // The most lagging first (the default sort), the steady one caught up.
+    let subs = lagging["subscribers"].as_array().unwrap();
+    assert_eq!(subs[0]["clientId"], "7", "{lagging}");
+    assert_eq!(subs[1]["clientName"], "steady", "{lagging}");
+    let first_lag = lagging["lagSeconds"][0].as_f64().unwrap();
+    browser.wait_for("the lag in seconds growing", READ_PAGE, SHOWS_WITHIN, |v| {
+        v["lagSeconds"][0]
+            .as_f64()
+            .is_some_and(|lag| lag > first_lag + 1.0)
+    });
+    let shot = browser.screenshot();
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("status-page.png");
+    std::fs::write(&path, &shot).expect("saving the screenshot");
+    eprintln!("screenshot: {}", path.display());
+    assert!(shot.starts_with(b"\x89PNG"), "not a PNG");
+
+    // Sorting by lag the other way puts the steady one first.
+    browser.eval(r#"document.querySelector('#subscribers th[data-sort="lagSeconds"]').click()"#);
+    let ascending = browser.eval(READ_PAGE);
+    assert_eq!(
+        ascending["subscribers"][0]["clientName"], "steady",
+        "{ascending}"
+    );
+
+    // It reads again: the same page shows it caught up.
+    rt.block_on(read_events(&mut stalled, 300));
+    let caught_up = browser.wait_for("the lag back to 0", READ_PAGE, SHOWS_WITHIN, |v| {
+        v["subscribers"]
+            .as_array()
+            .and_then(|s| s.iter().find(|s| s["clientId"] == "7"))
+            .is_some_and(|s| s["lagEvents"] == "0" && s["eventsSent"] == "340")
+    });
+    assert!(
+        caught_up["sparkPoints"].as_u64().unwrap() >= 2,
+        "{caught_up}"
+    );
+    assert!(caught_up["updates"].as_u64().unwrap() >= 3, "{caught_up}");
+    drop(browser);
+    steady.abort();
+    server.stop();
+}
+
+/// `GET path` with an optional bearer token: (status code, body).
+fn get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut conn = std::net::TcpStream::connect(addr).expect("connecting to the page");
+    conn.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let auth = token.map_or(String::new(), |t| format!("authorization: Bearer {t}\r\n"));
+    write!(
+        conn,
+        "GET {path} HTTP/1.1\r\nhost: {addr}\r\n{auth}connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    conn.read_to_string(&mut response)
+        .expect("reading the response");
+    let code = response[9..12].parse().expect("status code");
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    (code, body)
+}
+
+#[test]
+fn with_tokens_the_page_needs_an_admin_token() {
+    let _watchdog = ringfeed_watchdog::arm_for(Duration::from_secs(120));
+    let dir = tempfile::tempdir().unwrap();
+    let (admin, admin_table) = new_token(&["--admin"]);
+    let (reader, reader_table) = new_token(&["--read", "/"]);
+    let tokens = dir.path().join("tokens.toml");
+    std::fs::write(&tokens, format!("{admin_table}\n{reader_table}\n")).unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start_with(
+        &data,
+        1,
+        &[
+            "--http-listen",
+            "127.0.0.1:0",
+            "--token-file",
+            tokens.to_str().unwrap(),
+        ],
+    );
+    let page = server.page.clone().expect("status page address");
+
+    // The data needs an admin token; the page itself answers 401 (its body
+    // asks for one), and its script and style are static.
+    let (code, body) = get(&page, "/api/status", None);
+    assert_eq!(code, 401, "{body}");
+    assert!(body.contains("error"), "{body}");
+    assert_eq!(get(&page, "/api/status", Some(&reader)).0, 403);
+    let (code, body) = get(&page, "/api/status", Some(&admin));
+    assert_eq!(code, 200, "{body}");
+    let status: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(status["shards"].as_array().map(Vec::len), Some(1), "{body}");
+    assert_eq!(get(&page, "/", None).0, 401);
+    assert_eq!(get(&page, "/", Some(&admin)).0, 200);
+    assert_eq!(get(&page, "/app.js", None).0, 200);
+    assert_eq!(get(&page, "/api/status?subscribers=x", Some(&admin)).0, 400);
+    assert_eq!(get(&page, "/nothing", Some(&admin)).0, 404);
+
+    let Some(chromium) = browser::chromium() else {
+        eprintln!("skipped the browser part: no chromium");
+        server.stop();
+        return;
+    };
+    // Without a token the page asks for one and shows no data.
+    let mut browser = Browser::open(&chromium, &format!("http://{page}/"), 1000, 600);
+    let asked = browser.wait_for(
+        "the token form",
+        "({state: document.body.dataset.state, form: !document.getElementById('token-form').hidden, rows: document.querySelectorAll('#shards tbody tr').length})",
+        SHOWS_WITHIN,
+        |v| v["state"] == "unauthorized",
+    );
+    assert_eq!(asked["form"], true, "{asked}");
+    assert_eq!(asked["rows"], 0, "{asked}");
+    drop(browser);
+    // With the admin token in the fragment it shows the shards, and takes
+    // the token out of the address bar.
+    let mut browser = Browser::open(
+        &chromium,
+        &format!("http://{page}/#token={admin}"),
+        1000,
+        600,
+    );
+    let shown = browser.wait_for(
+        "the shard rows",
+        "({state: document.body.dataset.state, rows: document.querySelectorAll('#shards tbody tr').length, url: location.href})",
+        SHOWS_WITHIN,
+        |v| v["state"] == "ok" && v["rows"] == 1,
+    );
+    assert!(!shown["url"].as_str().unwrap().contains(&admin), "{shown}");
+    drop(browser);
+    server.stop();
+}
