@@ -9,7 +9,7 @@
 //!   O_DIRECT + fdatasync figures of the same disk measured in the same run.
 //! * `subscribe-catchup`: one in-process subscriber catching up from segments
 //!   and from the ring, match-all and a 1% filter.
-//! * `grpc`, `metrics-cost`: see `grpc.rs`.
+//! * `grpc`, `metrics-cost`, `page-cost`: see `grpc.rs`.
 //! * `idle-wakeups`: context switches of an idle `ringfeed serve`, per thread.
 //! * `profile-compare`: durable shard appends with the default configuration
 //!   and with a `ringfeed tune profile --write` file, alternating; medians.
@@ -314,6 +314,39 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         scrape_ms: u64,
     },
+    /// Append throughput over gRPC without and with status pages open (each
+    /// fetching /api/status as the page's script does, once a second),
+    /// alternating; medians and their ratio.
+    PageCost {
+        /// Scratch directory on the disk to measure (not tmpfs); removed afterwards.
+        #[arg(long, default_value = "./bench-scratch")]
+        dir: PathBuf,
+        /// Seconds per run.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// Runs per side and batch size.
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        /// Batch sizes (events per append).
+        #[arg(long, value_delimiter = ',', default_value = "1,64")]
+        batches: Vec<usize>,
+        /// Concurrent gRPC clients appending in a closed loop.
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// Payload bytes per event.
+        #[arg(long, default_value_t = 200)]
+        event_bytes: usize,
+        /// Status pages open; a run is made for each count given.
+        #[arg(long, value_delimiter = ',', default_value = "1,10")]
+        viewers: Vec<usize>,
+        /// Milliseconds between each page's fetches (the page polls every 1000).
+        #[arg(long, default_value_t = 1000)]
+        poll_ms: u64,
+        /// Subscribers connected to each server (listed on the page; their
+        /// filter matches nothing appended).
+        #[arg(long, default_value_t = 100)]
+        subscribers: usize,
+    },
     /// Checks one system's adapter end to end: append, read back from the
     /// beginning, resume from the middle, receive live events (exactness only).
     Probe {
@@ -572,15 +605,55 @@ fn main() -> Result<()> {
             {
                 bail!("seconds, reps, batches, clients and scrape-ms must be positive");
             }
-            grpc::metrics_cost(
+            grpc::endpoint_cost(
                 &dir,
                 seconds,
                 reps,
                 &batches,
                 clients,
                 event_bytes,
-                Duration::from_millis(scrape_ms),
+                grpc::Watched::Metrics {
+                    every: Duration::from_millis(scrape_ms),
+                },
+                0,
             )
+        }
+        Command::PageCost {
+            dir,
+            seconds,
+            reps,
+            batches,
+            clients,
+            event_bytes,
+            viewers,
+            poll_ms,
+            subscribers,
+        } => {
+            if seconds <= 0.0
+                || reps == 0
+                || batches.contains(&0)
+                || clients == 0
+                || poll_ms == 0
+                || viewers.contains(&0)
+            {
+                bail!("seconds, reps, batches, clients, viewers and poll-ms must be positive");
+            }
+            for viewers in viewers {
+                grpc::endpoint_cost(
+                    &dir,
+                    seconds,
+                    reps,
+                    &batches,
+                    clients,
+                    event_bytes,
+                    grpc::Watched::Page {
+                        every: Duration::from_millis(poll_ms),
+                        viewers,
+                    },
+                    subscribers,
+                )?;
+            }
+            Ok(())
         }
         Command::Probe {
             dir,

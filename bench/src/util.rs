@@ -83,15 +83,23 @@ pub(crate) fn stat_cpu_ticks(stat: &str) -> u64 {
 /// Fetches `/metrics` from `at` over a fresh connection, as a scraper would;
 /// returns the whole response (status line, headers, body).
 pub async fn scrape_metrics(at: std::net::SocketAddr) -> anyhow::Result<String> {
+    http_get(at, "/metrics").await
+}
+
+/// `GET path` from the server's HTTP endpoint at `at` (one connection per
+/// request): the whole response, which must be a 200.
+pub async fn http_get(at: std::net::SocketAddr, path: &str) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut conn = tokio::net::TcpStream::connect(at).await?;
-    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
-        .await?;
+    conn.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await?;
     let mut response = Vec::new();
     conn.read_to_end(&mut response).await?;
     let response = String::from_utf8_lossy(&response).into_owned();
     if !response.starts_with("HTTP/1.1 200") {
-        anyhow::bail!("metrics endpoint: {response}");
+        anyhow::bail!("GET {path}: {response}");
     }
     Ok(response)
 }

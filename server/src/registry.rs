@@ -245,3 +245,69 @@ impl Drop for Registered {
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(name: &str) -> SubscriberInfo {
+        SubscriberInfo {
+            client_name: name.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_stream_that_stops_showing_itself_is_listed_with_its_lag_growing() {
+        let registry = Arc::new(Registry::default());
+        let (stalled, _) = registry.register(info("stalled"), "").unwrap();
+        let (caught_up, _) = registry.register(info("caught up"), "").unwrap();
+        let s = 1_000_000_000;
+        // Both showed themselves at t = 10 s, 0.5 s behind, at offsets 5 and 7.
+        for stream in [&stalled, &caught_up] {
+            stream.show_at(10 * s, [5, 7].into_iter(), |i| {
+                i.lag_seconds = 0.5;
+                i.events_sent = 12;
+            });
+        }
+        let by_name = |list: Vec<SubscriberInfo>, name: &str| {
+            list.into_iter()
+                .find(|i| i.client_name == name)
+                .expect("listed")
+        };
+        // At t = 13 s the shards have committed up to 9 and 7: the stalled
+        // one is 4 events behind, and 3 s more than it showed.
+        let list = registry.list(13 * s, &[9, 7]);
+        let stalled_now = by_name(list.clone(), "stalled");
+        assert_eq!(stalled_now.lag_events, 4);
+        assert!((stalled_now.lag_seconds - 3.5).abs() < 1e-9);
+        // With nothing committed past its position a stream keeps the lag
+        // it showed (its heartbeats refresh it).
+        let list = registry.list(13 * s, &[5, 7]);
+        let idle = by_name(list, "caught up");
+        assert_eq!((idle.lag_events, idle.lag_seconds), (0, 0.5));
+        // A stream that shows no position (a cluster stream) is listed as it
+        // showed itself.
+        let (cluster, _) = registry.register(info("cluster"), "").unwrap();
+        cluster.update(|i| {
+            i.lag_events = 3;
+            i.lag_seconds = 0.25;
+        });
+        let listed = by_name(registry.list(13 * s, &[100, 100]), "cluster");
+        assert_eq!((listed.lag_events, listed.lag_seconds), (3, 0.25));
+    }
+
+    #[test]
+    fn rates_are_events_sent_per_second_between_samples() {
+        let registry = Arc::new(Registry::default());
+        let (stream, _) = registry.register(info("a"), "").unwrap();
+        let s = 1_000_000_000;
+        registry.sample_rates(10 * s);
+        stream.update(|i| i.events_sent = 300);
+        registry.sample_rates(12 * s);
+        let listed = registry.list(12 * s, &[]);
+        assert_eq!(listed[0].events_per_second, 150.0);
+        drop(stream);
+        assert!(registry.list(12 * s, &[]).is_empty());
+    }
+}

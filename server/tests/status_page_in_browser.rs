@@ -260,6 +260,36 @@ fn the_page_shows_shards_subscribers_and_live_lag() {
     );
     assert!(caught_up["updates"].as_u64().unwrap() >= 3, "{caught_up}");
     drop(browser);
+
+    // /api/status is the object `ringfeed status --json` prints.
+    let (code, body) = get(&page, "/api/status", None);
+    assert_eq!(code, 200, "{body}");
+    let api: Value = serde_json::from_str(&body).expect("JSON");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ringfeed"));
+    command.args(["status", "--json", "--server", &server.addr]);
+    let out = serve_binary::run_bounded(command, None, Duration::from_secs(20));
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    let cli: Value = serde_json::from_str(&out.stdout).expect("status --json is JSON");
+    let keys = |v: &Value| -> Vec<String> {
+        let mut keys: Vec<String> = v.as_object().expect("an object").keys().cloned().collect();
+        keys.sort();
+        keys
+    };
+    assert_eq!(keys(&api), keys(&cli), "{api}\n{cli}");
+    for key in ["shards", "subscriberList", "history"] {
+        assert!(api[key].is_array(), "{key} in {api}");
+    }
+    assert_eq!(
+        api["subscriberList"].as_array().map(Vec::len),
+        Some(2),
+        "{api}"
+    );
+    assert_eq!(
+        cli["subscriberList"].as_array().map(Vec::len),
+        Some(2),
+        "{cli}"
+    );
+    assert_eq!(api["dataDir"], cli["dataDir"]);
     steady.abort();
     server.stop();
 }

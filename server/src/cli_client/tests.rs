@@ -470,6 +470,7 @@ fn status_renders_as_tables() {
         now_ns: 1_795_946_401_000_000_000,
         version: "0.1.0".into(),
         node_id: 0,
+        ..Default::default()
     };
     let subscriber = SubscriberInfo {
         client_name: "ringfeed tail".into(),
