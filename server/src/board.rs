@@ -70,10 +70,7 @@ impl StatusBoard {
 
     /// The largest lag among connected subscribers now (0 with none).
     pub fn worst_lag_seconds(&self) -> f64 {
-        self.subscribers()
-            .iter()
-            .map(|s| s.lag_seconds)
-            .fold(0.0, f64::max)
+        self.registry.worst_lag_seconds(now_ns(), &self.committed())
     }
 
     /// Takes one sample now.

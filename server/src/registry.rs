@@ -61,18 +61,27 @@ impl Shown {
     /// pending keeps the lag it showed: its heartbeats refresh it.
     fn listed(&self, now_ns: i64, committed: &[u64]) -> SubscriberInfo {
         let mut info = self.info.clone();
-        if !self.next.is_empty() {
-            info.lag_events = self
-                .next
-                .iter()
-                .zip(committed)
-                .map(|(&next, &committed)| committed.saturating_sub(next))
-                .sum();
-            if info.lag_events > 0 && self.at_ns > 0 {
-                info.lag_seconds += (now_ns - self.at_ns).max(0) as f64 / 1e9;
-            }
-        }
+        (info.lag_events, info.lag_seconds) = self.lag(now_ns, committed);
         info
+    }
+
+    /// `(lag_events, lag_seconds)` as [`Shown::listed`] shows them.
+    fn lag(&self, now_ns: i64, committed: &[u64]) -> (u64, f64) {
+        let info = &self.info;
+        if self.next.is_empty() {
+            return (info.lag_events, info.lag_seconds);
+        }
+        let events = self
+            .next
+            .iter()
+            .zip(committed)
+            .map(|(&next, &committed)| committed.saturating_sub(next))
+            .sum();
+        let mut seconds = info.lag_seconds;
+        if events > 0 && self.at_ns > 0 {
+            seconds += (now_ns - self.at_ns).max(0) as f64 / 1e9;
+        }
+        (events, seconds)
     }
 }
 
@@ -179,6 +188,15 @@ impl Registry {
         all
     }
 
+    /// The largest lag in seconds among connected streams as [`Registry::list`]
+    /// would list them (0 with none), without copying their infos.
+    pub fn worst_lag_seconds(&self, now_ns: i64, committed: &[u64]) -> f64 {
+        self.entries()
+            .iter()
+            .map(|shown| lock(shown).lag(now_ns, committed).1)
+            .fold(0.0, f64::max)
+    }
+
     /// Takes a rate sample at `now_ns`: each stream's events per second since
     /// the previous sample (shown as `events_per_second`).
     pub fn sample_rates(&self, now_ns: i64) {
@@ -270,6 +288,7 @@ mod tests {
                 i.events_sent = 12;
             });
         }
+        assert!((registry.worst_lag_seconds(13 * s, &[9, 7]) - 3.5).abs() < 1e-9);
         let by_name = |list: Vec<SubscriberInfo>, name: &str| {
             list.into_iter()
                 .find(|i| i.client_name == name)

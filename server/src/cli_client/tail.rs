@@ -114,10 +114,14 @@ pub struct TailArgs {
 
 /// Follows the feed per `args`, printing one line per event on stdout.
 pub async fn tail(args: TailArgs) -> Result<()> {
-    tail_to(args, &mut io::stdout()).await
+    let mut lines = Lines::spawn(io::stdout());
+    let followed = follow(args, &mut lines).await;
+    // Whatever ended the stream, the lines read before it are printed.
+    let written = lines.finish();
+    followed.and(written.map(drop))
 }
 
-pub(super) async fn tail_to(args: TailArgs, out: &mut (impl Write + Send)) -> Result<()> {
+async fn follow(args: TailArgs, lines: &mut Lines) -> Result<()> {
     let request = subscribe_request(&args, now_ns())?;
     let mut progress = args.progress.then(Progress::new);
     // An unreachable server at the start is an error, not something to wait for.
@@ -128,9 +132,9 @@ pub(super) async fn tail_to(args: TailArgs, out: &mut (impl Write + Send)) -> Re
     if tls.enabled() {
         follower = follower.with_tls(tls.config()?)?;
     }
-    // One buffer for the lines, written when nothing more is at hand (so a
-    // batch is one write), and one for the cursor: nothing is allocated per
-    // event.
+    // Lines gather in a buffer handed to the writer when nothing more is at
+    // hand (so a batch is one write); the writer's buffers come back empty,
+    // and the cursor has its own: nothing is allocated per event.
     let mut text = Vec::with_capacity(1 << 17);
     let mut cursor = Vec::new();
     while let Some(event) = follower.next().await? {
@@ -141,10 +145,12 @@ pub(super) async fn tail_to(args: TailArgs, out: &mut (impl Write + Send)) -> Re
             progress.observe(1, follower.watermark_ns());
         }
         if !follower.has_buffered() || text.len() > 1 << 16 {
-            if !write_lines(out, &text)? {
-                return Ok(());
+            match lines.write(std::mem::take(&mut text)).await {
+                Some(empty) => text = empty,
+                // The reader went away (`| head`), or writing failed:
+                // `finish` says which.
+                None => return Ok(()),
             }
-            text.clear();
         }
         if let Some(line) = progress
             .as_mut()
@@ -153,7 +159,70 @@ pub(super) async fn tail_to(args: TailArgs, out: &mut (impl Write + Send)) -> Re
             eprintln!("{line}");
         }
     }
-    write_lines(out, &text).map(drop)
+    lines.write(text).await;
+    Ok(())
+}
+
+/// The tail's output, written by a thread of its own. A reader slow to take
+/// the lines (a pipe into a slow program) then blocks that thread, never
+/// the runtime: the tail stops reading the stream (the server sees it fall
+/// behind) but goes on answering the server's HTTP/2 keepalive pings.
+/// Written from the runtime, a blocked stdout stalled the pings too, and the
+/// server closed the connection after 30 s (its keepalive's interval plus
+/// timeout); the tail reconnected from its cursor, over and over, and
+/// dropped out of the server's subscriber list each time.
+struct Lines {
+    to_writer: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
+    /// Buffers the writer wrote, given back to be filled again.
+    written: std::sync::mpsc::Receiver<Vec<u8>>,
+    /// `Ok(false)` if the reader went away.
+    writer: std::thread::JoinHandle<Result<bool>>,
+}
+
+impl Lines {
+    fn spawn(mut out: impl Write + Send + 'static) -> Lines {
+        // One buffer queued, one being written and one being filled at most.
+        let (to_writer, mut queued) = tokio::sync::mpsc::channel::<Vec<u8>>(1);
+        let (give_back, written) = std::sync::mpsc::channel();
+        let writer = std::thread::spawn(move || {
+            while let Some(mut text) = queued.blocking_recv() {
+                if !write_lines(&mut out, &text)? {
+                    return Ok(false);
+                }
+                text.clear();
+                let _ = give_back.send(text);
+            }
+            Ok(true)
+        });
+        Lines {
+            to_writer: Some(to_writer),
+            written,
+            writer,
+        }
+    }
+
+    /// Queues `text` (waiting while the writer is behind) and returns an
+    /// empty buffer to fill next; `None` once the writer stopped.
+    async fn write(&mut self, text: Vec<u8>) -> Option<Vec<u8>> {
+        if text.is_empty() {
+            return Some(text);
+        }
+        self.to_writer.as_ref()?.send(text).await.ok()?;
+        Some(
+            self.written
+                .try_recv()
+                .unwrap_or_else(|_| Vec::with_capacity(1 << 17)),
+        )
+    }
+
+    /// Waits until every queued line is written: `Ok(false)` if the reader
+    /// went away first.
+    fn finish(mut self) -> Result<bool> {
+        self.to_writer = None;
+        self.writer
+            .join()
+            .unwrap_or_else(|_| bail!("the thread writing to stdout panicked"))
+    }
 }
 
 /// Writes tail output; `Ok(false)` when the reader went away (`| head`),
