@@ -177,22 +177,47 @@ fn spread(runs: &[f64]) -> String {
     )
 }
 
+/// The append load of an endpoint-cost run, the same on both sides.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CostLoad {
+    /// Scratch directory on the disk to measure (not tmpfs); removed afterwards.
+    #[arg(long, default_value = "./bench-scratch")]
+    pub dir: std::path::PathBuf,
+    /// Seconds per run.
+    #[arg(long, default_value_t = 3.0)]
+    pub seconds: f64,
+    /// Runs per side and batch size.
+    #[arg(long, default_value_t = 5)]
+    pub reps: usize,
+    /// Batch sizes (events per append).
+    #[arg(long, value_delimiter = ',', default_value = "1,64")]
+    pub batches: Vec<usize>,
+    /// Concurrent gRPC clients appending in a closed loop.
+    #[arg(long, default_value_t = 8)]
+    pub clients: usize,
+    /// Payload bytes per event.
+    #[arg(long, default_value_t = 200)]
+    pub event_bytes: usize,
+}
+
 /// Append throughput through a server without and with the endpoint
 /// `watched` (read as it says while the load runs), over one engine,
-/// alternating `reps` times per batch size; each server has `subscribers`
-/// live subscribers connected (their filter matches nothing the load
-/// appends: they are listed, not fed).
-#[allow(clippy::too_many_arguments)]
-pub fn endpoint_cost(
-    dir: &Path,
-    seconds: f64,
-    reps: usize,
-    batches: &[usize],
-    clients: usize,
-    event_bytes: usize,
-    watched: Watched,
-    subscribers: usize,
-) -> Result<()> {
+/// alternating `load.reps` times per batch size; each server has
+/// `subscribers` live subscribers connected (their filter matches nothing
+/// the load appends: they are listed, not fed).
+pub fn endpoint_cost(load: &CostLoad, watched: Watched, subscribers: usize) -> Result<()> {
+    let CostLoad {
+        dir,
+        seconds,
+        reps,
+        batches,
+        clients,
+        event_bytes,
+    } = load;
+    let (seconds, reps, clients, event_bytes) = (*seconds, *reps, *clients, *event_bytes);
+    if seconds <= 0.0 || reps == 0 || batches.contains(&0) || clients == 0 {
+        anyhow::bail!("seconds, reps, batches and clients must be positive");
+    }
     fresh_dir(dir)?;
     let runtime = crate::util::runtime()?;
     let engine = open_engine(dir)?;

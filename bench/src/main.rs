@@ -292,24 +292,8 @@ enum Command {
     /// Append throughput over gRPC without and with the metrics endpoint (scraped
     /// while it runs), alternating; medians and their ratio.
     MetricsCost {
-        /// Scratch directory on the disk to measure (not tmpfs); removed afterwards.
-        #[arg(long, default_value = "./bench-scratch")]
-        dir: PathBuf,
-        /// Seconds per run.
-        #[arg(long, default_value_t = 3.0)]
-        seconds: f64,
-        /// Runs per side and batch size.
-        #[arg(long, default_value_t = 5)]
-        reps: usize,
-        /// Batch sizes (events per append).
-        #[arg(long, value_delimiter = ',', default_value = "1,64")]
-        batches: Vec<usize>,
-        /// Concurrent gRPC clients appending in a closed loop.
-        #[arg(long, default_value_t = 8)]
-        clients: usize,
-        /// Payload bytes per event.
-        #[arg(long, default_value_t = 200)]
-        event_bytes: usize,
+        #[command(flatten)]
+        load: grpc::CostLoad,
         /// Milliseconds between scrapes (Prometheus's default is 15000).
         #[arg(long, default_value_t = 100)]
         scrape_ms: u64,
@@ -318,24 +302,8 @@ enum Command {
     /// fetching /api/status as the page's script does, once a second),
     /// alternating; medians and their ratio.
     PageCost {
-        /// Scratch directory on the disk to measure (not tmpfs); removed afterwards.
-        #[arg(long, default_value = "./bench-scratch")]
-        dir: PathBuf,
-        /// Seconds per run.
-        #[arg(long, default_value_t = 3.0)]
-        seconds: f64,
-        /// Runs per side and batch size.
-        #[arg(long, default_value_t = 5)]
-        reps: usize,
-        /// Batch sizes (events per append).
-        #[arg(long, value_delimiter = ',', default_value = "1,64")]
-        batches: Vec<usize>,
-        /// Concurrent gRPC clients appending in a closed loop.
-        #[arg(long, default_value_t = 8)]
-        clients: usize,
-        /// Payload bytes per event.
-        #[arg(long, default_value_t = 200)]
-        event_bytes: usize,
+        #[command(flatten)]
+        load: grpc::CostLoad,
         /// Status pages open; a run is made for each count given.
         #[arg(long, value_delimiter = ',', default_value = "1,10")]
         viewers: Vec<usize>,
@@ -592,66 +560,25 @@ fn main() -> Result<()> {
             CompareCmd::All(args) => report::compare_all(&args),
         },
         Command::Report(args) => report::report(&args),
-        Command::MetricsCost {
-            dir,
-            seconds,
-            reps,
-            batches,
-            clients,
-            event_bytes,
-            scrape_ms,
-        } => {
-            if seconds <= 0.0 || reps == 0 || batches.contains(&0) || clients == 0 || scrape_ms == 0
-            {
-                bail!("seconds, reps, batches, clients and scrape-ms must be positive");
+        Command::MetricsCost { load, scrape_ms } => {
+            if scrape_ms == 0 {
+                bail!("scrape-ms must be positive");
             }
-            grpc::endpoint_cost(
-                &dir,
-                seconds,
-                reps,
-                &batches,
-                clients,
-                event_bytes,
-                grpc::Watched::Metrics {
-                    every: Duration::from_millis(scrape_ms),
-                },
-                0,
-            )
+            let every = Duration::from_millis(scrape_ms);
+            grpc::endpoint_cost(&load, grpc::Watched::Metrics { every }, 0)
         }
         Command::PageCost {
-            dir,
-            seconds,
-            reps,
-            batches,
-            clients,
-            event_bytes,
+            load,
             viewers,
             poll_ms,
             subscribers,
         } => {
-            if seconds <= 0.0
-                || reps == 0
-                || batches.contains(&0)
-                || clients == 0
-                || poll_ms == 0
-                || viewers.contains(&0)
-            {
-                bail!("seconds, reps, batches, clients, viewers and poll-ms must be positive");
+            if poll_ms == 0 || viewers.contains(&0) {
+                bail!("viewers and poll-ms must be positive");
             }
             for viewers in viewers {
-                grpc::endpoint_cost(
-                    &dir,
-                    seconds,
-                    reps,
-                    &batches,
-                    clients,
-                    event_bytes,
-                    grpc::Watched::Page {
-                        every: Duration::from_millis(poll_ms),
-                        viewers,
-                    },
-                    subscribers,
-                )?;
+                let every = Duration::from_millis(poll_ms);
+                grpc::endpoint_cost(&load, grpc::Watched::Page { every, viewers }, subscribers)?;
             }
             Ok(())
         }
