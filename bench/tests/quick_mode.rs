@@ -195,6 +195,61 @@ fn compare_accounts_for_every_system() {
     std::fs::remove_dir_all(&results).unwrap();
 }
 
+/// `page-cost` in its smallest form prints its header and one row per batch
+/// size, with the status pages' requests counted.
+#[test]
+fn page_cost_prints_a_row_per_batch_size() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let dir = scratch("page-cost");
+    let output = bench()
+        .args([
+            "page-cost",
+            "--seconds",
+            "1",
+            "--reps",
+            "1",
+            "--batches",
+            "1,8",
+        ])
+        .args([
+            "--viewers",
+            "2",
+            "--subscribers",
+            "3",
+            "--poll-ms",
+            "200",
+            "--dir",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.starts_with("# page-cost:"), "{stdout}");
+    assert!(
+        stdout.contains("3 subscribers") && stdout.contains("2 status page(s) open"),
+        "{stdout}"
+    );
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .filter(|l| l.starts_with("| 1 |") || l.starts_with("| 8 |"))
+        .map(|l| l.split('|').map(str::trim).collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    for row in rows {
+        // Two pages, every 200 ms, for 1 s: a few requests each.
+        let requests: usize = row[7].parse().expect("requests");
+        let bytes: usize = row[9].parse().expect("bytes");
+        assert!(requests >= 2, "{row:?}");
+        assert!(bytes > 0, "{row:?}");
+    }
+    assert!(!dir.exists(), "the scratch dir is removed");
+}
+
 #[test]
 fn help_explains_every_scenario_and_flag() {
     let _watchdog = ringfeed_watchdog::arm();
@@ -231,6 +286,7 @@ fn help_explains_every_scenario_and_flag() {
         "log-recovery",
         "subscribe-catchup",
         "metrics-cost",
+        "page-cost",
         "profile-compare",
         "probe",
     ];

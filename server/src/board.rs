@@ -122,9 +122,10 @@ impl StatusBoard {
         }
     }
 
-    /// The answer to `Status`: every shard, up to `subscriber_limit`
-    /// subscribers (the most lagging first), and the samples.
-    pub fn status(&self, subscriber_limit: usize) -> v1::StatusResponse {
+    /// The answer to `request`: every shard, up to its `subscriber_limit`
+    /// subscribers (the most lagging first), and with `history` the samples.
+    pub fn status(&self, request: &v1::StatusRequest) -> v1::StatusResponse {
+        let subscriber_limit = request.subscriber_limit as usize;
         let now = now_ns();
         let mut subscribers = self.registry.list(now, &self.committed());
         let connected = subscribers.len() as u64;
@@ -182,6 +183,7 @@ impl StatusBoard {
             .collect();
         let history = samples
             .iter()
+            .filter(|_| request.history)
             .map(|s| v1::StatusSample {
                 at_ns: s.at_ns,
                 append_events_per_second: s.append_rates.iter().sum(),

@@ -34,7 +34,7 @@ use crate::metrics::Exporter;
 
 /// Subscribers `/api/status` lists when the request does not say
 /// (`?subscribers=N`): the most lagging first.
-pub const PAGE_SUBSCRIBERS: usize = 1000;
+pub const PAGE_SUBSCRIBERS: u32 = 1000;
 
 const INDEX_HTML: &str = include_str!("page/index.html");
 const APP_JS: &str = include_str!("page/app.js");
@@ -181,7 +181,11 @@ impl Routes {
                 }
             }
         }
-        match serde_json::to_vec(&board.status(limit)) {
+        let request = ringfeed_proto::v1::StatusRequest {
+            subscriber_limit: limit,
+            history: true,
+        };
+        match serde_json::to_vec(&board.status(&request)) {
             Ok(json) => (StatusCode::OK, "application/json", json.into()),
             Err(e) => (
                 StatusCode::INTERNAL_SERVER_ERROR,

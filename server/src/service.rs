@@ -599,8 +599,7 @@ impl RingFeed for Service {
         request: Request<v1::StatusRequest>,
     ) -> Result<Response<v1::StatusResponse>, Status> {
         self.auth.admin(request.metadata(), "status")?;
-        let limit = request.get_ref().subscriber_limit as usize;
-        Ok(Response::new(self.board.status(limit)))
+        Ok(Response::new(self.board.status(request.get_ref())))
     }
 
     async fn list_subscribers(

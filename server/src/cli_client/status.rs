@@ -71,6 +71,7 @@ pub async fn status(args: StatusArgs) -> Result<()> {
     let status = client
         .status(StatusRequest {
             subscriber_limit: if args.json { STATUS_SUBSCRIBERS } else { 0 },
+            history: args.json,
         })
         .await?
         .into_inner();
@@ -90,7 +91,7 @@ pub async fn status(args: StatusArgs) -> Result<()> {
 }
 
 /// Subscribers `status --json` asks for, as the status page does.
-const STATUS_SUBSCRIBERS: u32 = crate::http::PAGE_SUBSCRIBERS as u32;
+const STATUS_SUBSCRIBERS: u32 = crate::http::PAGE_SUBSCRIBERS;
 
 /// How long `status --cluster` waits for each other node's answer.
 const PEER_ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
