@@ -387,3 +387,38 @@ fn with_tokens_the_page_needs_an_admin_token() {
     drop(browser);
     server.stop();
 }
+
+/// `--http-listen` with the `--metrics-listen` address: one listener serves
+/// the page, its data and the metrics.
+#[test]
+fn one_address_serves_the_page_and_the_metrics() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        dir.path(),
+        1,
+        &[
+            "--http-listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let page = server.page.clone().expect("status page address");
+    assert_eq!(Some(&page), server.metrics.as_ref());
+    for path in ["/", "/api/status", "/metrics"] {
+        let (code, body) = get(&page, path, None);
+        assert_eq!(code, 200, "{path}: {body}");
+    }
+    assert!(get(&page, "/metrics", None)
+        .1
+        .contains("ringfeed_shard_committed_offset"));
+    // A page on a listener of its own does not serve the metrics.
+    let server = {
+        server.stop();
+        Server::start_with(dir.path(), 1, &["--http-listen", "127.0.0.1:0"])
+    };
+    let page = server.page.clone().expect("status page address");
+    assert_eq!(get(&page, "/metrics", None).0, 404);
+    server.stop();
+}
