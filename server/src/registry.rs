@@ -8,6 +8,7 @@
 //! superseded. The registry also holds what `ListSubscribers` shows.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ringfeed_proto::tonic::Status;
@@ -31,9 +32,20 @@ struct State {
 /// A stream's entry. Its info has a lock of its own, so a stream refreshing
 /// its position on every response never contends with other streams.
 struct Stream {
-    info: Arc<Mutex<Shown>>,
+    info: Arc<Entry>,
     client: ClientKey,
     cancel: Arc<Notify>,
+}
+
+/// A stream's entry as both the registry and the stream hold it.
+#[derive(Default)]
+struct Entry {
+    shown: Mutex<Shown>,
+    /// The stream waits at the live edge with nothing at hand (every event
+    /// committed before its last wake-up was delivered or filtered out):
+    /// it is caught up, whatever its last shown position says. Set and
+    /// cleared without the lock, around each wait.
+    idle: AtomicBool,
 }
 
 /// What a stream last showed of itself, and what its lag is computed from
@@ -58,18 +70,26 @@ impl Shown {
     /// lag is computed here: the events committed past its position, and,
     /// while any are, the lag it showed grown by the time since (nothing
     /// it delivered since then moved its watermark). A stream with nothing
-    /// pending keeps the lag it showed: its heartbeats refresh it.
-    fn listed(&self, now_ns: i64, committed: &[u64]) -> SubscriberInfo {
+    /// pending keeps the lag it showed; one waiting at the edge is caught
+    /// up.
+    fn listed(&self, now_ns: i64, committed: &[u64], idle: bool) -> SubscriberInfo {
         let mut info = self.info.clone();
-        (info.lag_events, info.lag_seconds) = self.lag(now_ns, committed);
+        (info.lag_events, info.lag_seconds) = self.lag(now_ns, committed, idle);
         info
     }
 
-    /// `(lag_events, lag_seconds)` as [`Shown::listed`] shows them.
-    fn lag(&self, now_ns: i64, committed: &[u64]) -> (u64, f64) {
+    /// `(lag_events, lag_seconds)` as [`Shown::listed`] shows them. An idle
+    /// stream (waiting at the edge) is caught up, `(0, 0.0)`: the events
+    /// committed past its shown position were filtered out (a stream shows
+    /// itself only when it sends), and the lag it showed at its last send
+    /// no longer holds (it read everything since).
+    fn lag(&self, now_ns: i64, committed: &[u64], idle: bool) -> (u64, f64) {
         let info = &self.info;
         if self.next.is_empty() {
             return (info.lag_events, info.lag_seconds);
+        }
+        if idle {
+            return (0, 0.0);
         }
         let events = self
             .next
@@ -100,7 +120,7 @@ pub(crate) struct Superseded(pub u64);
 pub(crate) struct Registered {
     registry: Arc<Registry>,
     id: u64,
-    info: Arc<Mutex<Shown>>,
+    info: Arc<Entry>,
     cancel: Arc<Notify>,
 }
 
@@ -140,10 +160,13 @@ impl Registry {
         }
         state.next_id += 1;
         let cancel = Arc::new(Notify::new());
-        let info = Arc::new(Mutex::new(Shown {
-            info,
-            ..Shown::default()
-        }));
+        let info = Arc::new(Entry {
+            shown: Mutex::new(Shown {
+                info,
+                ..Shown::default()
+            }),
+            idle: AtomicBool::new(false),
+        });
         state.streams.insert(
             id,
             Stream {
@@ -168,7 +191,7 @@ impl Registry {
     }
 
     /// The streams' entries, so each is then locked without the registry's lock.
-    fn entries(&self) -> Vec<Arc<Mutex<Shown>>> {
+    fn entries(&self) -> Vec<Arc<Entry>> {
         self.lock()
             .streams
             .values()
@@ -182,7 +205,7 @@ impl Registry {
         let mut all: Vec<SubscriberInfo> = self
             .entries()
             .iter()
-            .map(|shown| lock(shown).listed(now_ns, committed))
+            .map(|entry| entry.listed(now_ns, committed))
             .collect();
         all.sort_by_key(|s| s.connected_since_ns);
         all
@@ -193,15 +216,15 @@ impl Registry {
     pub fn worst_lag_seconds(&self, now_ns: i64, committed: &[u64]) -> f64 {
         self.entries()
             .iter()
-            .map(|shown| lock(shown).lag(now_ns, committed).1)
+            .map(|entry| entry.lag(now_ns, committed).1)
             .fold(0.0, f64::max)
     }
 
     /// Takes a rate sample at `now_ns`: each stream's events per second since
     /// the previous sample (shown as `events_per_second`).
     pub fn sample_rates(&self, now_ns: i64) {
-        for shown in self.entries() {
-            let mut shown = lock(&shown);
+        for entry in self.entries() {
+            let mut shown = lock(&entry.shown);
             let sent = shown.info.events_sent;
             let (then, sent_then) = shown.sampled;
             if then > 0 && now_ns > then {
@@ -216,7 +239,7 @@ impl Registry {
 impl Registered {
     /// Updates what `ListSubscribers` shows for this stream.
     pub fn update<T>(&self, f: impl FnOnce(&mut SubscriberInfo) -> T) -> T {
-        f(&mut lock(&self.info).info)
+        f(&mut lock(&self.info.shown).info)
     }
 
     /// Updates what `ListSubscribers` shows for this stream at `now_ns`,
@@ -228,11 +251,18 @@ impl Registered {
         next: impl Iterator<Item = u64>,
         f: impl FnOnce(&mut SubscriberInfo),
     ) {
-        let mut shown = lock(&self.info);
+        let mut shown = lock(&self.info.shown);
         shown.at_ns = now_ns;
         shown.next.clear();
         shown.next.extend(next);
         f(&mut shown.info);
+    }
+
+    /// Marks the stream idle (waiting at the live edge with nothing at
+    /// hand) until the guard is dropped.
+    pub fn idle(&self) -> Idle<'_> {
+        self.info.idle.store(true, AtomicOrdering::Relaxed);
+        Idle(self)
     }
 
     /// Completes when a newer epoch of the same client replaced this stream.
@@ -245,6 +275,27 @@ impl Registered {
             .and_then(|s| state.clients.get(&s.client))
             .map_or(0, |&(epoch, _)| epoch);
         Superseded(epoch)
+    }
+}
+
+/// A stream waiting at the live edge; see [`Registered::idle`].
+pub struct Idle<'a>(&'a Registered);
+
+impl Drop for Idle<'_> {
+    fn drop(&mut self) {
+        self.0.info.idle.store(false, AtomicOrdering::Relaxed);
+    }
+}
+
+impl Entry {
+    fn listed(&self, now_ns: i64, committed: &[u64]) -> SubscriberInfo {
+        let idle = self.idle.load(AtomicOrdering::Relaxed);
+        lock(&self.shown).listed(now_ns, committed, idle)
+    }
+
+    fn lag(&self, now_ns: i64, committed: &[u64]) -> (u64, f64) {
+        let idle = self.idle.load(AtomicOrdering::Relaxed);
+        lock(&self.shown).lag(now_ns, committed, idle)
     }
 }
 
@@ -305,6 +356,17 @@ mod tests {
         let list = registry.list(13 * s, &[5, 7]);
         let idle = by_name(list, "caught up");
         assert_eq!((idle.lag_events, idle.lag_seconds), (0, 0.5));
+        // Waiting at the edge, the stalled one is caught up: what was
+        // committed past its position was filtered out.
+        {
+            let _idle = stalled.idle();
+            let waiting = by_name(registry.list(13 * s, &[9, 7]), "stalled");
+            assert_eq!((waiting.lag_events, waiting.lag_seconds), (0, 0.0));
+        }
+        assert_eq!(
+            by_name(registry.list(13 * s, &[9, 7]), "stalled").lag_events,
+            4
+        );
         // A stream that shows no position (a cluster stream) is listed as it
         // showed itself.
         let (cluster, _) = registry.register(info("cluster"), "").unwrap();

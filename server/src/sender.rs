@@ -601,6 +601,18 @@ impl Sender {
         sub: &mut Subscription,
         heartbeat: Option<Duration>,
     ) -> Result<Option<Delivered>, Stop> {
+        // Nothing at hand: the stream waits at the live edge, caught up, and
+        // is listed so while it waits (it shows itself only when it sends,
+        // so its shown position lags behind the events its filter skips).
+        let at_hand = {
+            use std::future::Future as _;
+            let mut next = std::pin::pin!(sub.next());
+            std::future::poll_fn(|cx| std::task::Poll::Ready(next.as_mut().poll(cx))).await
+        };
+        if let std::task::Poll::Ready(next) = at_hand {
+            return Ok(next?);
+        }
+        let _idle = self.registered.idle();
         let Some(every) = heartbeat else {
             return Ok(sub.next().await?);
         };

@@ -146,6 +146,25 @@ fn the_page_shows_shards_subscribers_and_live_lag() {
             while let Ok(Some(_)) = stream.message().await {}
         }
     });
+    // One whose filter matches the first 40 events only: after them it
+    // sends nothing, so it never shows a newer position, yet it is caught
+    // up.
+    let filtered = rt.spawn({
+        let mut client = client.clone();
+        async move {
+            let mut stream = client
+                .subscribe(v1::SubscribeRequest {
+                    start: Some(v1::subscribe_request::Start::Beginning(true)),
+                    path_prefix: "/a".into(),
+                    client_name: "filtered".into(),
+                    ..Default::default()
+                })
+                .await
+                .expect("subscribe")
+                .into_inner();
+            while let Ok(Some(_)) = stream.message().await {}
+        }
+    });
     // On a connection of its own: what it leaves unread holds its
     // connection's window.
     let mut stalled = rt.block_on(async {
@@ -167,7 +186,7 @@ fn the_page_shows_shards_subscribers_and_live_lag() {
 
     let mut browser = Browser::open(&chromium, &format!("http://{page}/"), 1400, 760);
     let shown = browser.wait_for(
-        "both subscribers, caught up",
+        "three subscribers, caught up",
         READ_PAGE,
         SHOWS_WITHIN,
         |v| {
@@ -175,7 +194,7 @@ fn the_page_shows_shards_subscribers_and_live_lag() {
             let caught_up = v["subscribers"]
                 .as_array()
                 .is_some_and(|s| s.iter().all(|s| s["lagEvents"] == "0"));
-            v["state"] == "ok" && subs == 2 && caught_up
+            v["state"] == "ok" && subs == 3 && caught_up
         },
     );
     // The shard rows carry the server's own offsets.
@@ -222,10 +241,9 @@ fn the_page_shows_shards_subscribers_and_live_lag() {
                 .is_some_and(|s| as_u64(&s["lagEvents"]) > 0)
         },
     );
-    // The most lagging first (the default sort), the steady one caught up.
+    // The most lagging first (the default sort).
     let subs = lagging["subscribers"].as_array().unwrap();
     assert_eq!(subs[0]["clientId"], "7", "{lagging}");
-    assert_eq!(subs[1]["clientName"], "steady", "{lagging}");
     let first_lag = lagging["lagSeconds"][0].as_f64().unwrap();
     browser.wait_for("the lag in seconds growing", READ_PAGE, SHOWS_WITHIN, |v| {
         v["lagSeconds"][0]
@@ -238,13 +256,10 @@ fn the_page_shows_shards_subscribers_and_live_lag() {
     eprintln!("screenshot: {}", path.display());
     assert!(shot.starts_with(b"\x89PNG"), "not a PNG");
 
-    // Sorting by lag the other way puts the steady one first.
+    // Sorting by lag the other way puts it last.
     browser.eval(r#"document.querySelector('#subscribers th[data-sort="lagSeconds"]').click()"#);
     let ascending = browser.eval(READ_PAGE);
-    assert_eq!(
-        ascending["subscribers"][0]["clientName"], "steady",
-        "{ascending}"
-    );
+    assert_eq!(ascending["subscribers"][2]["clientId"], "7", "{ascending}");
 
     // It reads again: the same page shows it caught up.
     rt.block_on(read_events(&mut stalled, 300));
@@ -254,6 +269,16 @@ fn the_page_shows_shards_subscribers_and_live_lag() {
             .and_then(|s| s.iter().find(|s| s["clientId"] == "7"))
             .is_some_and(|s| s["lagEvents"] == "0" && s["eventsSent"] == "340")
     });
+    // The filtered one, 300 events past what it sent, is shown caught up.
+    let filtered_row = caught_up["subscribers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["clientName"] == "filtered")
+        .expect("the filtered subscriber's row")
+        .clone();
+    assert_eq!(filtered_row["lagEvents"], "0", "{caught_up}");
+    assert_eq!(filtered_row["eventsSent"], "40", "{caught_up}");
     assert!(
         caught_up["sparkPoints"].as_u64().unwrap() >= 2,
         "{caught_up}"
@@ -281,16 +306,17 @@ fn the_page_shows_shards_subscribers_and_live_lag() {
     }
     assert_eq!(
         api["subscriberList"].as_array().map(Vec::len),
-        Some(2),
+        Some(3),
         "{api}"
     );
     assert_eq!(
         cli["subscriberList"].as_array().map(Vec::len),
-        Some(2),
+        Some(3),
         "{cli}"
     );
     assert_eq!(api["dataDir"], cli["dataDir"]);
     steady.abort();
+    filtered.abort();
     server.stop();
 }
 
