@@ -14,6 +14,18 @@ fn bench() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ringfeed-bench"))
 }
 
+/// Runs `command`, which must succeed: its stdout.
+fn succeeds(command: &mut Command) -> String {
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "ringfeed-bench-quick-{}-{name}",
@@ -149,18 +161,12 @@ fn compare_accounts_for_every_system() {
     let _watchdog = ringfeed_watchdog::arm_for(Duration::from_secs(300));
     let results = scratch("compare");
     let out = results.join("catchup.json");
-    let output = bench()
-        .args(["compare", "catchup", "--quick", "--dir"])
-        .arg(scratch("compare-data"))
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    let stdout = succeeds(
+        bench()
+            .args(["compare", "catchup", "--quick", "--dir"])
+            .arg(scratch("compare-data"))
+            .arg("--out")
+            .arg(&out),
     );
     for system in ["seaweedfs", "etcd", "nats"] {
         assert!(stdout.contains(&format!("ringfeed ÷ {system}")), "{stdout}");
@@ -201,33 +207,27 @@ fn compare_accounts_for_every_system() {
 fn page_cost_prints_a_row_per_batch_size() {
     let _watchdog = ringfeed_watchdog::arm();
     let dir = scratch("page-cost");
-    let output = bench()
-        .args([
-            "page-cost",
-            "--seconds",
-            "1",
-            "--reps",
-            "1",
-            "--batches",
-            "1,8",
-        ])
-        .args([
-            "--viewers",
-            "2",
-            "--subscribers",
-            "3",
-            "--poll-ms",
-            "200",
-            "--dir",
-        ])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    let stdout = succeeds(
+        bench()
+            .args([
+                "page-cost",
+                "--seconds",
+                "1",
+                "--reps",
+                "1",
+                "--batches",
+                "1,8",
+            ])
+            .args([
+                "--viewers",
+                "2",
+                "--subscribers",
+                "3",
+                "--poll-ms",
+                "200",
+                "--dir",
+            ])
+            .arg(&dir),
     );
     assert!(stdout.starts_with("# page-cost:"), "{stdout}");
     assert!(

@@ -107,6 +107,16 @@ async fn read_events(
     }
 }
 
+/// Subscribes per `request` and reads everything as it comes.
+async fn drain(mut client: RingFeedClient<Channel>, request: v1::SubscribeRequest) {
+    let mut stream = client
+        .subscribe(request)
+        .await
+        .expect("subscribe")
+        .into_inner();
+    while let Ok(Some(_)) = stream.message().await {}
+}
+
 fn as_u64(v: &Value) -> u64 {
     v.as_str()
         .and_then(|s| s.parse().ok())
@@ -131,40 +141,26 @@ fn the_page_shows_shards_subscribers_and_live_lag() {
     rt.block_on(append(&mut client, "a", 40, 10));
     // A subscriber that keeps up, and one named with markup that will stop
     // reading.
-    let steady = rt.spawn({
-        let mut client = client.clone();
-        async move {
-            let mut stream = client
-                .subscribe(v1::SubscribeRequest {
-                    start: Some(v1::subscribe_request::Start::Beginning(true)),
-                    client_name: "steady".into(),
-                    ..Default::default()
-                })
-                .await
-                .expect("subscribe")
-                .into_inner();
-            while let Ok(Some(_)) = stream.message().await {}
-        }
-    });
+    let steady = rt.spawn(drain(
+        client.clone(),
+        v1::SubscribeRequest {
+            start: Some(v1::subscribe_request::Start::Beginning(true)),
+            client_name: "steady".into(),
+            ..Default::default()
+        },
+    ));
     // One whose filter matches the first 40 events only: after them it
     // sends nothing, so it never shows a newer position, yet it is caught
     // up.
-    let filtered = rt.spawn({
-        let mut client = client.clone();
-        async move {
-            let mut stream = client
-                .subscribe(v1::SubscribeRequest {
-                    start: Some(v1::subscribe_request::Start::Beginning(true)),
-                    path_prefix: "/a".into(),
-                    client_name: "filtered".into(),
-                    ..Default::default()
-                })
-                .await
-                .expect("subscribe")
-                .into_inner();
-            while let Ok(Some(_)) = stream.message().await {}
-        }
-    });
+    let filtered = rt.spawn(drain(
+        client.clone(),
+        v1::SubscribeRequest {
+            start: Some(v1::subscribe_request::Start::Beginning(true)),
+            path_prefix: "/a".into(),
+            client_name: "filtered".into(),
+            ..Default::default()
+        },
+    ));
     // On a connection of its own: what it leaves unread holds its
     // connection's window.
     let mut stalled = rt.block_on(async {
