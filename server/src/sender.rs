@@ -50,7 +50,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 
 use crate::metrics::ServerMetrics;
-use crate::registry::Registered;
+use crate::registry::{Idle, Registered};
 use crate::shared::{Group, Groups, Shared};
 use ringfeed_engine::clock::now_ns;
 
@@ -601,9 +601,6 @@ impl Sender {
         sub: &mut Subscription,
         heartbeat: Option<Duration>,
     ) -> Result<Option<Delivered>, Stop> {
-        // Nothing at hand: the stream waits at the live edge, caught up, and
-        // is listed so while it waits (it shows itself only when it sends,
-        // so its shown position lags behind the events its filter skips).
         let at_hand = {
             use std::future::Future as _;
             let mut next = std::pin::pin!(sub.next());
@@ -612,7 +609,32 @@ impl Sender {
         if let std::task::Poll::Ready(next) = at_hand {
             return Ok(next?);
         }
-        let _idle = self.registered.idle();
+        // The stream waits. It shows itself only when it sends, so it shows
+        // where it stands now (past what its filter skipped since its last
+        // send) and, with nothing committed past that, is listed caught up
+        // while it waits (see `Registered::idle`); waiting with events
+        // committed but not deliverable yet (durable-only, a merge held by a
+        // shard's claim) it is listed behind.
+        show_position(&self.registered, sub);
+        let mut idle = (sub.lag_events() == 0).then(|| self.registered.idle());
+        let next = self.wait_for_event(sub, heartbeat, &mut idle).await;
+        if idle.is_some() {
+            // Where it stands after the wait, before it counts as waiting no
+            // more: what the filter skipped during the wait is no lag either.
+            show_position(&self.registered, sub);
+        }
+        next
+    }
+
+    /// Waits for the next event, sending heartbeats while none comes; the
+    /// stream is not `idle` while a heartbeat is being queued (a client
+    /// that stopped reading holds the queue, and the stream falls behind).
+    async fn wait_for_event<'s>(
+        &'s self,
+        sub: &mut Subscription,
+        heartbeat: Option<Duration>,
+        idle: &mut Option<Idle<'s>>,
+    ) -> Result<Option<Delivered>, Stop> {
         let Some(every) = heartbeat else {
             return Ok(sub.next().await?);
         };
@@ -634,8 +656,12 @@ impl Sender {
                     asked = true;
                 }
                 _ = tokio::time::sleep_until(quiet_since + every) => {
+                    let was_idle = idle.take().is_some();
                     let beat = heartbeat_item(&self.shards, sub);
                     self.send(sub, beat, None, "live").await?;
+                    if was_idle && sub.lag_events() == 0 {
+                        *idle = Some(self.registered.idle());
+                    }
                     quiet_since = tokio::time::Instant::now();
                     asked = false;
                 }
@@ -806,6 +832,18 @@ fn trim(mut permit: OwnedSemaphorePermit, used: usize) -> OwnedSemaphorePermit {
         drop(permit.split(permit.num_permits() - keep));
     }
     permit
+}
+
+/// Shows where the stream stands now (its position and lag), leaving its
+/// cursor as its last response set it: nothing allocated.
+fn show_position(registered: &Registered, sub: &Subscription) {
+    let lag_events = sub.lag_events();
+    let now = now_ns();
+    let lag_seconds = ((now - sub.watermark()).max(0) as f64 / 1e9).min(1e9);
+    registered.show_at(now, sub.offsets(), |info| {
+        info.lag_events = lag_events;
+        info.lag_seconds = lag_seconds;
+    });
 }
 
 /// Refreshes what ListSubscribers shows for this stream.

@@ -137,10 +137,19 @@ async fn follow(args: TailArgs, lines: &mut Lines) -> Result<()> {
     // and the cursor has its own: nothing is allocated per event.
     let mut text = Vec::with_capacity(1 << 17);
     let mut cursor = Vec::new();
-    while let Some(event) = follower.next().await? {
+    let ended = loop {
+        // An error (also one decoding the rest of a batch) ends the tail
+        // after the lines before it are handed over.
+        let event = match follower.next().await {
+            Ok(Some(event)) => event,
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e.into()),
+        };
         cursor.clear();
         follower.checkpoint_bytes(&mut cursor);
-        event_line(&mut text, &event, &cursor)?;
+        if let Err(e) = event_line(&mut text, &event, &cursor) {
+            break Err(e);
+        }
         if let Some(progress) = progress.as_mut() {
             progress.observe(1, follower.watermark_ns());
         }
@@ -158,9 +167,9 @@ async fn follow(args: TailArgs, lines: &mut Lines) -> Result<()> {
         {
             eprintln!("{line}");
         }
-    }
+    };
     lines.write(text).await;
-    Ok(())
+    ended
 }
 
 /// The tail's output, written by a thread of its own. A reader slow to take

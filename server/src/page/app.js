@@ -248,9 +248,13 @@ async function poll() {
   return true;
 }
 
+// One poll at a time: a token given while a poll is out starts no second loop.
+let timer = null;
 async function loop() {
+  clearTimeout(timer);
+  timer = null;
   const keepGoing = await poll();
-  if (keepGoing) setTimeout(loop, POLL_MS);
+  if (keepGoing && timer === null) timer = setTimeout(loop, POLL_MS);
 }
 
 document.addEventListener("DOMContentLoaded", () => {
