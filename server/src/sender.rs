@@ -609,14 +609,16 @@ impl Sender {
         if let std::task::Poll::Ready(next) = at_hand {
             return Ok(next?);
         }
-        // The stream waits. It shows itself only when it sends, so it shows
-        // where it stands now (past what its filter skipped since its last
-        // send) and, with nothing committed past that, is listed caught up
-        // while it waits (see `Registered::idle`); waiting with events
-        // committed but not deliverable yet (durable-only, a merge held by a
-        // shard's claim) it is listed behind.
-        show_position(&self.registered, sub);
+        // The stream waits. With nothing committed past where it stands it
+        // is listed caught up while it waits (see `Registered::idle`: it
+        // shows itself only when it sends, so its shown position may trail
+        // what its filter skipped). Waiting with events committed but not
+        // deliverable yet (durable-only, a merge held by a shard's claim),
+        // it shows where it stands and is listed behind.
         let mut idle = (sub.lag_events() == 0).then(|| self.registered.idle());
+        if idle.is_none() {
+            show_position(&self.registered, sub);
+        }
         let next = self.wait_for_event(sub, heartbeat, &mut idle).await;
         if idle.is_some() {
             // Where it stands after the wait, before it counts as waiting no
