@@ -601,13 +601,15 @@ impl Sender {
         sub: &mut Subscription,
         heartbeat: Option<Duration>,
     ) -> Result<Option<Delivered>, Stop> {
-        let at_hand = {
-            use std::future::Future as _;
-            let mut next = std::pin::pin!(sub.next());
-            std::future::poll_fn(|cx| std::task::Poll::Ready(next.as_mut().poll(cx))).await
-        };
-        if let std::task::Poll::Ready(next) = at_hand {
-            return Ok(next?);
+        // Events committed past where it stands: what is at hand, without
+        // listening for more (none committed: nothing is, no poll).
+        let mut behind = sub.lag_events();
+        if behind > 0 {
+            match sub.poll()? {
+                Step::Event(event) => return Ok(Some(event)),
+                Step::End => return Ok(None),
+                Step::Pending => behind = sub.lag_events(),
+            }
         }
         // The stream waits. With nothing committed past where it stands it
         // is listed caught up while it waits (see `Registered::idle`: it
@@ -615,14 +617,17 @@ impl Sender {
         // what its filter skipped). Waiting with events committed but not
         // deliverable yet (durable-only, a merge held by a shard's claim),
         // it shows where it stands and is listed behind.
-        let mut idle = (sub.lag_events() == 0).then(|| self.registered.idle());
+        let mut idle = (behind == 0).then(|| self.registered.idle());
         if idle.is_none() {
             show_position(&self.registered, sub);
         }
+        let before: u64 = sub.offsets().sum();
         let next = self.wait_for_event(sub, heartbeat, &mut idle).await;
-        if idle.is_some() {
-            // Where it stands after the wait, before it counts as waiting no
-            // more: what the filter skipped during the wait is no lag either.
+        if idle.is_some() && sub.offsets().sum::<u64>() > before + 1 {
+            // The filter skipped events during the wait: where it stands
+            // now, before it counts as waiting no more, so they never show
+            // as lag. (Past one event, the event it waited for, there is
+            // nothing new to show: no lock.)
             show_position(&self.registered, sub);
         }
         next
