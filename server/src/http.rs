@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
+use hyper::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use ringfeed_proto::bytes::Bytes;
@@ -68,8 +68,10 @@ impl Routes {
         auth: &crate::auth::Auth,
     ) -> Response<Full<Bytes>> {
         let path = request.uri().path();
-        let (status, content_type, body) = match (request.method(), path) {
-            (&Method::GET, "/metrics") if self.metrics.is_some() => {
+        // HEAD is GET without the body (hyper sends none for a HEAD).
+        let read = matches!(*request.method(), Method::GET | Method::HEAD);
+        let (status, content_type, body) = match (read, path) {
+            (true, "/metrics") if self.metrics.is_some() => {
                 self.admitted(request, auth).unwrap_or_else(|| {
                     let exporter = self.metrics.as_ref().expect("checked");
                     (
@@ -79,7 +81,7 @@ impl Routes {
                     )
                 })
             }
-            (&Method::GET, "/") if self.page.is_some() => {
+            (true, "/") if self.page.is_some() => {
                 let status = match self.admitted(request, auth) {
                     // The page's body asks for the token; its script sends it.
                     Some((status, ..)) => status,
@@ -87,24 +89,20 @@ impl Routes {
                 };
                 (status, "text/html; charset=utf-8", INDEX_HTML.into())
             }
-            (&Method::GET, "/app.js") if self.page.is_some() => (
+            (true, "/app.js") if self.page.is_some() => (
                 StatusCode::OK,
                 "text/javascript; charset=utf-8",
                 APP_JS.into(),
             ),
-            (&Method::GET, "/style.css") if self.page.is_some() => {
+            (true, "/style.css") if self.page.is_some() => {
                 (StatusCode::OK, "text/css; charset=utf-8", STYLE_CSS.into())
             }
-            (&Method::GET, "/api/status") if self.page.is_some() => {
-                match self.admitted(request, auth) {
-                    Some((status, _, message)) => {
-                        (status, "application/json", json_error(&message))
-                    }
-                    None => self.api_status(request.uri().query()),
-                }
-            }
-            (_, "/metrics") if self.metrics.is_some() => method_not_allowed(),
-            (_, "/" | "/app.js" | "/style.css" | "/api/status") if self.page.is_some() => {
+            (true, "/api/status") if self.page.is_some() => match self.admitted(request, auth) {
+                Some((status, _, message)) => (status, "application/json", json_error(&message)),
+                None => self.api_status(request.uri().query()),
+            },
+            (false, "/metrics") if self.metrics.is_some() => method_not_allowed(),
+            (false, "/" | "/app.js" | "/style.css" | "/api/status") if self.page.is_some() => {
                 method_not_allowed()
             }
             _ => (StatusCode::NOT_FOUND, "text/plain", self.not_found().into()),
@@ -113,6 +111,9 @@ impl Routes {
         *response.status_mut() = status;
         let headers = response.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+        if status == StatusCode::METHOD_NOT_ALLOWED {
+            headers.insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+        }
         headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
         headers.insert(
             "x-content-type-options",
@@ -211,7 +212,7 @@ fn method_not_allowed() -> Answer {
     (
         StatusCode::METHOD_NOT_ALLOWED,
         "text/plain",
-        "use GET\n".into(),
+        "use GET or HEAD\n".into(),
     )
 }
 

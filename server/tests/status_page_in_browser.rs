@@ -318,24 +318,27 @@ fn the_page_shows_shards_subscribers_and_live_lag() {
 
 /// `GET path` with an optional bearer token: (status code, body).
 fn get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let (code, _, body) = request(addr, "GET", path, token);
+    (code, body)
+}
+
+/// `METHOD path` with an optional bearer token: (status code, headers, body).
+fn request(addr: &str, method: &str, path: &str, token: Option<&str>) -> (u16, String, String) {
     let mut conn = std::net::TcpStream::connect(addr).expect("connecting to the page");
     conn.set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
     let auth = token.map_or(String::new(), |t| format!("authorization: Bearer {t}\r\n"));
     write!(
         conn,
-        "GET {path} HTTP/1.1\r\nhost: {addr}\r\n{auth}connection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\n{auth}content-length: 0\r\nconnection: close\r\n\r\n"
     )
     .unwrap();
     let mut response = String::new();
     conn.read_to_string(&mut response)
         .expect("reading the response");
     let code = response[9..12].parse().expect("status code");
-    let body = response
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_owned();
-    (code, body)
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    (code, head.to_ascii_lowercase(), body.to_owned())
 }
 
 #[test]
@@ -435,6 +438,14 @@ fn one_address_serves_the_page_and_the_metrics() {
     assert!(get(&page, "/metrics", None)
         .1
         .contains("ringfeed_shard_committed_offset"));
+    // HEAD is GET without the body; other methods are refused with Allow.
+    for path in ["/", "/api/status", "/metrics"] {
+        let (code, head, body) = request(&page, "HEAD", path, None);
+        assert_eq!((code, body.as_str()), (200, ""), "HEAD {path}: {head}");
+        let (code, head, _) = request(&page, "POST", path, None);
+        assert_eq!(code, 405, "POST {path}: {head}");
+        assert!(head.contains("\r\nallow: get, head"), "POST {path}: {head}");
+    }
     // A page on a listener of its own does not serve the metrics.
     let server = {
         server.stop();
