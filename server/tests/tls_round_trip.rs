@@ -232,8 +232,13 @@ fn python_client_over_tls_with_a_token() {
 }
 
 /// GET `path` from `addr` over TLS trusting `ca`, with `authorization` if
-/// given: the status code and body.
-async fn https_get(addr: &str, ca: &Path, authorization: Option<&str>) -> (u16, String) {
+/// given: the status code and the whole response.
+async fn https_get(
+    addr: &str,
+    path: &str,
+    ca: &Path,
+    authorization: Option<&str>,
+) -> (u16, String) {
     use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio_rustls::rustls;
@@ -256,8 +261,7 @@ async fn https_get(addr: &str, ca: &Path, authorization: Option<&str>) -> (u16, 
     let auth = authorization
         .map(|a| format!("authorization: {a}\r\n"))
         .unwrap_or_default();
-    let request =
-        format!("GET /metrics HTTP/1.1\r\nhost: {addr}\r\n{auth}connection: close\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\n{auth}connection: close\r\n\r\n");
     tls.write_all(request.as_bytes()).await.unwrap();
     let mut response = String::new();
     tls.read_to_string(&mut response).await.ok();
@@ -269,9 +273,10 @@ async fn https_get(addr: &str, ca: &Path, authorization: Option<&str>) -> (u16, 
     (code, response)
 }
 
-/// The metrics endpoint over TLS, needing an admin token when tokens exist.
+/// The metrics endpoint and the status page over TLS, needing an admin
+/// token when tokens exist.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_over_tls_need_an_admin_token() {
+async fn metrics_and_page_over_tls_need_an_admin_token() {
     let _watchdog = ringfeed_watchdog::arm();
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let pki = make_pki(dir.path());
@@ -290,16 +295,27 @@ async fn metrics_over_tls_need_an_admin_token() {
             p(&tokens),
             "--metrics-listen",
             "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
         ]),
     );
-    let at = server.metrics.clone().expect("a metrics address");
-    let (code, _) = https_get(&at, &pki.ca, None).await;
-    assert_eq!(code, 401, "no token");
-    let (code, _) = https_get(&at, &pki.ca, Some(&format!("Bearer {reader}"))).await;
-    assert_eq!(code, 403, "not admin");
-    let (code, body) = https_get(&at, &pki.ca, Some(&format!("Bearer {admin}"))).await;
-    assert_eq!(code, 200, "{body}");
-    assert!(body.contains("ringfeed_"), "{body}");
+    let metrics = server.metrics.clone().expect("a metrics address");
+    let page = server.page.clone().expect("a status page address");
+    // Both at 127.0.0.1:0: one listener serves both (as the README says
+    // of one address); a page on a listener of its own is served by the
+    // same `http::serve` with the same TLS acceptor.
+    for (at, path, expect) in [
+        (&metrics, "/metrics", "ringfeed_"),
+        (&page, "/api/status", "\"startedNs\""),
+    ] {
+        let (code, _) = https_get(at, path, &pki.ca, None).await;
+        assert_eq!(code, 401, "{path}: no token");
+        let (code, _) = https_get(at, path, &pki.ca, Some(&format!("Bearer {reader}"))).await;
+        assert_eq!(code, 403, "{path}: not admin");
+        let (code, body) = https_get(at, path, &pki.ca, Some(&format!("Bearer {admin}"))).await;
+        assert_eq!(code, 200, "{path}: {body}");
+        assert!(body.contains(expect), "{path}: {body}");
+    }
 }
 
 /// Two nodes serving TLS with token files reach each other over TLS with
