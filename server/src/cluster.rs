@@ -55,7 +55,7 @@ use crate::membership::{KnownPeer, Membership};
 use crate::peer_feed::{Gone, PeerFeed, PeerItem, Stepper, READ_AT_ONCE};
 use crate::registry::Registered;
 use crate::sender::Admission;
-use crate::sender::{Responses, SubscriberLimits};
+use crate::sender::{Outbox, Responses, SubscriberLimits};
 
 /// How often a quiet peer sends a heartbeat to a cluster stream (its
 /// bound): what a quiet peer may hold live delivery of the others' events
@@ -201,7 +201,7 @@ pub(crate) fn start(
         address: String::new(),
     }];
     let (peer_tx, peer_rx) = mpsc::channel(PEER_CHANNEL);
-    let (tx, rx) = mpsc::channel(limits.queue_responses.max(1));
+    let (outbox, responses) = Outbox::new(limits);
     let mut stream = ClusterStream {
         local,
         nodes,
@@ -214,7 +214,7 @@ pub(crate) fn start(
         peer_rx,
         followers: 0,
         wake: Arc::new(Notify::new()),
-        tx,
+        outbox,
         batch_max_events: limits.batch_max_events.max(1),
         batching: r.batching,
         started: tokio::time::Instant::now(),
@@ -232,10 +232,7 @@ pub(crate) fn start(
     }
     let start_cursor = stream.cursor().to_bytes();
     tokio::spawn(stream.run(shutdown));
-    Ok((
-        Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)),
-        start_cursor,
-    ))
+    Ok((responses, start_cursor))
 }
 
 /// Follows one peer, handing its items to the stream, until the stream
@@ -288,7 +285,8 @@ struct ClusterStream {
     followers: u64,
     /// Woken when a shared feed this stream reads gets items.
     wake: Arc<Notify>,
-    tx: mpsc::Sender<Result<RawSubscribeResponse, Status>>,
+    /// The responses, then the final error if the stream fails.
+    outbox: Outbox,
     batch_max_events: usize,
     batching: bool,
     started: tokio::time::Instant,
@@ -332,10 +330,8 @@ impl ClusterStream {
             outcome = self.feed(&mut shutdown) => outcome,
         };
         if let Err(status) = outcome {
-            // Never waits: a client that stopped reading does not get it,
-            // and its stream ends when it goes (the node-scope sender's
-            // separate final-status channel is not built here yet).
-            let _ = self.tx.try_send(Err(status));
+            // After everything queued, even with the queue full.
+            self.outbox.fail(status);
         }
     }
 
@@ -479,7 +475,7 @@ impl ClusterStream {
                 _ = shutdown.changed() => {
                     return Err(Status::unavailable("the server is shutting down"));
                 }
-                _ = self.tx.closed() => return Ok(()),
+                _ = self.outbox.closed() => return Ok(()),
                 _ = changed => {}
                 _ = self.changes.changed() => self.join_new_peers()?,
                 item = self.peer_rx.recv(), if !full => match item {
@@ -868,7 +864,7 @@ impl ClusterStream {
         tokio::select! {
             biased;
             _ = shutdown.changed() => Err(Status::unavailable("the server is shutting down")),
-            sent = self.tx.send(Ok(response)) => {
+            sent = self.outbox.send(response, None) => {
                 sent.map_err(|_| Status::cancelled("the client went away"))?;
                 self.last_sent = tokio::time::Instant::now();
                 self.show(cursor);

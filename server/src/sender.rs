@@ -292,13 +292,7 @@ impl Streams {
         registered: Registered,
         shutdown: watch::Receiver<bool>,
     ) -> Responses {
-        let (tx, rx) = mpsc::channel(self.limits.queue_responses.max(1));
-        let (final_status, final_rx) = mpsc::channel(1);
-        let queue = Arc::new(Queue(std::sync::Mutex::new(QueueState {
-            rx,
-            held: None,
-            last_pull: tokio::time::Instant::now(),
-        })));
+        let (outbox, responses) = Outbox::new(&self.limits);
         let sender = Sender {
             group: match options.scope {
                 None => self.groups.join(&sub, options.batching),
@@ -307,22 +301,94 @@ impl Streams {
             shards: self.shards.clone(),
             limits: self.limits.clone(),
             admission: self.admission.clone(),
-            tx,
-            // Weak: the transport owns the queue, and its dropping it (the
-            // client went away) is what `tx.closed()` reports.
-            queue: Arc::downgrade(&queue),
-            final_status,
+            outbox,
             registered,
             sent: Default::default(),
             metrics: Connected::new(self.metrics.clone()),
         };
         tokio::spawn(sender.run(sub, options, shutdown));
-        // The queued responses, then the final error if the stream failed.
-        let responses = futures_lite::stream::poll_fn(move |cx| queue.poll_next(cx))
-            .chain(ReceiverStream::new(final_rx).map(Err));
-        Box::pin(responses)
+        responses
     }
 }
+
+/// The sending side of a stream's responses: its queue, and its final
+/// error on a channel of its own. Node and cluster streams both send
+/// through one.
+pub(crate) struct Outbox {
+    tx: mpsc::Sender<Queued>,
+    /// The receiving side of `tx`, to give back what a stalled client holds.
+    /// Weak: the transport owns the queue, and its dropping it (the client
+    /// went away) is what `tx.closed()` reports.
+    queue: std::sync::Weak<Queue>,
+    /// The stream's final error, delivered after everything queued on `tx`.
+    /// Its own channel (capacity 1, used once) always has room, so a client
+    /// that stopped reading can never turn the error into a clean end.
+    final_status: mpsc::Sender<Status>,
+}
+
+impl Outbox {
+    /// An outbox queueing up to `limits.queue_responses` responses, and what
+    /// the client reads from it: the queued responses, then the final error
+    /// if the stream failed.
+    pub(crate) fn new(limits: &SubscriberLimits) -> (Outbox, Responses) {
+        let (tx, rx) = mpsc::channel(limits.queue_responses.max(1));
+        let (final_status, final_rx) = mpsc::channel(1);
+        let queue = Arc::new(Queue(std::sync::Mutex::new(QueueState {
+            rx,
+            held: None,
+            last_pull: tokio::time::Instant::now(),
+        })));
+        let outbox = Outbox {
+            tx,
+            queue: Arc::downgrade(&queue),
+            final_status,
+        };
+        let responses = futures_lite::stream::poll_fn(move |cx| queue.poll_next(cx))
+            .chain(ReceiverStream::new(final_rx).map(Err));
+        (outbox, Box::pin(responses))
+    }
+
+    /// Queues `response` with the budget it holds until the transport takes
+    /// the next, waiting while the queue is full; `Err` once the client is
+    /// gone.
+    pub(crate) async fn send(
+        &self,
+        response: RawSubscribeResponse,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Result<(), Gone> {
+        self.tx.send((Ok(response), permit)).await.map_err(|_| Gone)
+    }
+
+    /// Completes when the client has gone away.
+    pub(crate) async fn closed(&self) {
+        self.tx.closed().await
+    }
+
+    /// Ends the stream with `status` after everything queued. Never waits,
+    /// never through the (possibly full) response queue: a status that
+    /// could not be queued was once dropped, and the stream then ended OK,
+    /// which a client takes for "until reached".
+    pub(crate) fn fail(&self, status: Status) {
+        let _ = self.final_status.try_send(status);
+    }
+
+    /// How long queued responses have waited with the transport taking
+    /// none, if any wait.
+    fn stalled_for(&self) -> Option<Duration> {
+        self.queue.upgrade()?.stalled_for()
+    }
+
+    /// Drops everything queued and held, giving its budget back.
+    fn give_back(&self) {
+        if let Some(queue) = self.queue.upgrade() {
+            queue.give_back();
+        }
+    }
+}
+
+/// The client went away.
+#[derive(Debug)]
+pub(crate) struct Gone;
 
 /// A stream's queued responses, shared by its sender (which may give them
 /// back) and the transport (which takes them).
@@ -378,13 +444,7 @@ struct Sender {
     shards: Arc<[Arc<ShardShared>]>,
     limits: Arc<SubscriberLimits>,
     admission: Arc<Admission>,
-    tx: mpsc::Sender<Queued>,
-    /// The receiving side of `tx`, to give back what a stalled client holds.
-    queue: std::sync::Weak<Queue>,
-    /// The stream's final error, delivered after everything queued on `tx`.
-    /// Its own channel (capacity 1, used once) always has room, so a client
-    /// that stopped reading can never turn the error into a clean end.
-    final_status: mpsc::Sender<Status>,
+    outbox: Outbox,
     registered: Registered,
     /// The streams this one shares live responses with.
     group: Option<Arc<Group>>,
@@ -424,7 +484,7 @@ impl Sender {
                 Err(Stop::Failed(ringfeed_proto::wire::superseded_status(superseded.0)))
             }
             _ = shutdown.changed() => Err(Stop::Failed(Status::unavailable("the server is shutting down"))),
-            _ = self.tx.closed() => Err(Stop::Gone),
+            _ = self.outbox.closed() => Err(Stop::Gone),
             stalled = self.stalled() => Err(self.give_back(stalled)),
         };
         // The feed (with any backlog place or bytes it held) is gone by now.
@@ -432,10 +492,7 @@ impl Sender {
             if status.code() == Code::OutOfRange {
                 self.metrics.0.out_of_range();
             }
-            // Never through the (possibly full) response queue: a status that
-            // could not be queued was once dropped, and the stream then ended
-            // OK, which a client takes for "until reached".
-            let _ = self.final_status.try_send(status);
+            self.outbox.fail(status);
         }
     }
 
@@ -750,7 +807,7 @@ impl Sender {
         show(&self.registered, sub, &cursor, mode, sent);
         let bytes = response.encoded_len();
         let lag = ((now_ns() - sub.watermark()).max(0) as f64 / 1e9).min(1e9);
-        let mut send = std::pin::pin!(self.tx.send((Ok(response), permit)));
+        let mut send = std::pin::pin!(self.outbox.send(response, permit));
         let sent = tokio::select! {
             // Biased: a send with room completes before any timer is armed.
             biased;
@@ -774,10 +831,7 @@ impl Sender {
         let timeout = self.limits.stall_timeout;
         loop {
             tokio::time::sleep((timeout / 4).max(Duration::from_millis(10))).await;
-            let Some(queue) = self.queue.upgrade() else {
-                return std::future::pending().await; // gone: `tx.closed()` ends it
-            };
-            if let Some(stalled) = queue.stalled_for().filter(|s| *s >= timeout) {
+            if let Some(stalled) = self.outbox.stalled_for().filter(|s| *s >= timeout) {
                 return stalled;
             }
         }
@@ -788,9 +842,7 @@ impl Sender {
     /// what the transport already holds), which the client library takes for
     /// "resume from the cursor".
     fn give_back(&self, stalled: Duration) -> Stop {
-        if let Some(queue) = self.queue.upgrade() {
-            queue.give_back();
-        }
+        self.outbox.give_back();
         self.metrics.0.stalled_given_back();
         let (name, peer) = self
             .registered

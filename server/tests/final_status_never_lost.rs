@@ -4,9 +4,12 @@
 //! that had stopped reading at that moment then saw its stream end with OK
 //! once it read on, which the client library took for "until reached", and
 //! stopped for good. Here a subscriber stops reading with its queue full, is
-//! superseded, and still gets CANCELLED after everything queued before it.
+//! superseded, and still gets CANCELLED after everything queued before it;
+//! for a node stream and for a cluster stream (which dropped the status
+//! whenever its queue was full).
 
 mod common;
+mod serve_binary;
 
 use std::time::{Duration, Instant};
 
@@ -18,9 +21,8 @@ use ringfeed_proto::v1::subscribe_request::Start;
 const WAIT: Duration = Duration::from_secs(20);
 
 /// events_sent of the subscriber with `epoch`, if it is registered.
-async fn sent(server: &TestServer, epoch: u64) -> Option<u64> {
-    let list = server
-        .client()
+async fn sent(addr: &str, epoch: u64) -> Option<u64> {
+    let list = connect(addr)
         .await
         .list_subscribers(v1::ListSubscribersRequest {})
         .await
@@ -32,12 +34,39 @@ async fn sent(server: &TestServer, epoch: u64) -> Option<u64> {
         .map(|s| s.events_sent)
 }
 
+async fn connect(
+    addr: &str,
+) -> ringfeed_proto::RingFeedClient<ringfeed_proto::tonic::transport::Channel> {
+    ringfeed_proto::RingFeedClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_that_stopped_reading_still_gets_its_final_error() {
     let _watchdog = ringfeed_watchdog::arm();
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dma_engine(dir.path(), 1)).await;
-    let mut client = server.client().await;
+    stalls_then_is_superseded(&server.addr.to_string(), v1::Scope::Node).await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_subscriber_that_stopped_reading_still_gets_its_final_error() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let dir = tempfile::tempdir().unwrap();
+    // A cluster of one: a cluster stream needs a node id, not peers.
+    let server = serve_binary::Server::start_with(dir.path(), 1, &["--node-id", "1"]);
+    stalls_then_is_superseded(&server.addr, v1::Scope::Cluster).await;
+    server.stop();
+}
+
+/// Appends 10,000 events of ~1 KB to `addr`; a subscriber of `scope` reads
+/// one and stops reading until its queue is full; a newer epoch of its
+/// client supersedes it; reading on, it must get what was queued and then
+/// CANCELLED naming the newer epoch, never a clean end.
+async fn stalls_then_is_superseded(addr: &str, scope: v1::Scope) {
+    let mut client = connect(addr).await;
     let name = "n".repeat(1000);
     for batch in 0..20 {
         let events = (0..500)
@@ -50,10 +79,10 @@ async fn a_subscriber_that_stopped_reading_still_gets_its_final_error() {
         client_id: 7,
         client_epoch: epoch,
         start: Some(Start::Beginning(true)),
+        scope: scope as i32,
         ..Default::default()
     };
-    let mut old = server
-        .client()
+    let mut old = connect(addr)
         .await
         .subscribe(subscribe(1))
         .await
@@ -65,7 +94,7 @@ async fn a_subscriber_that_stopped_reading_still_gets_its_final_error() {
     let mut last = None;
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let now = sent(&server, 1).await;
+        let now = sent(addr, 1).await;
         if now.is_some() && now == last {
             break;
         }
@@ -82,8 +111,7 @@ async fn a_subscriber_that_stopped_reading_still_gets_its_final_error() {
 
     // Superseded while its queue is full; wait until its sender is gone (it
     // used to give up on queueing the status after 1 s, then go).
-    let _new = server
-        .client()
+    let _new = connect(addr)
         .await
         .subscribe(v1::SubscribeRequest {
             start: Some(Start::Now(true)),
@@ -92,7 +120,7 @@ async fn a_subscriber_that_stopped_reading_still_gets_its_final_error() {
         .await
         .unwrap();
     let start = Instant::now();
-    while sent(&server, 1).await.is_some() {
+    while sent(addr, 1).await.is_some() {
         assert!(
             start.elapsed() < WAIT,
             "the superseded stream stayed registered"
@@ -112,13 +140,12 @@ async fn a_subscriber_that_stopped_reading_still_gets_its_final_error() {
             Err(status) => break Some(status),
         }
     };
-    let status = end.unwrap_or_else(|| panic!("the stream ended OK after {events} event(s)"));
+    let status = end.unwrap_or_else(|| panic!("the stream ended OK after {events} response(s)"));
     assert_eq!(status.code(), Code::Cancelled, "{status:?}");
     assert_eq!(
         ringfeed_proto::wire::superseded_by(&status),
         Some(2),
         "the typed supersession detail names the epoch that replaced it: {status:?}"
     );
-    assert!(events < 10_000, "{events} events before the end");
-    server.stop().await;
+    assert!(events < 10_000, "{events} responses before the end");
 }
