@@ -215,6 +215,7 @@ pub(crate) fn start(
         followers: 0,
         wake: Arc::new(Notify::new()),
         outbox,
+        stall_timeout: limits.stall_timeout,
         batch_max_events: limits.batch_max_events.max(1),
         batching: r.batching,
         started: tokio::time::Instant::now(),
@@ -287,6 +288,8 @@ struct ClusterStream {
     wake: Arc<Notify>,
     /// The responses, then the final error if the stream fails.
     outbox: Outbox,
+    /// How long queued responses may wait with the client taking none.
+    stall_timeout: Duration,
     batch_max_events: usize,
     batching: bool,
     started: tokio::time::Instant,
@@ -322,12 +325,19 @@ impl ClusterStream {
     async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
         self.show(self.cursor().to_bytes().into());
         let registered = self.registered.clone();
+        let (stalls, admission) = (self.outbox.stalls(), self.admission.clone());
+        let stall_timeout = self.stall_timeout;
         let outcome = tokio::select! {
             biased;
             superseded = registered.superseded() => {
                 Err(ringfeed_proto::wire::superseded_status(superseded.0))
             }
             outcome = self.feed(&mut shutdown) => outcome,
+            // A client that stopped reading gives its queue and budget back
+            // after stall_timeout, as a node stream's does.
+            stalled = stalls.stalled(stall_timeout) => {
+                Err(stalls.give_back(stalled, &registered, admission.metrics()))
+            }
         };
         if let Err(status) = outcome {
             // After everything queued, even with the queue full.
@@ -739,11 +749,14 @@ impl ClusterStream {
         };
         let now = self.now();
         let mut events = Vec::new();
+        // What the popped events counted against the budget in the merge.
+        let mut popped_bytes = 0;
         while events.len() < limit {
             let Some(popped) = self.merge.pop(now) else {
                 break;
             };
             let p = popped.event;
+            popped_bytes += p.payload.len() + EVENT_OVERHEAD;
             self.queued_bytes -= p.payload.len() + EVENT_OVERHEAD;
             let node = &mut self.nodes[p.node];
             let payload = match self.scope.as_ref().map(|s| s.show(&p.payload)) {
@@ -767,6 +780,13 @@ impl ClusterStream {
             };
             cursor.set_shard(p.shard, p.next, p.generation);
         }
+        // The response holds the budget its events held in the merge until
+        // the transport takes the next one (none for events the merge held
+        // over budget: `full` lets that happen only while the other side
+        // holds it, at most MAX_QUEUED events). Never waits for budget: a
+        // stream waiting for it while its merge holds some could wait on
+        // streams that wait on it.
+        let permit = Admission::carve(&mut self.budget, popped_bytes);
         Admission::trim(&mut self.budget, self.queued_bytes);
         if events.is_empty() {
             return Ok(false);
@@ -776,7 +796,7 @@ impl ClusterStream {
         } else {
             RawItem::Batch(RawEventBatch { events })
         };
-        self.send(item, shutdown).await?;
+        self.send(item, permit, shutdown).await?;
         Ok(true)
     }
 
@@ -801,7 +821,8 @@ impl ClusterStream {
             held_by_nodes: node_ids(self.merge.holding()),
             skipped_nodes: node_ids(self.merge.skipped()),
         };
-        self.send(RawItem::Heartbeat(heartbeat), shutdown).await
+        self.send(RawItem::Heartbeat(heartbeat), None, shutdown)
+            .await
     }
 
     /// Updates what `ListSubscribers` shows: position, lag (now minus the
@@ -849,9 +870,12 @@ impl ClusterStream {
         });
     }
 
+    /// Queues `item` (holding `permit` of the budget until the transport
+    /// takes the next response) with the stream's cursor after it.
     async fn send(
         &mut self,
         item: RawItem,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<(), Status> {
         self.events_sent += match &item {
@@ -864,7 +888,7 @@ impl ClusterStream {
         tokio::select! {
             biased;
             _ = shutdown.changed() => Err(Status::unavailable("the server is shutting down")),
-            sent = self.outbox.send(response, None) => {
+            sent = self.outbox.send(response, permit) => {
                 sent.map_err(|_| Status::cancelled("the client went away"))?;
                 self.last_sent = tokio::time::Instant::now();
                 self.show(cursor);

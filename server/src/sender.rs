@@ -172,6 +172,26 @@ impl Admission {
         true
     }
 
+    /// Splits off the part of `held` that covers `bytes` (all of it if it
+    /// covers less), for a response to hold until the transport takes the
+    /// next: what a cluster stream's merge held for the events it sends.
+    pub(crate) fn carve(
+        held: &mut Option<OwnedSemaphorePermit>,
+        bytes: usize,
+    ) -> Option<OwnedSemaphorePermit> {
+        let want = bytes.div_ceil(UNIT);
+        let permit = held.as_mut()?;
+        if permit.num_permits() <= want {
+            return held.take();
+        }
+        permit.split(want)
+    }
+
+    /// The server's metrics (a cluster stream counts its give-backs there).
+    pub(crate) fn metrics(&self) -> &ServerMetrics {
+        &self.metrics
+    }
+
     /// Gives back what `held` covers beyond `bytes`.
     pub(crate) fn trim(held: &mut Option<OwnedSemaphorePermit>, bytes: usize) {
         let want = bytes.div_ceil(UNIT);
@@ -372,17 +392,60 @@ impl Outbox {
         let _ = self.final_status.try_send(status);
     }
 
-    /// How long queued responses have waited with the transport taking
-    /// none, if any wait.
-    fn stalled_for(&self) -> Option<Duration> {
-        self.queue.upgrade()?.stalled_for()
+    /// Watches for a client that stopped reading (see [`Stalls`]).
+    pub(crate) fn stalls(&self) -> Stalls {
+        Stalls {
+            queue: self.queue.clone(),
+        }
+    }
+}
+
+/// Watches a stream's queue for a client that stopped reading, and gives
+/// back what it holds.
+pub(crate) struct Stalls {
+    queue: std::sync::Weak<Queue>,
+}
+
+impl Stalls {
+    /// Completes once responses have waited `timeout` with the transport
+    /// taking none: the client stopped reading. Checked four times per
+    /// timeout; never completes once the client is gone.
+    pub(crate) async fn stalled(&self, timeout: Duration) -> Duration {
+        loop {
+            tokio::time::sleep((timeout / 4).max(Duration::from_millis(10))).await;
+            let stalled = self.queue.upgrade().and_then(|q| q.stalled_for());
+            if let Some(stalled) = stalled.filter(|s| *s >= timeout) {
+                return stalled;
+            }
+        }
     }
 
-    /// Drops everything queued and held, giving its budget back.
-    fn give_back(&self) {
+    /// The client took nothing for `stalled`: its queued responses and
+    /// their budget are dropped, and the stream is to end with the
+    /// UNAVAILABLE returned (after what the transport already holds), which
+    /// the client library takes for "resume from the cursor".
+    pub(crate) fn give_back(
+        &self,
+        stalled: Duration,
+        registered: &Registered,
+        metrics: &ServerMetrics,
+    ) -> Status {
         if let Some(queue) = self.queue.upgrade() {
             queue.give_back();
         }
+        metrics.stalled_given_back();
+        let (name, peer) = registered.update(|i| (i.client_name.clone(), i.peer.clone()));
+        tracing::warn!(
+            "subscriber {name:?} at {peer} read nothing for {} s (stall_timeout_secs): its queued \
+             responses and their budget were given back and its stream ends with UNAVAILABLE; \
+             its client resumes from its cursor when it reads again",
+            stalled.as_secs()
+        );
+        Status::unavailable(format!(
+            "this subscriber read nothing for {} s: its place was given back; resume from the \
+             last cursor received",
+            stalled.as_secs()
+        ))
     }
 }
 
@@ -475,6 +538,7 @@ impl Sender {
         options: StreamOptions,
         mut shutdown: watch::Receiver<bool>,
     ) {
+        let stalls = self.outbox.stalls();
         // Biased (polled in this order): the same run every time, which the
         // stream simulation's replays rely on.
         let outcome = tokio::select! {
@@ -485,7 +549,9 @@ impl Sender {
             }
             _ = shutdown.changed() => Err(Stop::Failed(Status::unavailable("the server is shutting down"))),
             _ = self.outbox.closed() => Err(Stop::Gone),
-            stalled = self.stalled() => Err(self.give_back(stalled)),
+            stalled = stalls.stalled(self.limits.stall_timeout) => {
+                Err(Stop::Failed(stalls.give_back(stalled, &self.registered, &self.metrics.0)))
+            }
         };
         // The feed (with any backlog place or bytes it held) is gone by now.
         if let Err(Stop::Failed(status)) = outcome {
@@ -822,42 +888,6 @@ impl Sender {
             self.metrics.0.events_sent(events as usize, bytes, lag);
         }
         Ok(())
-    }
-
-    /// Completes once responses have waited `stall_timeout` with the
-    /// transport taking none: the client stopped reading. Checked four times
-    /// per timeout.
-    async fn stalled(&self) -> Duration {
-        let timeout = self.limits.stall_timeout;
-        loop {
-            tokio::time::sleep((timeout / 4).max(Duration::from_millis(10))).await;
-            if let Some(stalled) = self.outbox.stalled_for().filter(|s| *s >= timeout) {
-                return stalled;
-            }
-        }
-    }
-
-    /// The client took nothing for `stalled`: its queued responses and
-    /// their budget are dropped, and the stream ends with UNAVAILABLE (after
-    /// what the transport already holds), which the client library takes for
-    /// "resume from the cursor".
-    fn give_back(&self, stalled: Duration) -> Stop {
-        self.outbox.give_back();
-        self.metrics.0.stalled_given_back();
-        let (name, peer) = self
-            .registered
-            .update(|i| (i.client_name.clone(), i.peer.clone()));
-        tracing::warn!(
-            "subscriber {name:?} at {peer} read nothing for {} s (stall_timeout_secs): its queued \
-             responses and their budget were given back and its stream ends with UNAVAILABLE; \
-             its client resumes from its cursor when it reads again",
-            stalled.as_secs()
-        );
-        Stop::Failed(Status::unavailable(format!(
-            "this subscriber read nothing for {} s: its place was given back; resume from the \
-             last cursor received",
-            stalled.as_secs()
-        )))
     }
 
     /// Tells the operator a client has stopped reading, what that costs and

@@ -9,9 +9,13 @@
 mod cluster_nodes;
 mod serve_binary;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cluster_nodes::*;
+use ringfeed_proto::tonic::transport::Endpoint;
+use ringfeed_proto::tonic::Code;
+use ringfeed_proto::v1::subscribe_request::Start;
+use ringfeed_proto::{v1, RingFeedClient};
 use serve_binary::Server;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,4 +56,134 @@ async fn a_budget_smaller_than_a_held_backlog_never_stalls_or_loses() {
     for server in servers {
         server.stop();
     }
+}
+
+/// A cluster subscriber that stops reading holds response budget (its
+/// merge's and its queued responses'); past `stall_timeout` it gives it back
+/// as a node stream does: its queue is dropped, its stream ends UNAVAILABLE
+/// after what its transport already holds, and a reader waiting for budget
+/// goes on. (A stalled cluster stream used to keep its budget for as long
+/// as its connection lived, and every other reader waited with it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_cluster_subscriber_gives_its_budget_back() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let dir = tempfile::tempdir().unwrap();
+    let stall_timeout = Duration::from_secs(3);
+    let config = config_file(
+        dir.path(),
+        "response_budget_bytes = 32768\nsubscriber_send_buffer_bytes = 8192\n\
+         stall_timeout_secs = 3\n",
+    );
+    let data = dir.path().join("data");
+    // A cluster of one (a cluster stream needs a node id, not peers), with
+    // one shard: the merge never waits on a source it has events of, so it
+    // pulls only what the budget covers.
+    let server = Server::start_with(&data, 1, &["--node-id", "1", "--config", &config]);
+    // ~0.5 MB counted against the budget: far more than it covers.
+    const EVENTS: usize = 4_000;
+    append(&server.addr, 1, 0, EVENTS, true).await;
+    // A client that never reads, with an 8 KiB stream window: its transport
+    // fills at once, then its queue (an event a response), then its merge
+    // up to the budget.
+    let subscribed = Instant::now();
+    let channel = Endpoint::from_shared(format!("http://{}", server.addr))
+        .unwrap()
+        .initial_stream_window_size(Some(8 << 10))
+        .connect()
+        .await
+        .unwrap();
+    let mut stalled = RingFeedClient::new(channel)
+        .subscribe(v1::SubscribeRequest {
+            client_name: "stalled".into(),
+            start: Some(Start::Beginning(true)),
+            scope: v1::Scope::Cluster as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    // Stuck: nothing more queued for it over 200 ms.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = None;
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = sent(&server.addr, "stalled").await;
+        if now.is_some_and(|n| n > 0) && now == last {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stalled client never filled its queue"
+        );
+        last = now;
+    }
+    // A node-scope reader of everything: each response waits for budget.
+    let reader = tokio::spawn({
+        let addr = server.addr.clone();
+        async move {
+            let mut stream = client(&addr)
+                .await
+                .subscribe(v1::SubscribeRequest {
+                    client_name: "reader".into(),
+                    start: Some(Start::Beginning(true)),
+                    batching: true,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            let mut seen = 0;
+            while seen < EVENTS {
+                seen += events_of(stream.message().await.unwrap().expect("a response")).len();
+            }
+            seen
+        }
+    });
+    tokio::time::sleep(stall_timeout / 3).await;
+    // The budget is given back `stall_timeout` after the stalled client's
+    // transport last took a response, which is after `subscribed`: until
+    // then the reader must still be waiting. (A slow machine that got here
+    // later skips the check rather than racing the give-back.)
+    if subscribed.elapsed() < stall_timeout {
+        assert!(
+            !reader.is_finished(),
+            "the reader finished while the stalled cluster client held the budget"
+        );
+    } else {
+        eprintln!("too slow to check that the reader waited for the budget");
+    }
+    let seen = tokio::time::timeout(Duration::from_secs(20), reader)
+        .await
+        .expect("the reader never got the budget back")
+        .unwrap();
+    assert_eq!(seen, EVENTS);
+    // The stalled client reads what its transport held, then UNAVAILABLE:
+    // its place was given back; its cursor resumes it exactly.
+    let status = loop {
+        match stalled.message().await {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("the stalled stream ended OK"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains("place was given back"),
+        "{status:?}"
+    );
+    server.stop();
+}
+
+/// events_sent of the subscriber named `name`, if listed.
+async fn sent(addr: &str, name: &str) -> Option<u64> {
+    let list = client(addr)
+        .await
+        .list_subscribers(v1::ListSubscribersRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    list.subscribers
+        .iter()
+        .find(|s| s.client_name == name)
+        .map(|s| s.events_sent)
 }
