@@ -7,13 +7,14 @@
 //! accounting, not measured here.)
 
 mod cluster_nodes;
+mod common;
 mod serve_binary;
 
 use std::time::{Duration, Instant};
 
 use cluster_nodes::*;
+use common::{assert_given_back, events_sent, final_status};
 use ringfeed_proto::tonic::transport::Endpoint;
-use ringfeed_proto::tonic::Code;
 use ringfeed_proto::v1::subscribe_request::Start;
 use ringfeed_proto::{v1, RingFeedClient};
 use serve_binary::Server;
@@ -107,7 +108,7 @@ async fn a_stalled_cluster_subscriber_gives_its_budget_back() {
     let mut last = None;
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let now = sent(&server.addr, "stalled").await;
+        let now = events_sent(&server.addr, |s| s.client_name == "stalled").await;
         if now.is_some_and(|n| n > 0) && now == last {
             break;
         }
@@ -159,31 +160,6 @@ async fn a_stalled_cluster_subscriber_gives_its_budget_back() {
     assert_eq!(seen, EVENTS);
     // The stalled client reads what its transport held, then UNAVAILABLE:
     // its place was given back; its cursor resumes it exactly.
-    let status = loop {
-        match stalled.message().await {
-            Ok(Some(_)) => {}
-            Ok(None) => panic!("the stalled stream ended OK"),
-            Err(status) => break status,
-        }
-    };
-    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
-    assert!(
-        status.message().contains("place was given back"),
-        "{status:?}"
-    );
+    assert_given_back(&final_status(&mut stalled).await.1);
     server.stop();
-}
-
-/// events_sent of the subscriber named `name`, if listed.
-async fn sent(addr: &str, name: &str) -> Option<u64> {
-    let list = client(addr)
-        .await
-        .list_subscribers(v1::ListSubscribersRequest {})
-        .await
-        .unwrap()
-        .into_inner();
-    list.subscribers
-        .iter()
-        .find(|s| s.client_name == name)
-        .map(|s| s.events_sent)
 }

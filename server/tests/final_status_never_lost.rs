@@ -22,16 +22,7 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// events_sent of the subscriber with `epoch`, if it is registered.
 async fn sent(addr: &str, epoch: u64) -> Option<u64> {
-    let list = connect(addr)
-        .await
-        .list_subscribers(v1::ListSubscribersRequest {})
-        .await
-        .unwrap()
-        .into_inner();
-    list.subscribers
-        .iter()
-        .find(|s| s.client_id == 7 && s.client_epoch == epoch)
-        .map(|s| s.events_sent)
+    events_sent(addr, |s| s.client_id == 7 && s.client_epoch == epoch).await
 }
 
 async fn connect(
@@ -129,23 +120,12 @@ async fn stalls_then_is_superseded(addr: &str, scope: v1::Scope) {
     }
 
     // Reading on: what was queued, then the error, never a clean end.
-    let mut events = 1;
-    let end = loop {
-        match tokio::time::timeout(WAIT, old.message())
-            .await
-            .expect("stalled")
-        {
-            Ok(Some(_)) => events += 1,
-            Ok(None) => break None,
-            Err(status) => break Some(status),
-        }
-    };
-    let status = end.unwrap_or_else(|| panic!("the stream ended OK after {events} response(s)"));
+    let (responses, status) = final_status(&mut old).await;
     assert_eq!(status.code(), Code::Cancelled, "{status:?}");
     assert_eq!(
         ringfeed_proto::wire::superseded_by(&status),
         Some(2),
         "the typed supersession detail names the epoch that replaced it: {status:?}"
     );
-    assert!(events < 10_000, "{events} responses before the end");
+    assert!(responses < 10_000, "{responses} responses before the end");
 }

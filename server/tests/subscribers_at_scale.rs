@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::{create, dma_engine, request, TestServer};
+use common::{assert_given_back, create, dma_engine, final_status, request, TestServer};
 use ringfeed_engine::Cursor;
 use ringfeed_proto::prost::Message;
 use ringfeed_proto::tonic::transport::Channel;
@@ -565,17 +565,6 @@ async fn a_stalled_ring_reader_holds_budget_until_its_stall_timeout_then_gives_i
     );
     // The stalled client reads what its transport held, then UNAVAILABLE:
     // its place was given back, and its cursor resumes it exactly.
-    let status = loop {
-        match stalled.message().await {
-            Ok(Some(_)) => {}
-            Ok(None) => panic!("the stalled stream ended OK"),
-            Err(status) => break status,
-        }
-    };
-    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
-    assert!(
-        status.message().contains("place was given back"),
-        "{status:?}"
-    );
+    assert_given_back(&final_status(&mut stalled).await.1);
     server.stop().await;
 }

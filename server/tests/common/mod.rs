@@ -168,3 +168,51 @@ pub fn dma_engine(dir: &std::path::Path, shards: u32) -> Engine {
     })
     .unwrap()
 }
+
+/// The subscriber listed on `addr` that `which` picks: its events sent.
+pub async fn events_sent(addr: &str, which: impl Fn(&v1::SubscriberInfo) -> bool) -> Option<u64> {
+    let list = RingFeedClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+        .list_subscribers(v1::ListSubscribersRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    list.subscribers
+        .iter()
+        .find(|s| which(s))
+        .map(|s| s.events_sent)
+}
+
+/// Reads the rest of `stream` to its final error: how many responses came
+/// before it, and the error. Fails if the stream ends OK (a stream with an
+/// error to give never does) or waits 20 s for a response.
+pub async fn final_status(
+    stream: &mut ringfeed_proto::tonic::Streaming<v1::SubscribeResponse>,
+) -> (usize, ringfeed_proto::tonic::Status) {
+    let mut responses = 0;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(20), stream.message())
+            .await
+            .expect("the stream stalled before its end")
+        {
+            Ok(Some(_)) => responses += 1,
+            Ok(None) => panic!("the stream ended OK after {responses} response(s)"),
+            Err(status) => return (responses, status),
+        }
+    }
+}
+
+/// `status` is the end of a stream whose client stopped reading for
+/// `stall_timeout`: UNAVAILABLE, its place given back.
+pub fn assert_given_back(status: &ringfeed_proto::tonic::Status) {
+    assert_eq!(
+        status.code(),
+        ringfeed_proto::tonic::Code::Unavailable,
+        "{status:?}"
+    );
+    assert!(
+        status.message().contains("place was given back"),
+        "{status:?}"
+    );
+}
