@@ -13,7 +13,7 @@ mod serve_binary;
 use std::time::{Duration, Instant};
 
 use cluster_nodes::*;
-use common::{assert_given_back, events_sent, final_status};
+use common::{assert_given_back, final_status, until_stuck};
 use ringfeed_proto::tonic::transport::Endpoint;
 use ringfeed_proto::v1::subscribe_request::Start;
 use ringfeed_proto::{v1, RingFeedClient};
@@ -103,21 +103,7 @@ async fn a_stalled_cluster_subscriber_gives_its_budget_back() {
         .await
         .unwrap()
         .into_inner();
-    // Stuck: nothing more queued for it over 200 ms.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut last = None;
-    loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let now = events_sent(&server.addr, |s| s.client_name == "stalled").await;
-        if now.is_some_and(|n| n > 0) && now == last {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the stalled client never filled its queue"
-        );
-        last = now;
-    }
+    until_stuck(&server.addr, |s| s.client_name == "stalled").await;
     // A node-scope reader of everything: each response waits for budget.
     let reader = tokio::spawn({
         let addr = server.addr.clone();

@@ -81,22 +81,9 @@ async fn stalls_then_is_superseded(addr: &str, scope: v1::Scope) {
         .into_inner();
     assert!(old.message().await.unwrap().is_some());
     // Stop reading until the server can queue nothing more for it.
-    let start = Instant::now();
-    let mut last = None;
-    loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let now = sent(addr, 1).await;
-        if now.is_some() && now == last {
-            break;
-        }
-        assert!(
-            start.elapsed() < WAIT,
-            "the old stream never filled its queue"
-        );
-        last = now;
-    }
+    let stuck_at = until_stuck(addr, |s| s.client_id == 7 && s.client_epoch == 1).await;
     assert!(
-        last.unwrap() < 10_000,
+        stuck_at < 10_000,
         "the queue filled before the backlog was sent"
     );
 

@@ -216,3 +216,23 @@ pub fn assert_given_back(status: &ringfeed_proto::tonic::Status) {
         "{status:?}"
     );
 }
+
+/// Waits until the subscriber `which` picks on `addr` has been sent events
+/// and is sent no more over 200 ms (its client stopped reading and its
+/// queue is full): its events sent. Fails after 20 s.
+pub async fn until_stuck(addr: &str, which: impl Fn(&v1::SubscriberInfo) -> bool) -> u64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut last = None;
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = events_sent(addr, &which).await;
+        if let Some(sent) = now.filter(|&n| n > 0 && now == last) {
+            return sent;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the subscriber never filled its queue (events sent: {now:?})"
+        );
+        last = now;
+    }
+}
