@@ -217,6 +217,7 @@ pub(crate) fn start(
         outbox,
         stall_timeout: limits.stall_timeout,
         batch_max_events: limits.batch_max_events.max(1),
+        batch_max_bytes: limits.batch_max_bytes.max(1),
         batching: r.batching,
         started: tokio::time::Instant::now(),
         heartbeat: crate::service::heartbeat_interval(r),
@@ -291,6 +292,7 @@ struct ClusterStream {
     /// How long queued responses may wait with the client taking none.
     stall_timeout: Duration,
     batch_max_events: usize,
+    batch_max_bytes: usize,
     batching: bool,
     started: tokio::time::Instant,
     /// How often a quiet stream sends a heartbeat, if asked to.
@@ -740,7 +742,8 @@ impl ClusterStream {
         self.follow_own(node, start, true)
     }
 
-    /// Sends one response of the events the merge delivers now, if any.
+    /// Sends one response of the events the merge delivers now, if any:
+    /// true if it took any from the merge (more may be ready).
     async fn send_ready(&mut self, shutdown: &mut watch::Receiver<bool>) -> Result<bool, Status> {
         let limit = if self.batching {
             self.batch_max_events
@@ -751,7 +754,9 @@ impl ClusterStream {
         let mut events = Vec::new();
         // What the popped events counted against the budget in the merge.
         let mut popped_bytes = 0;
-        while events.len() < limit {
+        // At most `batch_max_bytes` a response, as a node stream's: what a
+        // response holds of the budget until the transport takes the next.
+        while events.len() < limit && popped_bytes < self.batch_max_bytes {
             let Some(popped) = self.merge.pop(now) else {
                 break;
             };
@@ -789,7 +794,9 @@ impl ClusterStream {
         let permit = Admission::carve(&mut self.budget, popped_bytes);
         Admission::trim(&mut self.budget, self.queued_bytes);
         if events.is_empty() {
-            return Ok(false);
+            // Popped events the read scope hides move the stream too: more
+            // may be ready behind them.
+            return Ok(popped_bytes > 0);
         }
         let item = if events.len() == 1 {
             RawItem::Event(events.pop().expect("one"))

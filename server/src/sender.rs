@@ -30,9 +30,11 @@
 //!   the transport holds, not just the queued view. Peak memory is bounded by
 //!   the budget, not by subscribers x queue depth. A backlog reader reserves
 //!   before reading (reading allocates); a ring reader reserves once its
-//!   next event is at hand (a view costs nothing), so idle live subscribers
-//!   hold no budget. A cancelled or superseded stream drops what it holds or
-//!   waits for.
+//!   next event is at hand (a view costs nothing), so an idle live
+//!   subscriber reserves nothing for its next response; it keeps only its
+//!   last response's budget (at most `batch_max_bytes`: the copy hyper may
+//!   still hold) until the transport takes the next. A cancelled or
+//!   superseded stream drops what it holds or waits for.
 
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
@@ -268,7 +270,8 @@ impl Drop for Connected {
     }
 }
 
-/// A queued response and the backlog bytes it holds until tonic takes it.
+/// A queued response and the budget it holds until tonic takes the
+/// stream's next response.
 pub(crate) type Queued = (
     Result<RawSubscribeResponse, Status>,
     Option<OwnedSemaphorePermit>,
@@ -410,11 +413,21 @@ impl Stalls {
     /// Completes once responses have waited `timeout` with the transport
     /// taking none: the client stopped reading. Checked four times per
     /// timeout; never completes once the client is gone.
+    ///
+    /// Counted from the later of the transport's last take and the first
+    /// check that found responses waiting: after a quiet spell longer than
+    /// `timeout`, a response queued just before a check is not a stall.
     pub(crate) async fn stalled(&self, timeout: Duration) -> Duration {
+        let mut waiting_since = None;
         loop {
             tokio::time::sleep((timeout / 4).max(Duration::from_millis(10))).await;
-            let stalled = self.queue.upgrade().and_then(|q| q.stalled_for());
-            if let Some(stalled) = stalled.filter(|s| *s >= timeout) {
+            let Some(since_pull) = self.queue.upgrade().and_then(|q| q.stalled_for()) else {
+                waiting_since = None;
+                continue;
+            };
+            let seen = *waiting_since.get_or_insert_with(tokio::time::Instant::now);
+            let stalled = since_pull.min(seen.elapsed());
+            if stalled >= timeout {
                 return stalled;
             }
         }
@@ -1008,4 +1021,42 @@ fn heartbeat_item(shards: &[Arc<ShardShared>], sub: &Subscription) -> RawItem {
         shards,
         ..Default::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn heartbeat() -> RawSubscribeResponse {
+        RawSubscribeResponse::new(Bytes::new(), RawItem::Heartbeat(v1::Heartbeat::default()))
+    }
+
+    /// A stall is counted from when responses started waiting, not from the
+    /// transport's last take: a client quiet for longer than the timeout
+    /// that is sent a response is not given back before it could take it.
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_spell_is_not_a_stall() {
+        let timeout = Duration::from_secs(4);
+        let (outbox, mut responses) = Outbox::new(&SubscriberLimits::default());
+        let stalls = outbox.stalls();
+        let stalled = tokio::spawn(async move { stalls.stalled(timeout).await });
+        // Quiet for 10 timeouts: nothing queued, nothing taken.
+        tokio::time::sleep(timeout * 10).await;
+        outbox.send(heartbeat(), None).await.unwrap();
+        // It counts from the first check that saw it waiting (within a
+        // quarter timeout), so not before `timeout` from now.
+        tokio::time::sleep(timeout - Duration::from_millis(1)).await;
+        assert!(!stalled.is_finished(), "given back after a quiet spell");
+        // Taken: no stall. Then one left untaken is, within 1.25 timeouts.
+        assert!(responses.next().await.is_some());
+        outbox.send(heartbeat(), None).await.unwrap();
+        let since = tokio::time::Instant::now();
+        let stall = stalled.await.unwrap();
+        assert!(stall >= timeout, "{stall:?}");
+        assert!(
+            since.elapsed() <= timeout + timeout / 4,
+            "{:?}",
+            since.elapsed()
+        );
+    }
 }

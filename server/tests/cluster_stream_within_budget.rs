@@ -149,3 +149,61 @@ async fn a_stalled_cluster_subscriber_gives_its_budget_back() {
     assert_given_back(&final_status(&mut stalled).await.1);
     server.stop();
 }
+
+/// A cluster stream's batches stop at `batch_max_bytes` (64 KiB by
+/// default), as a node stream's do: what a response holds of the budget
+/// until the transport takes the next. (They stopped only at 512 events:
+/// 512 KiB of these.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_batch_stops_at_batch_max_bytes() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), 1, &["--node-id", "1"]);
+    const EVENTS: usize = 2_000;
+    let events: Vec<v1::Event> = (0..EVENTS)
+        .map(|i| v1::Event {
+            directory: "/big".into(),
+            new_entry: Some(v1::Entry {
+                name: format!("{i:04}{}", "x".repeat(1000)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .collect();
+    for chunk in events.chunks(500) {
+        client(&server.addr)
+            .await
+            .append(v1::AppendRequest {
+                events: chunk.to_vec(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    let mut stream = client(&server.addr)
+        .await
+        .subscribe(v1::SubscribeRequest {
+            start: Some(Start::Beginning(true)),
+            scope: v1::Scope::Cluster as i32,
+            batching: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (mut seen, mut largest) = (0, 0);
+    while seen < EVENTS {
+        let response = tokio::time::timeout(Duration::from_secs(20), stream.message())
+            .await
+            .expect("stalled")
+            .unwrap()
+            .expect("a response");
+        largest = largest.max(ringfeed_proto::prost::Message::encoded_len(&response));
+        seen += events_of(response).len();
+    }
+    assert_eq!(seen, EVENTS);
+    // One event may cross the limit; its cursor and framing are small.
+    assert!(largest < (64 << 10) + 4096, "a response of {largest} bytes");
+    assert!(largest > 32 << 10, "no batching at all: {largest} bytes");
+    server.stop();
+}
