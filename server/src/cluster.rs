@@ -754,13 +754,17 @@ impl ClusterStream {
         let mut events = Vec::new();
         // What the popped events counted against the budget in the merge.
         let mut popped_bytes = 0;
-        // At most `batch_max_bytes` a response, as a node stream's: what a
-        // response holds of the budget until the transport takes the next.
-        while events.len() < limit && popped_bytes < self.batch_max_bytes {
+        // Events of at most `batch_max_bytes` a response, as a node stream's
+        // (what a response holds of the budget until the transport takes
+        // the next, and a size every gRPC client takes: their default limit
+        // is 4 MiB, which 512 events of 8 KiB passed).
+        let mut payload_bytes = 0;
+        while events.len() < limit && payload_bytes < self.batch_max_bytes {
             let Some(popped) = self.merge.pop(now) else {
                 break;
             };
             let p = popped.event;
+            payload_bytes += p.payload.len();
             popped_bytes += p.payload.len() + EVENT_OVERHEAD;
             self.queued_bytes -= p.payload.len() + EVENT_OVERHEAD;
             let node = &mut self.nodes[p.node];

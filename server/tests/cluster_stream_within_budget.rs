@@ -202,7 +202,8 @@ async fn a_cluster_batch_stops_at_batch_max_bytes() {
         seen += events_of(response).len();
     }
     assert_eq!(seen, EVENTS);
-    // One event may cross the limit; its cursor and framing are small.
+    // Event bytes stop at 64 KiB (one event may cross it); each event adds
+    // a few bytes of framing, the response its cursor.
     assert!(largest < (64 << 10) + 4096, "a response of {largest} bytes");
     assert!(largest > 32 << 10, "no batching at all: {largest} bytes");
     server.stop();
