@@ -7,14 +7,13 @@ mod common;
 mod serve_binary;
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use ringfeed_proto::prost::Message;
 use ringfeed_proto::tonic::transport::Channel;
 use ringfeed_proto::v1::subscribe_request::Start;
 use ringfeed_proto::{v1, RingFeedClient};
-use serve_binary::Server;
+use serve_binary::{http_request, Server};
 
 /// One scrape: series (name and labels, as written) to value.
 struct Scrape {
@@ -23,19 +22,8 @@ struct Scrape {
 
 impl Scrape {
     fn get(at: &str) -> Scrape {
-        let mut conn =
-            std::net::TcpStream::connect(at).expect("connecting to the metrics endpoint");
-        conn.set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        write!(
-            conn,
-            "GET /metrics HTTP/1.1\r\nHost: {at}\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut response = String::new();
-        conn.read_to_string(&mut response).unwrap();
-        let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
-        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        let (code, head, body) = http_request(at, "GET", "/metrics", None);
+        assert_eq!(code, 200, "{head}");
         assert!(head.contains("text/plain; version=0.0.4"), "{head}");
         let series = body
             .lines()

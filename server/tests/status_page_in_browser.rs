@@ -9,7 +9,6 @@
 mod browser;
 mod serve_binary;
 
-use std::io::{Read, Write};
 use std::time::Duration;
 
 use browser::Browser;
@@ -17,7 +16,7 @@ use ringfeed_proto::tonic::transport::{Channel, Endpoint};
 use ringfeed_proto::v1::subscribe_response::Item;
 use ringfeed_proto::{v1, RingFeedClient};
 use serde_json::Value;
-use serve_binary::{new_token, Server};
+use serve_binary::{http_request as request, new_token, Server};
 
 /// A client name that would run script, load an image and close the table
 /// if the page put it into the document as markup.
@@ -117,6 +116,14 @@ async fn drain(mut client: RingFeedClient<Channel>, request: v1::SubscribeReques
     while let Ok(Some(_)) = stream.message().await {}
 }
 
+/// The subscriber row whose `key` is `value` in what the page shows.
+fn row<'a>(shown: &'a Value, key: &str, value: &str) -> Option<&'a Value> {
+    shown["subscribers"]
+        .as_array()?
+        .iter()
+        .find(|s| s[key] == value)
+}
+
 fn as_u64(v: &Value) -> u64 {
     v.as_str()
         .and_then(|s| s.parse().ok())
@@ -211,13 +218,7 @@ fn the_page_shows_shards_subscribers_and_live_lag() {
     let committed: u64 = rows.iter().map(|r| as_u64(&r["committedNext"])).sum();
     assert_eq!(committed, 40, "{shown}");
     // The name is text: nothing ran, no element came from it.
-    let evil = shown["subscribers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["clientId"] == "7")
-        .expect("the stalled subscriber's row")
-        .clone();
+    let evil = row(&shown, "clientId", "7").expect("the stalled subscriber's row");
     assert_eq!(evil["clientName"], EVIL_NAME, "{shown}");
     assert_eq!(evil["eventsSent"], "40", "{shown}");
     assert_eq!(shown["pwned"], Value::Null, "{shown}");
@@ -230,12 +231,7 @@ fn the_page_shows_shards_subscribers_and_live_lag() {
         "the stalled subscriber's lag in events",
         READ_PAGE,
         SHOWS_WITHIN,
-        |v| {
-            v["subscribers"]
-                .as_array()
-                .and_then(|s| s.iter().find(|s| s["clientId"] == "7"))
-                .is_some_and(|s| as_u64(&s["lagEvents"]) > 0)
-        },
+        |v| row(v, "clientId", "7").is_some_and(|s| as_u64(&s["lagEvents"]) > 0),
     );
     // The most lagging first (the default sort).
     let subs = lagging["subscribers"].as_array().unwrap();
@@ -260,19 +256,11 @@ fn the_page_shows_shards_subscribers_and_live_lag() {
     // It reads again: the same page shows it caught up.
     rt.block_on(read_events(&mut stalled, 300));
     let caught_up = browser.wait_for("the lag back to 0", READ_PAGE, SHOWS_WITHIN, |v| {
-        v["subscribers"]
-            .as_array()
-            .and_then(|s| s.iter().find(|s| s["clientId"] == "7"))
-            .is_some_and(|s| s["lagEvents"] == "0" && s["eventsSent"] == "340")
+        row(v, "clientId", "7").is_some_and(|s| s["lagEvents"] == "0" && s["eventsSent"] == "340")
     });
     // The filtered one, 300 events past what it sent, is shown caught up.
-    let filtered_row = caught_up["subscribers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["clientName"] == "filtered")
-        .expect("the filtered subscriber's row")
-        .clone();
+    let filtered_row =
+        row(&caught_up, "clientName", "filtered").expect("the filtered subscriber's row");
     assert_eq!(filtered_row["lagEvents"], "0", "{caught_up}");
     assert_eq!(filtered_row["eventsSent"], "40", "{caught_up}");
     assert!(
@@ -320,25 +308,6 @@ fn the_page_shows_shards_subscribers_and_live_lag() {
 fn get(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
     let (code, _, body) = request(addr, "GET", path, token);
     (code, body)
-}
-
-/// `METHOD path` with an optional bearer token: (status code, headers, body).
-fn request(addr: &str, method: &str, path: &str, token: Option<&str>) -> (u16, String, String) {
-    let mut conn = std::net::TcpStream::connect(addr).expect("connecting to the page");
-    conn.set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    let auth = token.map_or(String::new(), |t| format!("authorization: Bearer {t}\r\n"));
-    write!(
-        conn,
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\n{auth}content-length: 0\r\nconnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    conn.read_to_string(&mut response)
-        .expect("reading the response");
-    let code = response[9..12].parse().expect("status code");
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    (code, head.to_ascii_lowercase(), body.to_owned())
 }
 
 #[test]

@@ -332,3 +332,29 @@ pub fn new_token(flags: &[&str]) -> (String, String) {
     let (token, table) = out.stdout.split_once('\n').expect("a token line");
     (token.to_owned(), table.to_owned())
 }
+
+/// `METHOD path` over plain HTTP/1.1 to `addr` (the metrics or the status
+/// page), with an optional bearer token: (status code, the head lowercased,
+/// body). Fails after 20 s without an answer.
+pub fn http_request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> (u16, String, String) {
+    let mut conn = std::net::TcpStream::connect(addr).expect("connecting to the HTTP endpoint");
+    conn.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let auth = token.map_or(String::new(), |t| format!("authorization: Bearer {t}\r\n"));
+    write!(
+        conn,
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\n{auth}content-length: 0\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    conn.read_to_string(&mut response)
+        .expect("reading the response");
+    let code = response[9..12].parse().expect("status code");
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    (code, head.to_ascii_lowercase(), body.to_owned())
+}
