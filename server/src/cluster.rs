@@ -764,9 +764,10 @@ impl ClusterStream {
                 break;
             };
             let p = popped.event;
+            let counted = p.payload.len() + EVENT_OVERHEAD;
             payload_bytes += p.payload.len();
-            popped_bytes += p.payload.len() + EVENT_OVERHEAD;
-            self.queued_bytes -= p.payload.len() + EVENT_OVERHEAD;
+            popped_bytes += counted;
+            self.queued_bytes -= counted;
             let node = &mut self.nodes[p.node];
             let payload = match self.scope.as_ref().map(|s| s.show(&p.payload)) {
                 None | Some(crate::auth::Shown::Same) => Some(p.payload),
