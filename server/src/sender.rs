@@ -27,17 +27,23 @@
 //!   *next* response of the stream: tonic encodes a response into its own
 //!   buffer and hyper asks for the next only when the stream's HTTP/2 send
 //!   buffer (`send_buffer_bytes`) has room, so the permit covers the copy
-//!   the transport holds, not just the queued view. Peak memory is bounded by
-//!   the budget, not by subscribers x queue depth. A backlog reader reserves
+//!   the transport holds, not just the queued view; when the transport asks
+//!   for more and finds nothing queued, the budget comes back (hyper asks
+//!   only with room in that buffer). Peak memory is bounded by the budget,
+//!   not by subscribers x queue depth. A backlog reader reserves
 //!   before reading (reading allocates); a ring reader reserves once its
 //!   next event is at hand (a view costs nothing), so an idle live
-//!   subscriber reserves nothing for its next response; it keeps only its
-//!   last response's budget (at most `batch_max_bytes`: the copy hyper may
-//!   still hold) until the transport takes the next. A cancelled or
-//!   superseded stream drops what it holds or waits for.
+//!   subscriber holds no budget. A cancelled or superseded stream drops
+//!   what it holds or waits for.
+//! - Liveness: a sender waits for budget only while everything its stream
+//!   holds is released by the transport alone (queued responses, the last
+//!   one taken), never by that wait; the budget is a FIFO semaphore, so
+//!   every waiter is served in turn, one response at a time, whatever the
+//!   number of subscribers (docs/response-budget.md argues it).
 
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use ringfeed_engine::{
@@ -207,13 +213,13 @@ impl Admission {
 
     /// Waits until `bytes` (at most half the budget) are free to read.
     ///
-    /// At most half: a stream keeps its last response's budget until the
-    /// transport takes its next response (`QueueState::held`), so a
-    /// reservation of the whole budget would wait on the stream's own
-    /// previous response for ever. With `response_budget_bytes` below
-    /// `batch_max_bytes` (16 KiB against 64 KiB) every stream stalled
-    /// after its first response that way; found by
-    /// `server/tests/cluster_stream_within_budget.rs`.
+    /// At most half: the encodings groups keep for live streams
+    /// (`Shared`) hold up to half the budget and are never waited for, so a
+    /// reservation of more could wait on them for ever. (It was once there
+    /// also because a stream kept its last response's budget while its
+    /// sender waited: with `response_budget_bytes` below `batch_max_bytes`
+    /// every stream stalled after its first response, found by
+    /// `server/tests/cluster_stream_within_budget.rs`.)
     async fn bytes(&self, bytes: usize) -> OwnedSemaphorePermit {
         let most = (self.budget_units / 2).max(1);
         let units = bytes.div_ceil(UNIT).clamp(1, most) as u32;
@@ -473,8 +479,8 @@ struct Queue(std::sync::Mutex<QueueState>);
 struct QueueState {
     rx: mpsc::Receiver<Queued>,
     /// The budget of the response the transport took last: kept until it
-    /// takes the next (by then hyper has put the encoding in a send buffer
-    /// with room) or the stream ends.
+    /// polls again, taking the next or finding none (hyper polls only with
+    /// room in the stream's send buffer), or the stream ends.
     held: Option<OwnedSemaphorePermit>,
     /// When the transport last took a response.
     last_pull: tokio::time::Instant,
@@ -490,9 +496,22 @@ impl Queue {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<RawSubscribeResponse, Status>>> {
         let mut state = self.state();
-        state.rx.poll_recv(cx).map(|item| {
+        let polled = state.rx.poll_recv(cx);
+        match &polled {
+            Poll::Ready(Some(_)) => state.last_pull = tokio::time::Instant::now(),
+            // The transport asks for more and nothing is queued: what it
+            // holds of the last response fits in the room its send buffer
+            // had when it asked (hyper polls only then), so the budget goes
+            // back now. Kept until the next response instead, as it was,
+            // a stream held budget while its sender waited for more to
+            // build that response: once every permit was held so, nobody
+            // could build (a storm of 5,000 stood still at 2,048 streams).
+            // Now a stream's sender never waits for budget while its
+            // stream holds some it could only give back by that wait.
+            Poll::Ready(None) | Poll::Pending => state.held = None,
+        }
+        polled.map(|item| {
             item.map(|(response, permit)| {
-                state.last_pull = tokio::time::Instant::now();
                 state.held = permit; // the previous response's budget returns
                 response
             })
@@ -1029,6 +1048,31 @@ mod tests {
 
     fn heartbeat() -> RawSubscribeResponse {
         RawSubscribeResponse::new(Bytes::new(), RawItem::Heartbeat(v1::Heartbeat::default()))
+    }
+
+    /// A taken response keeps its budget while the transport holds it, and
+    /// gives it back when the transport asks for more and finds nothing
+    /// queued: a sender waiting for budget to build the next response must
+    /// never wait on what its own stream holds (issue 41).
+    #[tokio::test]
+    async fn the_budget_comes_back_when_the_transport_finds_nothing_queued() {
+        let budget = Arc::new(Semaphore::new(4));
+        let (outbox, mut responses) = Outbox::new(&SubscriberLimits::default());
+        let permit = budget.clone().try_acquire_many_owned(4).unwrap();
+        outbox.send(heartbeat(), Some(permit)).await.unwrap();
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(responses.as_mut().poll_next(&mut cx).is_ready());
+        assert_eq!(
+            budget.available_permits(),
+            0,
+            "held while the transport has it"
+        );
+        assert!(responses.as_mut().poll_next(&mut cx).is_pending());
+        assert_eq!(
+            budget.available_permits(),
+            4,
+            "given back at the empty poll"
+        );
     }
 
     /// A stall is counted from when responses started waiting, not from the

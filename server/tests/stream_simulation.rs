@@ -2,7 +2,8 @@
 //! clients follow simulated shards through the server's real stream code,
 //! reading fast, slowly or not at all, disconnecting, superseded and shut
 //! down; the oracle checks every response they read and how each stream
-//! ends. Long mode and replays: `ringfeed-bench simulate` runs it for every
+//! ends. One seed in three runs a crowd (30 clients on a response budget of
+//! two responses), which must catch up as surely as the others. Long mode and replays: `ringfeed-bench simulate` runs it for every
 //! seed after the shard simulation.
 
 use ringfeed_engine::sim::{Fault, SimConfig};
