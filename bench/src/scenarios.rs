@@ -778,6 +778,9 @@ fn catch_up_figures(row: &mut Row, c: &Collected, size: usize) {
         .figure("inexact", c.inexact as f64);
 }
 
+/// How long live subscribers may take to reach the live edge.
+const LIVE_EDGE_LIMIT: Duration = Duration::from_secs(120);
+
 async fn live(
     system: &mut dyn System,
     rate: u64,
@@ -792,9 +795,13 @@ async fn live(
     for &k in ks {
         let want = next..next + total;
         next += total;
-        let (tasks, _) = subscribers(system, k, From::Now, want.clone(), true, None).await?;
-        // Let every subscriber connect and reach the live edge first.
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (tasks, t0) = subscribers(system, k, From::Now, want.clone(), true, None).await?;
+        // Every subscriber connected and waiting at the live edge first.
+        system.at_live_edge(k, LIVE_EDGE_LIMIT).await?;
+        eprintln!(
+            "  {k} subscribers at the live edge after {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
         let cpu0 = cpu(system);
         let appender = system.appender();
         let period = Duration::from_secs_f64(1.0 / rate as f64);

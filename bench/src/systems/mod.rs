@@ -232,6 +232,16 @@ pub trait System: Send + Sync {
     /// accepted it) when this returns, so a `From::Now` subscriber sees every
     /// event appended afterwards.
     async fn subscribe(&self, from: From) -> Result<Box<dyn Subscriber>>;
+
+    /// Waits until `k` subscribers just started (`From::Now`, none sent an
+    /// event yet) wait at the live edge, as far as the system shows it, so
+    /// a live measurement does not time their connecting; fails after
+    /// `limit`. A system whose `subscribe` returns with the subscription
+    /// waiting at the edge (etcd's watch once `created`, NATS's consumer,
+    /// SeaweedFS's stream once opened) has nothing to wait for.
+    async fn at_live_edge(&self, _k: usize, _limit: std::time::Duration) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Appends single events: call it from spawned tasks.

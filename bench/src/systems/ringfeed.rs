@@ -198,6 +198,40 @@ impl super::System for Ringfeed {
         })
     }
 
+    /// The subscribers are followers that connect when first read: waits
+    /// until the server lists `k` streams that sent nothing yet and wait
+    /// caught up (lag 0).
+    async fn at_live_edge(&self, k: usize, limit: Duration) -> Result<()> {
+        // Ten thousand subscribers list in a few MB, past tonic's 4 MiB default.
+        let mut client = connect(&self.addr)
+            .await?
+            .max_decoding_message_size(256 << 20);
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let listed = client
+                .list_subscribers(v1::ListSubscribersRequest {})
+                .await
+                .map_err(|s| anyhow!("ListSubscribers: {s}"))?
+                .into_inner()
+                .subscribers;
+            let ready = listed
+                .iter()
+                .filter(|s| s.events_sent == 0 && s.lag_events == 0)
+                .count();
+            if ready >= k {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "only {ready} of {k} subscribers were at the live edge after {limit:?} \
+                     ({} listed)",
+                    listed.len()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     async fn subscribe(&self, from: From) -> Result<Box<dyn super::Subscriber>> {
         let start = match from {
             From::Beginning => match self.beginning_ns {
