@@ -110,9 +110,12 @@ fn main() -> Result<(), Box<dyn Error>> {
                 .build_client(true)
                 .build_server(false)
                 .service_generator(),
+            // The server's codec sends framed responses as they are
+            // (src/raw.rs, ServerCodec).
             server: tonic_build::configure()
                 .build_client(false)
                 .build_server(true)
+                .codec_path("crate::raw::ServerCodec")
                 .service_generator(),
         }));
     config.compile_protos(&[PROTO], &["."])?;

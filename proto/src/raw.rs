@@ -19,8 +19,10 @@
 //! definition by hand; a hand-written route would bypass the generated
 //! router. The .proto remains the only schema.
 //!
-//! Cost on the wire path: no decode, no re-encode; tonic's encoder still
-//! copies the stored bytes once into its frame buffer.
+//! Cost on the wire path: no decode, no re-encode; a response is copied once,
+//! into its own frame (by the server's stream queue, or once for every
+//! stream that shares it), which [`ServerCodec`] hands to the transport
+//! without copying it into tonic's encode buffer.
 
 use bytes::Bytes;
 use prost::Message;
@@ -71,16 +73,22 @@ pub struct RawEventBatch {
 }
 
 /// `ringfeed.v1.SubscribeResponse` as the server sends it: the item type of
-/// the generated server's `SubscribeStream`. Either its fields, which tonic
-/// encodes for the stream it goes to, or an encoding made once and queued to
-/// every stream it goes to (encode once for all: tonic copies the bytes into
-/// each stream's frame and encodes nothing).
+/// the generated server's `SubscribeStream`. Either its fields, or a complete
+/// gRPC frame of it, which [`ServerCodec`] hands to the transport as it is:
+/// encoded once and queued to every stream it goes to (encode once for all),
+/// or framed by the stream's queue with the memory it holds
+/// ([`RawSubscribeResponse::into_frame`]).
 #[derive(Clone, PartialEq, Debug)]
 pub enum RawSubscribeResponse {
     Fields(RawResponseFields),
-    /// A complete encoding of `ringfeed.v1.SubscribeResponse`.
-    Encoded(Bytes),
+    /// A gRPC message frame: the 5-byte prefix (0: not compressed, then the
+    /// length, big-endian), then the encoding of
+    /// `ringfeed.v1.SubscribeResponse`.
+    Framed(Bytes),
 }
+
+/// The gRPC message prefix: a compression flag and a 4-byte length.
+const PREFIX: usize = 5;
 
 /// The fields of a [`RawSubscribeResponse`].
 #[derive(Clone, PartialEq, prost::Message)]
@@ -108,32 +116,69 @@ impl RawSubscribeResponse {
         })
     }
 
-    /// Encodes a response once, to be queued to many streams.
+    /// Encodes a response once, as a frame, to be queued to many streams.
     pub fn encoded(cursor: Bytes, item: RawItem) -> Self {
         let fields = RawResponseFields {
             cursor,
             item: Some(item),
         };
-        RawSubscribeResponse::Encoded(fields.encode_to_vec().into())
+        RawSubscribeResponse::Framed(frame(&fields).freeze())
     }
 
-    /// The response's fields (an encoded one decoded: events stay views of
+    /// The response as a gRPC frame whose bytes keep `lease` until the last
+    /// of them is dropped: by the transport once it has written them (or
+    /// its stream is gone). A framed response is not copied again.
+    pub fn into_frame<L: Send + 'static>(self, lease: L) -> Bytes {
+        let bytes = match self {
+            RawSubscribeResponse::Fields(fields) => frame(&fields).freeze(),
+            RawSubscribeResponse::Framed(bytes) => bytes,
+        };
+        Bytes::from_owner(Leased {
+            bytes,
+            _lease: lease,
+        })
+    }
+
+    /// The response's fields (a framed one decoded: events stay views of
     /// its bytes).
     pub fn into_fields(self) -> Result<RawResponseFields, prost::DecodeError> {
         match self {
             RawSubscribeResponse::Fields(fields) => Ok(fields),
-            RawSubscribeResponse::Encoded(bytes) => RawResponseFields::decode(bytes),
+            RawSubscribeResponse::Framed(bytes) => RawResponseFields::decode(bytes.slice(PREFIX..)),
         }
     }
 }
 
-/// By hand, to send an encoded response verbatim; a fields response is the
-/// derived encoding of its fields.
+/// `fields` encoded after a gRPC prefix, in one allocation of its size.
+fn frame(fields: &RawResponseFields) -> bytes::BytesMut {
+    use bytes::BufMut;
+    let len = fields.encoded_len();
+    let mut buf = bytes::BytesMut::with_capacity(PREFIX + len);
+    buf.put_u8(0);
+    buf.put_u32(u32::try_from(len).expect("a response is far below 4 GiB"));
+    fields.encode_raw(&mut buf);
+    buf
+}
+
+/// A frame's bytes and what they keep while they live.
+struct Leased<L> {
+    bytes: Bytes,
+    _lease: L,
+}
+
+impl<L> AsRef<[u8]> for Leased<L> {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// By hand: a framed response is its encoding after the prefix; a fields
+/// response is the derived encoding of its fields.
 impl Message for RawSubscribeResponse {
     fn encode_raw(&self, buf: &mut impl bytes::BufMut) {
         match self {
             RawSubscribeResponse::Fields(fields) => fields.encode_raw(buf),
-            RawSubscribeResponse::Encoded(bytes) => buf.put_slice(bytes),
+            RawSubscribeResponse::Framed(bytes) => buf.put_slice(&bytes[PREFIX..]),
         }
     }
 
@@ -144,24 +189,102 @@ impl Message for RawSubscribeResponse {
         buf: &mut impl bytes::Buf,
         ctx: prost::encoding::DecodeContext,
     ) -> Result<(), prost::DecodeError> {
-        if let RawSubscribeResponse::Encoded(bytes) = self {
-            *self = RawSubscribeResponse::Fields(RawResponseFields::decode(bytes.clone())?);
+        if let RawSubscribeResponse::Framed(bytes) = self {
+            let fields = RawResponseFields::decode(bytes.slice(PREFIX..))?;
+            *self = RawSubscribeResponse::Fields(fields);
         }
         match self {
             RawSubscribeResponse::Fields(fields) => fields.merge_field(tag, wire_type, buf, ctx),
-            RawSubscribeResponse::Encoded(_) => unreachable!("decoded above"),
+            RawSubscribeResponse::Framed(_) => unreachable!("decoded above"),
         }
     }
 
     fn encoded_len(&self) -> usize {
         match self {
             RawSubscribeResponse::Fields(fields) => fields.encoded_len(),
-            RawSubscribeResponse::Encoded(bytes) => bytes.len(),
+            RawSubscribeResponse::Framed(bytes) => bytes.len() - PREFIX,
         }
     }
 
     fn clear(&mut self) {
         *self = RawSubscribeResponse::default();
+    }
+}
+
+/// The generated server's codec: prost's, except that a response that is
+/// already a gRPC frame ([`RawSubscribeResponse::Framed`]) goes to the
+/// transport as it is (through the patched tonic's `Encoder::frame`, see
+/// `server/vendor/PATCHES.md`): not copied into tonic's encode buffer, and
+/// what its bytes keep (a stream's response budget) lasts until hyper has
+/// written them.
+pub struct ServerCodec<T, U>(tonic::codec::ProstCodec<T, U>);
+
+impl<T, U> Default for ServerCodec<T, U> {
+    fn default() -> Self {
+        ServerCodec(tonic::codec::ProstCodec::default())
+    }
+}
+
+/// A message the server sends: encoded as usual unless it is a frame.
+pub trait ServerMessage: Message + Sized {
+    /// The message as a complete gRPC frame, or itself to be encoded.
+    fn into_grpc_frame(self) -> Result<Bytes, Self> {
+        Err(self)
+    }
+}
+
+impl ServerMessage for RawSubscribeResponse {
+    fn into_grpc_frame(self) -> Result<Bytes, Self> {
+        match self {
+            RawSubscribeResponse::Framed(bytes) => Ok(bytes),
+            fields => Err(fields),
+        }
+    }
+}
+
+impl ServerMessage for v1::AppendResponse {}
+impl ServerMessage for v1::StatusResponse {}
+impl ServerMessage for v1::ListSubscribersResponse {}
+impl ServerMessage for v1::ListNodesResponse {}
+
+impl<T, U> tonic::codec::Codec for ServerCodec<T, U>
+where
+    T: ServerMessage + Send + 'static,
+    U: Message + Default + Send + 'static,
+{
+    type Encode = T;
+    type Decode = U;
+    type Encoder = ServerEncoder<T>;
+    type Decoder = <tonic::codec::ProstCodec<T, U> as tonic::codec::Codec>::Decoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ServerEncoder(std::marker::PhantomData)
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        self.0.decoder()
+    }
+}
+
+/// [`ServerCodec`]'s encoder.
+pub struct ServerEncoder<T>(std::marker::PhantomData<T>);
+
+impl<T: ServerMessage> tonic::codec::Encoder for ServerEncoder<T> {
+    type Item = T;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: T,
+        buf: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        item.encode(buf)
+            .expect("Message only errors if not enough space");
+        Ok(())
+    }
+
+    fn frame(&mut self, item: T) -> Result<Bytes, T> {
+        item.into_grpc_frame()
     }
 }
 

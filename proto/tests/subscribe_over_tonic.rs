@@ -1,7 +1,8 @@
 //! The generated server, serving raw types over a real tonic transport, talks
 //! to the generated client: appended events are stored as the producer's bytes
 //! (unary and streaming append), and a subscription streaming those bytes
-//! verbatim decodes on the client as the original events, in order, once.
+//! verbatim decodes on the client as the original events, in order, once,
+//! whether the server's codec encodes a response or is handed its frame.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -89,7 +90,9 @@ impl RingFeed for Store {
         &self,
         _request: Request<SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
-        // First event alone, the rest as one batch, then control items.
+        // First event alone, the rest as one batch, then control items;
+        // the batch and the marker as gRPC frames, which the server's codec
+        // hands over as they are, each right after a response it encoded.
         let stored = self.events.lock().expect("lock").clone();
         let message = |offset: usize| {
             RawEventMessage::new(
@@ -102,11 +105,14 @@ impl RingFeed for Store {
         let last = stored.len() as u64 - 1;
         let items = vec![
             RawSubscribeResponse::new(cursor(1), RawItem::Event(message(0))),
-            RawSubscribeResponse::new(
-                cursor(last + 1),
-                RawItem::Batch(RawEventBatch {
-                    events: (1..stored.len()).map(message).collect(),
-                }),
+            RawSubscribeResponse::Framed(
+                RawSubscribeResponse::new(
+                    cursor(last + 1),
+                    RawItem::Batch(RawEventBatch {
+                        events: (1..stored.len()).map(message).collect(),
+                    }),
+                )
+                .into_frame(()),
             ),
             RawSubscribeResponse::new(
                 Bytes::new(),
@@ -115,7 +121,7 @@ impl RingFeed for Store {
                     ..Default::default()
                 }),
             ),
-            RawSubscribeResponse::new(Bytes::new(), RawItem::ChunkModeEnd(ChunkModeEnd {})),
+            RawSubscribeResponse::encoded(Bytes::new(), RawItem::ChunkModeEnd(ChunkModeEnd {})),
         ];
         Ok(Response::new(Box::pin(tokio_stream::iter(
             items.into_iter().map(Ok),

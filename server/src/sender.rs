@@ -1,8 +1,8 @@
 //! One subscription stream's sender: reads the engine subscription, packs
 //! responses and hands them to the gRPC stream through a small bounded queue.
 //!
-//! - Reading and sending overlap: this task fills the queue while tonic
-//!   encodes and writes earlier responses. The queue holds at most
+//! - Reading and sending overlap: this task fills the queue while the
+//!   transport frames and writes earlier responses. The queue holds at most
 //!   `queue_responses` responses, each at most a batch or a chunk, as views of
 //!   ring windows or segment mappings (never copies); the HTTP/2 stream's flow
 //!   control is the backpressure, and a stalled client costs its share of the
@@ -23,23 +23,21 @@
 //! - Admission: while a subscription reads below the ring (segment files), it
 //!   holds one of `backlog_readers` places. Every response of every
 //!   subscription (ring readers too) holds its bytes from one shared
-//!   `response_budget_bytes` from before it is built until tonic pulls the
-//!   *next* response of the stream: tonic encodes a response into its own
-//!   buffer and hyper asks for the next only when the stream's HTTP/2 send
-//!   buffer (`send_buffer_bytes`) has room, so the permit covers the copy
-//!   the transport holds, not just the queued view; when the transport asks
-//!   for more and finds nothing queued, the budget comes back (hyper asks
-//!   only with room in that buffer). Peak memory is bounded by the budget,
-//!   not by subscribers x queue depth. A backlog reader reserves
-//!   before reading (reading allocates); a ring reader reserves once its
-//!   next event is at hand (a view costs nothing), so an idle live
-//!   subscriber holds no budget. A cancelled or superseded stream drops
-//!   what it holds or waits for.
-//! - Liveness: a sender waits for budget only while everything its stream
-//!   holds is released by the transport alone (queued responses, the last
-//!   one taken), never by that wait; the budget is a FIFO semaphore, so
-//!   every waiter is served in turn, one response at a time, whatever the
-//!   number of subscribers (docs/response-budget.md argues it).
+//!   `response_budget_bytes` from before it is built until the transport
+//!   has written it: the queue hands the transport each response as a gRPC
+//!   frame (its one copy: the server's codec does not copy it again) that
+//!   holds the response's budget until its last byte is dropped
+//!   (`Queue::poll_next`, `Leases`). Peak memory is bounded by the budget,
+//!   not by subscribers x queue depth. A backlog reader reserves before
+//!   reading (reading allocates); a ring reader reserves once its next event
+//!   is at hand (a view costs nothing), so an idle live subscriber holds no
+//!   budget. A cancelled or superseded stream drops what it holds or waits
+//!   for.
+//! - Liveness: what a stream holds comes back by its transport writing (or
+//!   the stream's end, or the stall give-back), never by its sender building
+//!   more, so a sender waiting for budget never waits on itself; the budget
+//!   is a FIFO semaphore, so every waiter is served in turn, one response at
+//!   a time, whatever the number of subscribers (docs/response-budget.md).
 
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
@@ -364,7 +362,7 @@ impl Outbox {
         let (final_status, final_rx) = mpsc::channel(1);
         let queue = Arc::new(Queue(std::sync::Mutex::new(QueueState {
             rx,
-            held: None,
+            leases: Default::default(),
             last_pull: tokio::time::Instant::now(),
         })));
         let outbox = Outbox {
@@ -478,10 +476,9 @@ struct Queue(std::sync::Mutex<QueueState>);
 
 struct QueueState {
     rx: mpsc::Receiver<Queued>,
-    /// The budget of the response the transport took last: kept until it
-    /// polls again, taking the next or finding none (hyper polls only with
-    /// room in the stream's send buffer), or the stream ends.
-    held: Option<OwnedSemaphorePermit>,
+    /// The budget of the responses the transport has taken and not yet
+    /// written.
+    leases: Arc<Leases>,
     /// When the transport last took a response.
     last_pull: tokio::time::Instant,
 }
@@ -491,31 +488,33 @@ impl Queue {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The next response for the transport, as a gRPC frame that holds the
+    /// response's budget until the transport drops it: written to the
+    /// socket, or the stream gone. The transport's copy is the frame (the
+    /// server's codec does not copy it again), so the budget counts it
+    /// exactly, and it comes back without any other response being built.
+    ///
+    /// (It used to come back when the transport took the stream's next
+    /// response, which the sender needed budget to build: once every
+    /// permit was held so, nobody could build, and a storm of 5,000
+    /// subscribers stood still at 2,048 streams, issue 41.)
     fn poll_next(
         &self,
         cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<RawSubscribeResponse, Status>>> {
+    ) -> Poll<Option<Result<RawSubscribeResponse, Status>>> {
         let mut state = self.state();
-        let polled = state.rx.poll_recv(cx);
-        match &polled {
-            Poll::Ready(Some(_)) => state.last_pull = tokio::time::Instant::now(),
-            // The transport asks for more and nothing is queued: what it
-            // holds of the last response fits in the room its send buffer
-            // had when it asked (hyper polls only then), so the budget goes
-            // back now. Kept until the next response instead, as it was,
-            // a stream held budget while its sender waited for more to
-            // build that response: once every permit was held so, nobody
-            // could build (a storm of 5,000 stood still at 2,048 streams).
-            // Now a stream's sender never waits for budget while its
-            // stream holds some it could only give back by that wait.
-            Poll::Ready(None) | Poll::Pending => state.held = None,
-        }
-        polled.map(|item| {
-            item.map(|(response, permit)| {
-                state.held = permit; // the previous response's budget returns
-                response
-            })
-        })
+        let (response, permit) = match std::task::ready!(state.rx.poll_recv(cx)) {
+            Some(queued) => queued,
+            None => return Poll::Ready(None),
+        };
+        state.last_pull = tokio::time::Instant::now();
+        Poll::Ready(Some(response.map(|response| {
+            let frame = match permit {
+                Some(permit) => response.into_frame(Leases::lease(&state.leases, permit)),
+                None => response.into_frame(()),
+            };
+            RawSubscribeResponse::Framed(frame)
+        })))
     }
 
     /// How long responses have waited with the transport taking none, if
@@ -525,13 +524,65 @@ impl Queue {
         (!state.rx.is_empty()).then(|| state.last_pull.elapsed())
     }
 
-    /// Drops everything queued and held, giving its budget back; the
+    /// Drops everything queued, and the budget of what the transport holds
+    /// (its frames stay until written or dropped, no longer counted); the
     /// transport then finds the queue ended.
     fn give_back(&self) {
         let mut state = self.state();
         state.rx.close();
         while state.rx.try_recv().is_ok() {}
-        state.held = None;
+        state.leases.revoke();
+    }
+}
+
+/// The budget of a stream's frames that the transport holds: each frame's
+/// part comes back when the frame is dropped, or all of it when the stream
+/// is given back (its client stopped reading: HTTP/2 may hold its frames
+/// for as long as the connection lives).
+#[derive(Default)]
+struct Leases(std::sync::Mutex<Option<OwnedSemaphorePermit>>);
+
+/// One frame's part of its stream's [`Leases`].
+struct Lease {
+    leases: Arc<Leases>,
+    units: usize,
+}
+
+impl Leases {
+    fn lease(leases: &Arc<Leases>, permit: OwnedSemaphorePermit) -> Lease {
+        let units = permit.num_permits();
+        let mut held = leases.held();
+        match held.as_mut() {
+            Some(all) => all.merge(permit),
+            None => *held = Some(permit),
+        }
+        Lease {
+            leases: leases.clone(),
+            units,
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Option<OwnedSemaphorePermit>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Gives back the budget of every frame (the stream is over).
+    fn revoke(&self) {
+        drop(self.held().take());
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let mut held = self.leases.held();
+        // Nothing after `revoke`.
+        if let Some(all) = held.as_mut() {
+            if all.num_permits() <= self.units {
+                *held = None;
+            } else {
+                drop(all.split(self.units));
+            }
+        }
     }
 }
 
@@ -691,11 +742,9 @@ impl Sender {
                 _ => RawItem::Batch(RawEventBatch { events }),
             };
             let mode = if place.is_some() { "backlog" } else { "live" };
-            // Only responses at the live edge are shared. A catching-up
-            // stream's full batches stay views of the ring until tonic
-            // encodes them: an encoding made here would be a second copy
-            // beside tonic's, under the same budget (a reconnect storm at
-            // K = 2,000 peaked ~130 MiB higher when those were shared too).
+            // Only responses at the live edge are shared: a catching-up
+            // stream's full batches are rarely taken by another (see
+            // shared.rs).
             match sharing.filter(|_| at_edge) {
                 Some(group) => self.share(&sub, group, &from, item, permit).await?,
                 None => {
@@ -1050,29 +1099,64 @@ mod tests {
         RawSubscribeResponse::new(Bytes::new(), RawItem::Heartbeat(v1::Heartbeat::default()))
     }
 
-    /// A taken response keeps its budget while the transport holds it, and
-    /// gives it back when the transport asks for more and finds nothing
-    /// queued: a sender waiting for budget to build the next response must
-    /// never wait on what its own stream holds (issue 41).
+    /// A response's budget lasts exactly as long as the frame the transport
+    /// took, whatever else happens on its stream: not waiting for the next
+    /// response to be built (a sender waiting for budget must never wait on
+    /// what its own stream holds, issue 41), and every part of a frame
+    /// (HTTP/2 splits them) keeps it.
     #[tokio::test]
-    async fn the_budget_comes_back_when_the_transport_finds_nothing_queued() {
-        let budget = Arc::new(Semaphore::new(4));
+    async fn a_response_holds_its_budget_until_its_frame_is_dropped() {
+        let budget = Arc::new(Semaphore::new(8));
         let (outbox, mut responses) = Outbox::new(&SubscriberLimits::default());
-        let permit = budget.clone().try_acquire_many_owned(4).unwrap();
-        outbox.send(heartbeat(), Some(permit)).await.unwrap();
+        let permit = |n| budget.clone().try_acquire_many_owned(n).unwrap();
+        outbox.send(heartbeat(), Some(permit(3))).await.unwrap();
+        outbox.send(heartbeat(), Some(permit(4))).await.unwrap();
+        let frame = |r: Option<Result<RawSubscribeResponse, Status>>| match r {
+            Some(Ok(RawSubscribeResponse::Framed(frame))) => frame,
+            other => panic!("not a frame: {other:?}"),
+        };
+        let first = frame(responses.next().await);
+        let part = first.slice(2..);
+        drop(first);
+        let second = frame(responses.next().await);
+        assert_eq!(budget.available_permits(), 1, "both held while taken");
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        assert!(responses.as_mut().poll_next(&mut cx).is_ready());
-        assert_eq!(
-            budget.available_permits(),
-            0,
-            "held while the transport has it"
-        );
         assert!(responses.as_mut().poll_next(&mut cx).is_pending());
         assert_eq!(
             budget.available_permits(),
-            4,
-            "given back at the empty poll"
+            1,
+            "an empty poll changes nothing"
         );
+        drop(second);
+        assert_eq!(
+            budget.available_permits(),
+            5,
+            "the second's back when dropped"
+        );
+        drop(part);
+        assert_eq!(
+            budget.available_permits(),
+            8,
+            "the first's with its last part"
+        );
+    }
+
+    /// A stream given back (its client stopped reading) gives back what its
+    /// transport holds too: HTTP/2 may keep those frames for as long as the
+    /// connection lives.
+    #[tokio::test]
+    async fn a_stream_given_back_gives_back_its_frames_budget() {
+        let budget = Arc::new(Semaphore::new(8));
+        let (outbox, mut responses) = Outbox::new(&SubscriberLimits::default());
+        let permit = |n| budget.clone().try_acquire_many_owned(n).unwrap();
+        outbox.send(heartbeat(), Some(permit(3))).await.unwrap();
+        outbox.send(heartbeat(), Some(permit(4))).await.unwrap();
+        let taken = responses.next().await;
+        assert_eq!(budget.available_permits(), 1);
+        outbox.stalls().queue.upgrade().unwrap().give_back();
+        assert_eq!(budget.available_permits(), 8);
+        drop(taken);
+        assert_eq!(budget.available_permits(), 8, "given back once");
     }
 
     /// A stall is counted from when responses started waiting, not from the

@@ -29,6 +29,9 @@ struct EncodedBytes<T, U> {
     buf: BytesMut,
     uncompression_buf: BytesMut,
     error: Option<Status>,
+    /// ringfeed patch: a frame (`Encoder::frame`) that waits for the bytes
+    /// encoded before it to be yielded first.
+    frame: Option<Bytes>,
 }
 
 impl<T: Encoder, U: Stream> EncodedBytes<T, U> {
@@ -40,7 +43,10 @@ impl<T: Encoder, U: Stream> EncodedBytes<T, U> {
         max_message_size: Option<usize>,
     ) -> Self {
         let buffer_settings = encoder.buffer_settings();
-        let buf = BytesMut::with_capacity(buffer_settings.buffer_size);
+        // ringfeed patch: allocated at the first item encoded, not here: a
+        // stream whose items are all frames (`Encoder::frame`) never needs
+        // it, and ten thousand such streams each held 8 KiB for nothing.
+        let buf = BytesMut::new();
 
         let compression_encoding =
             if compression_override == SingleMessageCompressionOverride::Disable {
@@ -63,6 +69,7 @@ impl<T: Encoder, U: Stream> EncodedBytes<T, U> {
             buf,
             uncompression_buf,
             error: None,
+            frame: None,
         }
     }
 }
@@ -83,9 +90,13 @@ where
             buf,
             uncompression_buf,
             error,
+            frame,
         } = self.project();
         let buffer_settings = encoder.buffer_settings();
 
+        if let Some(frame) = frame.take() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
         if let Some(status) = error.take() {
             return Poll::Ready(Some(Err(status)));
         }
@@ -102,6 +113,27 @@ where
                     return Poll::Ready(Some(Ok(buf.split_to(buf.len()).freeze())));
                 }
                 Poll::Ready(Some(Ok(item))) => {
+                    // ringfeed patch: a complete frame goes out as it is,
+                    // after what is encoded before it.
+                    let item = match compression_encoding {
+                        Some(_) => item,
+                        None => match encoder.frame(item) {
+                            Ok(framed) => {
+                                if let Err(status) = check_frame(&framed, *max_message_size) {
+                                    return Poll::Ready(Some(Err(status)));
+                                }
+                                if buf.is_empty() {
+                                    return Poll::Ready(Some(Ok(framed)));
+                                }
+                                *frame = Some(framed);
+                                return Poll::Ready(Some(Ok(buf.split_to(buf.len()).freeze())));
+                            }
+                            Err(item) => item,
+                        },
+                    };
+                    if buf.capacity() == 0 {
+                        buf.reserve(buffer_settings.buffer_size);
+                    }
                     if let Err(status) = encode_item(
                         encoder,
                         buf,
@@ -128,6 +160,26 @@ where
             }
         }
     }
+}
+
+/// ringfeed patch: a frame from `Encoder::frame` has its 5-byte prefix,
+/// uncompressed, saying the length that follows, within the size limit.
+fn check_frame(frame: &[u8], max_message_size: Option<usize>) -> Result<(), Status> {
+    let Some((prefix, message)) = frame.split_first_chunk::<HEADER_SIZE>() else {
+        return Err(Status::internal("a gRPC frame shorter than its prefix"));
+    };
+    let said = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
+    if prefix[0] != 0 || said != message.len() {
+        return Err(Status::internal("a gRPC frame whose prefix does not match it"));
+    }
+    let limit = max_message_size.unwrap_or(DEFAULT_MAX_SEND_MESSAGE_SIZE);
+    if message.len() > limit {
+        return Err(Status::out_of_range(format!(
+            "Error, encoded message length too large: found {} bytes, the limit is: {limit} bytes",
+            message.len()
+        )));
+    }
+    Ok(())
 }
 
 fn encode_item<T>(

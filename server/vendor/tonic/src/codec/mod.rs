@@ -135,6 +135,14 @@ pub trait Encoder {
     fn buffer_settings(&self) -> BufferSettings {
         BufferSettings::default()
     }
+
+    /// ringfeed patch: an item that already is a complete gRPC message frame
+    /// (the 5-byte prefix, then the message) is returned as `Ok` and goes to
+    /// the transport as it is, never copied into the encode buffer; `Err`
+    /// gives the item back to be encoded as usual. Not used with compression.
+    fn frame(&mut self, item: Self::Item) -> Result<bytes::Bytes, Self::Item> {
+        Err(item)
+    }
 }
 
 /// Decodes gRPC message types
