@@ -755,8 +755,8 @@ impl ClusterStream {
         // What the popped events counted against the budget in the merge.
         let mut popped_bytes = 0;
         // Events of at most `batch_max_bytes` a response, as a node stream's
-        // (what a response holds of the budget until the transport takes
-        // the next, and a size every gRPC client takes: their default limit
+        // (what a response holds of the budget until the transport has
+        // written it, and a size every gRPC client takes: their default limit
         // is 4 MiB, which 512 events of 8 KiB passed).
         let mut payload_bytes = 0;
         while events.len() < limit && payload_bytes < self.batch_max_bytes {
@@ -791,7 +791,7 @@ impl ClusterStream {
             cursor.set_shard(p.shard, p.next, p.generation);
         }
         // The response holds the budget its events held in the merge until
-        // the transport takes the next one (none for events the merge held
+        // the transport has written it (none for events the merge held
         // over budget: `full` lets that happen only while the other side
         // holds it, at most MAX_QUEUED events). Never waits for budget: a
         // stream waiting for it while its merge holds some could wait on
@@ -883,7 +883,7 @@ impl ClusterStream {
     }
 
     /// Queues `item` (holding `permit` of the budget until the transport
-    /// takes the next response) with the stream's cursor after it.
+    /// has written it) with the stream's cursor after it.
     async fn send(
         &mut self,
         item: RawItem,

@@ -1110,6 +1110,18 @@ mod tests {
         RawSubscribeResponse::new(Bytes::new(), RawItem::Heartbeat(v1::Heartbeat::default()))
     }
 
+    /// A budget of 8 units and an outbox with two responses queued, of 3
+    /// and 4 units.
+    async fn two_queued() -> (Arc<Semaphore>, Outbox, Responses) {
+        let budget = Arc::new(Semaphore::new(8));
+        let (outbox, responses) = Outbox::new(&SubscriberLimits::default());
+        for n in [3, 4] {
+            let permit = budget.clone().try_acquire_many_owned(n).unwrap();
+            outbox.send(heartbeat(), Some(permit)).await.unwrap();
+        }
+        (budget, outbox, responses)
+    }
+
     /// A response's budget lasts exactly as long as the frame the transport
     /// took, whatever else happens on its stream: not waiting for the next
     /// response to be built (a sender waiting for budget must never wait on
@@ -1117,11 +1129,8 @@ mod tests {
     /// (HTTP/2 splits them) keeps it.
     #[tokio::test]
     async fn a_response_holds_its_budget_until_its_frame_is_dropped() {
-        let budget = Arc::new(Semaphore::new(8));
-        let (outbox, mut responses) = Outbox::new(&SubscriberLimits::default());
-        let permit = |n| budget.clone().try_acquire_many_owned(n).unwrap();
-        outbox.send(heartbeat(), Some(permit(3))).await.unwrap();
-        outbox.send(heartbeat(), Some(permit(4))).await.unwrap();
+        // The outbox lives on: the stream is open, nothing more queued.
+        let (budget, _outbox, mut responses) = two_queued().await;
         let frame = |r: Option<Result<RawSubscribeResponse, Status>>| match r {
             Some(Ok(RawSubscribeResponse::Framed(frame))) => frame,
             other => panic!("not a frame: {other:?}"),
@@ -1157,11 +1166,7 @@ mod tests {
     /// connection lives.
     #[tokio::test]
     async fn a_stream_given_back_gives_back_its_frames_budget() {
-        let budget = Arc::new(Semaphore::new(8));
-        let (outbox, mut responses) = Outbox::new(&SubscriberLimits::default());
-        let permit = |n| budget.clone().try_acquire_many_owned(n).unwrap();
-        outbox.send(heartbeat(), Some(permit(3))).await.unwrap();
-        outbox.send(heartbeat(), Some(permit(4))).await.unwrap();
+        let (budget, outbox, mut responses) = two_queued().await;
         let taken = responses.next().await;
         assert_eq!(budget.available_permits(), 1);
         outbox.stalls().queue.upgrade().unwrap().give_back();

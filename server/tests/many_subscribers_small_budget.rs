@@ -178,26 +178,25 @@ fn small_budget_server(dir: &tempfile::TempDir) -> Server {
     Server::start_with(&dir.path().join("data"), 2, &["--config", &config])
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn catching_up_through_full_batches_every_subscriber_finishes() {
+/// Every subscriber reads the whole log from the beginning.
+async fn catch_up(chunk_mode: bool) {
     let _watchdog = ringfeed_watchdog::arm();
     let dir = tempfile::tempdir().unwrap();
     let server = small_budget_server(&dir);
     append(&server.addr, 0, 0, EVENTS).await;
-    let all = read_all(&server.addr, from_the_beginning(false), EVENTS).await;
+    let all = read_all(&server.addr, from_the_beginning(chunk_mode), EVENTS).await;
     assert_exact(&all, EVENTS, &BTreeMap::new());
     server.stop();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catching_up_through_full_batches_every_subscriber_finishes() {
+    catch_up(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn catching_up_in_chunk_mode_every_subscriber_finishes() {
-    let _watchdog = ringfeed_watchdog::arm();
-    let dir = tempfile::tempdir().unwrap();
-    let server = small_budget_server(&dir);
-    append(&server.addr, 0, 0, EVENTS).await;
-    let all = read_all(&server.addr, from_the_beginning(true), EVENTS).await;
-    assert_exact(&all, EVENTS, &BTreeMap::new());
-    server.stop();
+    catch_up(true).await;
 }
 
 /// Live subscribers at the edge, then a burst: each falls behind the edge
