@@ -139,6 +139,9 @@ pub enum EngineError {
     },
     #[error("shard {shard} executor: {reason}")]
     Executor { shard: u32, reason: String },
+    /// Another process holds the data dir (see [`crate::lock`]).
+    #[error(transparent)]
+    Locked(#[from] crate::lock::LockError),
 }
 
 struct ShardHandle {
@@ -158,6 +161,8 @@ pub struct Engine {
     max_queued_bytes: usize,
     reports: Vec<RecoveryReport>,
     sequences: std::sync::Mutex<Sequences>,
+    /// The data dir's lock (`Engine::open`), dropped after the shards stop.
+    lock: Option<crate::lock::DataDirLock>,
 }
 
 /// Each idempotent producer's next sequence across shards: a batch starting
@@ -213,6 +218,8 @@ impl Engine {
             what: format!("creating {}", config.data_dir.display()),
             source,
         })?;
+        // Before anything in the data dir is read: one process per data dir.
+        let lock = crate::lock::DataDirLock::take(&config.data_dir)?;
         let node_id = check_meta(&config.data_dir, config.shards, config.node_id)?;
         // Create the shard directories here, where a failure can be reported,
         // and make their names durable before anything is acknowledged in them.
@@ -237,10 +244,12 @@ impl Engine {
         }
         let dir = config.data_dir.clone();
         let config = EngineConfig { node_id, ..config };
-        Engine::open_with(config, Arc::new(SystemClock), move |shard| {
+        let mut engine = Engine::open_with(config, Arc::new(SystemClock), move |shard| {
             DmaStorage::open(shard_dir(&dir, shard))
                 .expect("the shard directories were just created")
-        })
+        })?;
+        engine.lock = Some(lock);
+        Ok(engine)
     }
 
     /// Opens with a storage per shard made by `storage` (on the shard's thread)
@@ -297,6 +306,7 @@ impl Engine {
             sequences: std::sync::Mutex::new(Sequences::new(
                 crate::producer::MAX_PRODUCERS * config.shards as usize,
             )),
+            lock: None,
         };
         for (id, ready) in readies.into_iter().enumerate() {
             match ready.recv() {

@@ -18,6 +18,7 @@ mod event;
 mod executor;
 pub mod generation;
 mod latency;
+pub mod lock;
 mod log;
 mod producer;
 mod rate_limit;

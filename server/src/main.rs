@@ -654,6 +654,16 @@ fn inspect(data_dir: &Path) -> Result<()> {
     if shard_dirs.is_empty() {
         bail!("{} holds no shard-NNN directories", data_dir.display());
     }
+    // Read-only either way; a running server may append and cut while this
+    // reads, so say so (a torn tail seen now may be its unfinished write).
+    if let Some(pid) = ringfeed_engine::lock::DataDirLock::holder(data_dir) {
+        let pid = pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+        println!(
+            "a running server{pid} holds {}: what follows is a moment of a log it may be \
+             writing",
+            data_dir.display()
+        );
+    }
     let data_dir_shown = data_dir.display().to_string();
     LocalExecutorBuilder::new(Placement::Unbound)
         .spawn(move || async move {

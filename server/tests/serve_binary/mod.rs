@@ -151,6 +151,11 @@ impl Server {
         Ok(server)
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
     /// The server's peak resident set so far (VmHWM), in bytes.
     pub fn peak_rss(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
