@@ -340,6 +340,83 @@ fn serve_command(args: ServeArgs) -> Result<()> {
     serve(file.resolve()?)
 }
 
+/// What `serve` listens on, bound before the data dir is opened.
+struct Bound {
+    listener: tokio::net::TcpListener,
+    addr: std::net::SocketAddr,
+    metrics: Option<tokio::net::TcpListener>,
+    page: Option<tokio::net::TcpListener>,
+    /// The page is served on the metrics' listener.
+    page_shares_metrics: bool,
+    tls: Option<ringfeed_proto::tonic::transport::ServerTlsConfig>,
+}
+
+/// Checks the listen policy and binds every listener.
+async fn bind(config: &ServerConfig, clustered: bool) -> Result<Bound> {
+    // Other hosts could reach it: without TLS anyone on the path reads
+    // every event and every token, and without tokens anyone may read
+    // and append. Checked before binding.
+    let reachable = tokio::net::lookup_host(&config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?
+        .find(|a| !a.ip().is_loopback());
+    let protected = config.tls.is_some() && config.token_file.is_some();
+    if let (Some(addr), false, false) = (reachable, protected, config.insecure) {
+        anyhow::bail!(
+            "listening on {addr}, which other hosts can reach, without {}: anyone on the \
+             network could read the feed or append. Give --tls-cert/--tls-key and \
+             --token-file, listen on a loopback address, or give --insecure (config \
+             `insecure = true`) to accept that",
+            match (config.tls.is_some(), config.token_file.is_some()) {
+                (false, false) => "TLS and tokens",
+                (false, true) => "TLS",
+                _ => "tokens",
+            }
+        );
+    }
+    let tls = config.tls.as_ref().map(|t| t.config()).transpose()?;
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let metrics = match &config.metrics_listen {
+        Some(at) => Some(
+            tokio::net::TcpListener::bind(at)
+                .await
+                .with_context(|| format!("metrics: listening on {at}"))?,
+        ),
+        None => None,
+    };
+    // The page gets a listener of its own (an operator's browser is
+    // often let in where Prometheus's scrapes are not), unless it is
+    // given the metrics' address: that listener then serves both.
+    let page_shares_metrics =
+        config.http_listen.is_some() && config.http_listen == config.metrics_listen;
+    let page = match &config.http_listen {
+        Some(at) if !page_shares_metrics => Some(
+            tokio::net::TcpListener::bind(at)
+                .await
+                .with_context(|| format!("status page: listening on {at}"))?,
+        ),
+        _ => None,
+    };
+    // Peers dial the advertised address: a wildcard one reaches nobody.
+    if clustered && config.advertise.is_none() && addr.ip().is_unspecified() {
+        anyhow::bail!(
+            "listening on {addr}, which peers cannot dial: give the address they reach this \
+             node at with --advertise HOST:PORT"
+        );
+    }
+    Ok(Bound {
+        listener,
+        addr,
+        metrics,
+        page,
+        page_shares_metrics,
+        tls,
+    })
+}
+
 fn serve(config: ServerConfig) -> Result<()> {
     // Before the data dir: a bad token file is refused at once.
     let tokens = config
@@ -350,13 +427,29 @@ fn serve(config: ServerConfig) -> Result<()> {
     let data_dir = config.engine.data_dir.clone();
     let limits = config.engine.limits;
     let shards = config.engine.shards;
-    let engine = Engine::open(config.engine.clone())
-        .with_context(|| format!("opening data dir {}", data_dir.display()))?;
-    let engine_node = engine.node_id();
     let clustered = match &config.members {
         Members::Static(peers) => !peers.is_empty(),
         Members::Etcd(_) => true,
     };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.io_threads)
+        .thread_name("ringfeed-io")
+        .enable_all()
+        .build()
+        .context("starting the network runtime")?;
+    // Every listener before the data dir: a serve that cannot listen leaves
+    // nothing behind (a fresh data dir preallocates a segment per shard).
+    let Bound {
+        listener,
+        addr,
+        metrics,
+        page,
+        page_shares_metrics,
+        tls,
+    } = runtime.block_on(bind(&config, clustered))?;
+    let engine = Engine::open(config.engine.clone())
+        .with_context(|| format!("opening data dir {}", data_dir.display()))?;
+    let engine_node = engine.node_id();
     if clustered && engine_node.is_none() {
         anyhow::bail!(
             "a node with peers or etcd needs a node id: start it with --node-id N (each node its own)"
@@ -381,68 +474,9 @@ fn serve(config: ServerConfig) -> Result<()> {
         );
     }
     let engine = Arc::new(engine);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(config.io_threads)
-        .thread_name("ringfeed-io")
-        .enable_all()
-        .build()
-        .context("starting the network runtime")?;
     let served: Result<()> = runtime.block_on(async {
-        // Other hosts could reach it: without TLS anyone on the path reads
-        // every event and every token, and without tokens anyone may read
-        // and append. Checked before binding.
-        let reachable = tokio::net::lookup_host(&config.listen)
-            .await
-            .with_context(|| format!("listening on {}", config.listen))?
-            .find(|a| !a.ip().is_loopback());
-        let protected = config.tls.is_some() && config.token_file.is_some();
-        if let (Some(addr), false, false) = (reachable, protected, config.insecure) {
-            anyhow::bail!(
-                "listening on {addr}, which other hosts can reach, without {}: anyone on the \
-                 network could read the feed or append. Give --tls-cert/--tls-key and \
-                 --token-file, listen on a loopback address, or give --insecure (config \
-                 `insecure = true`) to accept that",
-                match (config.tls.is_some(), config.token_file.is_some()) {
-                    (false, false) => "TLS and tokens",
-                    (false, true) => "TLS",
-                    _ => "tokens",
-                }
-            );
-        }
-        let tls = config.tls.as_ref().map(|t| t.config()).transpose()?;
-        let listener = tokio::net::TcpListener::bind(&config.listen)
-            .await
-            .with_context(|| format!("listening on {}", config.listen))?;
-        let addr = listener.local_addr()?;
-        let metrics = match &config.metrics_listen {
-            Some(at) => Some(
-                tokio::net::TcpListener::bind(at)
-                    .await
-                    .with_context(|| format!("metrics: listening on {at}"))?,
-            ),
-            None => None,
-        };
-        // The page gets a listener of its own (an operator's browser is
-        // often let in where Prometheus's scrapes are not), unless it is
-        // given the metrics' address: that listener then serves both.
-        let page_shares_metrics = config.http_listen.is_some() && config.http_listen == config.metrics_listen;
-        let page = match &config.http_listen {
-            Some(at) if !page_shares_metrics => Some(
-                tokio::net::TcpListener::bind(at)
-                    .await
-                    .with_context(|| format!("status page: listening on {at}"))?,
-            ),
-            _ => None,
-        };
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let advertise = config.advertise.clone().unwrap_or_else(|| addr.to_string());
-        // Peers dial the advertised address: a wildcard one reaches nobody.
-        if clustered && config.advertise.is_none() && addr.ip().is_unspecified() {
-            anyhow::bail!(
-                "listening on {addr}, which peers cannot dial: give the address they reach this \
-                 node at with --advertise HOST:PORT"
-            );
-        }
         let membership = Membership::with_members(
             engine_node.unwrap_or(0),
             advertise,

@@ -1,10 +1,16 @@
-//! One server per data dir (issue 35): a second `ringfeed serve` on a data
+//! `serve` guards its data dir (issue 35).
+//!
+//! One server per data dir: a second `ringfeed serve` on a data
 //! dir a running server holds is refused before it reads or writes anything
 //! there, naming the holder's pid; the first goes on unharmed; `inspect`
 //! stays read-only and says a server holds it; once the first stops, the
 //! data dir opens again. (Two servers once both recovered and appended on
 //! one data dir, and `inspect` then found a torn tail: "chunk out of
 //! sequence".)
+//!
+//! A serve that cannot listen leaves nothing behind: its listeners are bound
+//! before the data dir is created (a fresh one preallocates a segment per
+//! shard: 512 MiB with the defaults were left by a mistyped port).
 
 mod common;
 mod serve_binary;
@@ -108,4 +114,28 @@ async fn a_second_server_on_a_held_data_dir_is_refused() {
     );
     assert_eq!(inspect.code(), Some(0), "{inspect}");
     assert!(!inspect.stdout.contains("holds"), "{inspect}");
+}
+
+#[test]
+fn a_serve_that_cannot_listen_creates_no_data_dir() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = taken.local_addr().unwrap().to_string();
+    let data_arg = data.to_str().unwrap();
+    for flags in [
+        vec!["--listen", at.as_str()],
+        vec!["--listen", "127.0.0.1:0", "--metrics-listen", at.as_str()],
+        vec!["--listen", "127.0.0.1:0", "--http-listen", at.as_str()],
+        // Reachable from other hosts without TLS and tokens: refused.
+        vec!["--listen", "0.0.0.0:0"],
+    ] {
+        let mut args = vec!["serve", "--data-dir", data_arg];
+        args.extend(&flags);
+        let out = run_bounded(ringfeed(&args), None, Duration::from_secs(30));
+        assert!(out.code().is_some_and(|c| c != 0), "{flags:?}: {out}");
+        assert!(out.stderr.contains("listening on"), "{flags:?}: {out}");
+        assert!(!data.exists(), "{flags:?} left {} behind", data.display());
+    }
 }
