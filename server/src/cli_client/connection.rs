@@ -62,12 +62,19 @@ pub(super) async fn connect(access: &Access) -> Result<Client> {
     if tls.enabled() {
         endpoint = endpoint.tls_config(tls.config()?)?;
     }
-    let channel = endpoint.connect().await.with_context(|| {
-        format!(
-            "connecting to {uri}{}",
-            crate::tls::mismatch_hint(tls.enabled())
-        )
-    })?;
+    let channel = match endpoint.connect().await {
+        Ok(channel) => channel,
+        // Nothing listens there: no TLS hint, which would send the user
+        // the wrong way.
+        Err(e) if refused(&e) => anyhow::bail!(
+            "connecting to {uri}: nothing is listening there (connection refused); is the \
+             server running, and at this address (--server)?"
+        ),
+        Err(e) => {
+            let hint = crate::tls::mismatch_hint(tls.enabled());
+            return Err(anyhow::Error::from(e).context(format!("connecting to {uri}{hint}")));
+        }
+    };
     // One cheap call (the health service needs no token) so a plaintext
     // client of a TLS server, whose connection only fails at its first
     // call, says so at once.
@@ -96,7 +103,43 @@ pub fn exit_code(err: &anyhow::Error) -> (i32, String) {
             );
         }
     }
-    (1, format!("error: {}", one_line(&format!("{err:#}"))))
+    (1, format!("error: {}", one_line(&error_text(err))))
+}
+
+/// The error and its causes, `: `-joined, each said once: a cause whose
+/// text its parent already holds (an error whose message ends with its
+/// source's, as `thiserror`'s "{what}: {source}" does) is not repeated.
+/// (`{:#}` printed "Permission denied (os error 13): Permission denied (os
+/// error 13)", and a full disk's "No space left on device" three times.)
+pub fn error_text(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    let mut parent = String::new();
+    for cause in err.chain() {
+        let said = cause.to_string();
+        if parent.is_empty() || !parent.contains(&said) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&said);
+        }
+        parent = said;
+    }
+    text
+}
+
+/// Whether nothing listened at the address (the connection was refused):
+/// not a TLS mismatch, whatever the options.
+fn refused(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(err);
+    while let Some(e) = cause {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 /// The canonical name of a gRPC status code, as in the gRPC spec.

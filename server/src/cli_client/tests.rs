@@ -446,6 +446,30 @@ fn exit_codes_follow_grpc_status() {
 }
 
 #[test]
+fn error_chains_say_each_cause_once() {
+    // As the engine's I/O errors are: the message ends with its source's.
+    #[derive(Debug, thiserror::Error)]
+    #[error("{what}: {source}")]
+    struct Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    }
+    let io = Io {
+        what: "creating /data/shard-000".into(),
+        source: std::io::Error::from_raw_os_error(13),
+    };
+    let err = anyhow::Error::from(io).context("opening data dir /data");
+    assert_eq!(
+        exit_code(&err).1,
+        "error: opening data dir /data: creating /data/shard-000: Permission denied (os error 13)"
+    );
+    // Causes that say something new are all kept.
+    let err = anyhow!("disk full").context("flushing").context("shard 0");
+    assert_eq!(exit_code(&err).1, "error: shard 0: flushing: disk full");
+}
+
+#[test]
 fn status_renders_as_tables() {
     let status = StatusResponse {
         shards: vec![
