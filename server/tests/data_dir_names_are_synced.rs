@@ -7,15 +7,14 @@
 //! acknowledged events.
 //!
 //! Seen from outside with the real binary under `strace` (`.ci/run`
-//! installs it): `ringfeed serve` is pointed at a listen address that is
-//! taken, so it opens the data dir and then exits.
+//! installs it): `ringfeed serve` starts, says it is listening (so the data
+//! dir is open), and is stopped with SIGTERM.
 
 use std::collections::{BTreeSet, HashMap};
-use std::process::Command;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
 use std::time::Duration;
-
-mod serve_binary;
-use serve_binary::run_bounded;
 
 #[test]
 fn opening_a_data_dir_fsyncs_it_its_parent_and_each_shard_dir() {
@@ -37,11 +36,7 @@ fn opening_a_data_dir_fsyncs_it_its_parent_and_each_shard_dir() {
     let traces = root.path().join("traces");
     std::fs::create_dir(&traces).unwrap();
     let trace = traces.join("t");
-    // Taken, so serve stops right after opening the engine.
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let listen = taken.local_addr().unwrap().to_string();
-    let mut command = Command::new("strace");
-    command
+    let mut strace = Command::new("strace")
         .args([
             "-f",
             "-ff",
@@ -52,15 +47,51 @@ fn opening_a_data_dir_fsyncs_it_its_parent_and_each_shard_dir() {
         ])
         .arg(&trace)
         .arg(env!("CARGO_BIN_EXE_ringfeed"))
-        .args(["serve", "--shards", "2", "--listen", &listen, "--data-dir"])
-        .arg(&data);
-    let out = run_bounded(command, None, Duration::from_secs(60));
-    assert_ne!(
-        out.code(),
-        Some(0),
-        "serve cannot listen on a taken address: {out}"
+        .args(["serve", "--shards", "2", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting strace");
+    let _watched = ringfeed_watchdog::watch_child(strace.id());
+    let stdout = strace.stdout.take().expect("stdout");
+    let (listening_tx, listening) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            eprintln!("server: {line}");
+            if line.starts_with("listening on ") {
+                let _ = listening_tx.send(());
+            }
+        }
+    });
+    let mut stderr = strace.stderr.take().expect("stderr");
+    let stderr = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    // serve opens the data dir before it says it is listening.
+    let started = listening.recv_timeout(Duration::from_secs(30));
+    // strace with `-o FILE PROG` blocks fatal signals, so the signal goes to
+    // the traced serve itself: strace's only child.
+    let children = format!("/proc/{0}/task/{0}/children", strace.id());
+    let serve = std::fs::read_to_string(&children).unwrap_or_default();
+    let serve = serve.split_whitespace().next().map(str::to_owned);
+    if let Some(serve) = &serve {
+        let _ = Command::new("kill").args(["-TERM", serve]).status();
+    }
+    let status = strace.wait().expect("waiting for strace");
+    let stderr = stderr.join().unwrap_or_default();
+    assert!(
+        started.is_ok(),
+        "serve said no `listening on` line within 30 s (serve pid {serve:?}, \
+         strace {status}); stderr:\n{stderr}"
     );
-    assert!(data.join("shard-001").is_dir(), "the engine opened: {out}");
+    assert!(
+        data.join("shard-001").is_dir(),
+        "the engine opened: strace {status}; stderr:\n{stderr}"
+    );
 
     // Per thread (file `t.PID`): `openat(AT_FDCWD, "PATH", ...) = FD`, then
     // `fsync(FD) = 0`. Threads share the fd table, so a path is keyed by fd
