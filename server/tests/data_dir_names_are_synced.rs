@@ -47,7 +47,14 @@ fn opening_a_data_dir_fsyncs_it_its_parent_and_each_shard_dir() {
         ])
         .arg(&trace)
         .arg(env!("CARGO_BIN_EXE_ringfeed"))
-        .args(["serve", "--shards", "2", "--listen", "127.0.0.1:0", "--data-dir"])
+        .args([
+            "serve",
+            "--shards",
+            "2",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
         .arg(&data)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
