@@ -396,7 +396,11 @@ impl Membership {
         let status = RingFeedClient::new(channel)
             .status(request)
             .await
-            .map_err(|s| format!("{}: {}", s.code(), s.message()))?
+            .map_err(|s| match crate::tls::explain(&s, None) {
+                // A TLS failure, said as what to fix (`--peer-tls-ca`).
+                Some(tls) => format!("{tls} (this node's --peer-tls-ca)"),
+                None => format!("{}: {}", s.code(), s.message()),
+            })?
             .into_inner();
         if status.node_id == 0 {
             return Err("it has no node id (start it with --node-id)".into());

@@ -69,6 +69,16 @@ fn make_pki(dir: &Path) -> Pki {
     }
 }
 
+/// A CA named `name` alone, its certificate written to `dir`.
+fn lone_ca(dir: &Path, name: &str) -> (PathBuf, rcgen::Certificate, KeyPair) {
+    let key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.distinguished_name.push(DnType::CommonName, name);
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let cert = ca.self_signed(&key).unwrap();
+    (write(dir, &format!("{name}.pem"), &cert.pem()), cert, key)
+}
+
 fn p(path: &Path) -> &str {
     path.to_str().unwrap()
 }
@@ -146,7 +156,11 @@ fn tls_round_trips_and_mismatches_fail_fast() {
     let plain = Server::start(&dir_plain, 1);
     let (out, took) = ringfeed(&[&["status", "--server", plain.addr.as_str()][..], &ca].concat());
     assert!(!ok(&out));
-    assert!(out.stderr.contains("does not use TLS"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("the server does not answer in TLS"),
+        "{}",
+        out.stderr
+    );
     assert!(took < Duration::from_secs(5), "took {took:?}");
     // A CA that did not sign the server's certificate: refused.
     let other_dir = dir.path().join("other");
@@ -154,6 +168,15 @@ fn tls_round_trips_and_mismatches_fail_fast() {
     let other = make_pki(&other_dir);
     let (out, _) = ringfeed(&[&["status"][..], &server, &["--tls-ca", p(&other.ca)]].concat());
     assert!(!ok(&out), "an unknown CA was trusted");
+    // Both CAs have one name: webpki finds the issuer, not its signature.
+    said_plainly(&out, "but that CA's key did not sign it");
+    let lone = lone_ca(dir.path(), "another CA").0;
+    let (out, _) = ringfeed(&[&["status"][..], &server, &["--tls-ca", p(&lone)]].concat());
+    said_plainly(&out, "the server's certificate was not signed by a CA in");
+    // Nothing listening: no TLS hint.
+    let (out, _) = ringfeed(&[&["status", "--server", "127.0.0.1:1"][..], &ca].concat());
+    said_plainly(&out, "nothing is listening there (connection refused)");
+    assert!(!out.stderr.contains("TLS"), "{}", out.stderr);
 
     // Mutual TLS.
     let mutual = Server::start_with(
@@ -164,6 +187,16 @@ fn tls_round_trips_and_mismatches_fail_fast() {
     let server = ["--server", mutual.addr.as_str()];
     let (out, _) = ringfeed(&[&["status"][..], &server, &ca].concat());
     assert!(!ok(&out), "a client without a certificate was served");
+    said_plainly(&out, "it asks for a client certificate");
+    let theirs = [
+        "--tls-cert",
+        p(&other.client_cert),
+        "--tls-key",
+        p(&other.client_key),
+    ];
+    let (out, _) = ringfeed(&[&["status"][..], &server, &ca, &theirs].concat());
+    assert!(!ok(&out), "a client certificate of another CA was accepted");
+    said_plainly(&out, "the server refused this client's certificate");
     let mine = [
         "--tls-cert",
         p(&pki.client_cert),
@@ -181,6 +214,199 @@ fn tls_round_trips_and_mismatches_fail_fast() {
     ];
     let (out, _) = ringfeed(&tail.concat());
     assert!(ok(&out), "tail with mutual TLS: {}", out.stderr);
+}
+
+/// A refused TLS connection is said in a sentence that names the cause,
+/// never as rustls's debug text ("Other(OtherError(CaUsedAsEndEntity))").
+fn said_plainly(out: &Output, sentence: &str) {
+    assert!(!ok(out), "expected a failure: {}", out.stderr);
+    assert!(
+        out.stderr.contains(sentence),
+        "expected {sentence:?} in: {}",
+        out.stderr
+    );
+    for debug in ["OtherError", "invalid peer certificate", "Context {"] {
+        assert!(!out.stderr.contains(debug), "{}", out.stderr);
+    }
+}
+
+/// Runs `program ARGS` in `dir` (at most 60 s); panics if it fails.
+fn run_in(dir: &Path, program: &str, args: &[&str]) {
+    let mut command = Command::new(program);
+    command.args(args).current_dir(dir);
+    let out = run_bounded(command, None, Duration::from_secs(60));
+    assert!(ok(&out), "{program} {args:?}: {out}");
+}
+
+/// Whether `openssl` can run; under CI it must (`.ci/run` installs it).
+fn openssl_here() -> bool {
+    let here = Command::new("openssl").arg("version").output().is_ok();
+    if !here {
+        assert!(
+            std::env::var_os("CI").is_none_or(|v| v.is_empty()),
+            "openssl is missing: .ci/run installs it, so CI must have it"
+        );
+        eprintln!("skipped: openssl not installed");
+    }
+    here
+}
+
+/// The README's certificate recipe, run as written with the real
+/// `openssl`, serves the CLI; and the self-signed certificate everyone makes
+/// first (`openssl req -x509`, which marks it a CA) is accepted given as its
+/// own CA, still only for the names it holds. Before, rustls refused the
+/// latter with "invalid peer certificate: Other(OtherError(CaUsedAsEndEntity))".
+#[test]
+fn certificates_made_by_openssl_as_users_make_them() {
+    let _watchdog = ringfeed_watchdog::arm();
+    if !openssl_here() {
+        return;
+    }
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let pem = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md");
+    let recipe = readme
+        .split("<!-- tls-recipe -->\n```sh\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the README's TLS recipe, after <!-- tls-recipe -->");
+    run_in(dir.path(), "sh", &["-ec", recipe]);
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        1,
+        &[
+            "--tls-cert",
+            &pem("server.pem"),
+            "--tls-key",
+            &pem("server.key"),
+        ],
+    );
+    let ca = pem("ca.pem");
+    let to = ["--server", server.addr.as_str(), "--tls-ca", ca.as_str()];
+    let append = ["append", "--dir", "/r", "--name", "f", "--op", "create"];
+    let (out, _) = ringfeed(&[&append[..], &to].concat());
+    assert!(
+        ok(&out),
+        "append with the README's certificates: {}",
+        out.stderr
+    );
+    let now = now_ns();
+    let tail = ["tail", "--beginning", "--until-ns", now.as_str()];
+    let (out, _) = ringfeed(&[&tail[..], &to].concat());
+    assert!(
+        ok(&out),
+        "tail with the README's certificates: {}",
+        out.stderr
+    );
+    assert!(out.stdout.contains("\"/r\""), "{}", out.stdout);
+    drop(server);
+
+    // The issue's one-liner: a self-signed certificate, its own CA.
+    let self_signed = |name: &str| {
+        let (key, cert) = (format!("{name}.key"), format!("{name}.pem"));
+        run_in(
+            dir.path(),
+            "openssl",
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                &key,
+                "-out",
+                &cert,
+                "-subj",
+                "/CN=127.0.0.1",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+            ],
+        );
+        (pem(&cert), pem(&key))
+    };
+    let (cert, key) = self_signed("self");
+    let server = Server::start_with(
+        &dir.path().join("data-self"),
+        1,
+        &["--tls-cert", &cert, "--tls-key", &key],
+    );
+    let (out, _) = ringfeed(&["status", "--server", &server.addr, "--tls-ca", &cert]);
+    assert!(
+        ok(&out),
+        "a self-signed certificate as its own CA: {}",
+        out.stderr
+    );
+    // Pinned, it is still good only for the names it holds.
+    let port = server.addr.rsplit(':').next().unwrap();
+    let localhost = format!("localhost:{port}");
+    let (out, _) = ringfeed(&["status", "--server", &localhost, "--tls-ca", &cert]);
+    said_plainly(
+        &out,
+        "the server's certificate is not valid for localhost (it is for 127.0.0.1)",
+    );
+    // Another self-signed certificate of the same name is not it.
+    let (other, _) = self_signed("other");
+    let (out, _) = ringfeed(&["status", "--server", &server.addr, "--tls-ca", &other]);
+    assert!(!ok(&out), "another self-signed certificate was trusted");
+    said_plainly(&out, "the server's certificate");
+}
+
+/// An expired certificate is refused, saying so: one a CA signed, and a
+/// self-signed one given as its own CA (webpki checks the dates before it
+/// finds the CA flag, which the pinned path relies on).
+#[test]
+fn an_expired_certificate_is_refused_saying_so() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let past = |params: &mut CertificateParams| {
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    };
+    // A leaf whose only fault is its date, and its CA.
+    let (ca, ca_cert, ca_key) = lone_ca(dir.path(), "expiry CA");
+    let leaf_key = KeyPair::generate().unwrap();
+    let mut leaf = CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
+    leaf.distinguished_name
+        .push(DnType::CommonName, "127.0.0.1");
+    past(&mut leaf);
+    let leaf_cert = leaf.signed_by(&leaf_key, &ca_cert, &ca_key).unwrap();
+    // A self-signed CA certificate for 127.0.0.1 that expired.
+    let own_key = KeyPair::generate().unwrap();
+    let mut own = CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
+    own.distinguished_name.push(DnType::CommonName, "127.0.0.1");
+    own.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    past(&mut own);
+    let own_cert = own.self_signed(&own_key).unwrap();
+    let cases = [
+        ("leaf", leaf_cert.pem(), leaf_key.serialize_pem(), ca),
+        (
+            "own",
+            own_cert.pem(),
+            own_key.serialize_pem(),
+            PathBuf::new(),
+        ),
+    ];
+    for (name, cert, key, ca) in cases {
+        let cert_path = write(dir.path(), &format!("{name}.pem"), &cert);
+        let key_path = write(dir.path(), &format!("{name}.key"), &key);
+        let ca = if ca.as_os_str().is_empty() {
+            cert_path.clone()
+        } else {
+            ca
+        };
+        let server = Server::start_with(
+            &dir.path().join(name),
+            1,
+            &["--tls-cert", p(&cert_path), "--tls-key", p(&key_path)],
+        );
+        let (out, _) = ringfeed(&["status", "--server", &server.addr, "--tls-ca", p(&ca)]);
+        said_plainly(
+            &out,
+            "the server's certificate expired at 2021-01-01T00:00:00Z",
+        );
+    }
 }
 
 /// The Python grpcio client over TLS, with a token.

@@ -70,10 +70,11 @@ pub(super) async fn connect(access: &Access) -> Result<Client> {
             "connecting to {uri}: nothing is listening there (connection refused); is the \
              server running, and at this address (--server)?"
         ),
-        Err(e) => {
-            let hint = crate::tls::mismatch_hint(tls.enabled());
-            return Err(anyhow::Error::from(e).context(format!("connecting to {uri}{hint}")));
-        }
+        // A TLS failure, said as what is wrong and what to do.
+        Err(e) => match crate::tls::explain(&e, tls.ca.as_deref()) {
+            Some(sentence) => anyhow::bail!("connecting to {uri}: {sentence}"),
+            None => return Err(anyhow::Error::from(e).context(format!("connecting to {uri}"))),
+        },
     };
     // One cheap call (the health service needs no token) so a plaintext
     // client of a TLS server, whose connection only fails at its first
@@ -81,11 +82,31 @@ pub(super) async fn connect(access: &Access) -> Result<Client> {
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
     let asked = tonic_health::pb::HealthCheckRequest::default();
     if let Err(status) = health.check(asked).await {
-        let hint = crate::tls::mismatch_hint(tls.enabled());
+        // TLS 1.3 servers refuse a client certificate after the handshake:
+        // it shows at the first call.
+        let diagnosed = match (tls.enabled(), endpoint_host(&uri)) {
+            (true, Some((host, port))) => tls.diagnose(&host, port).await,
+            _ => None,
+        };
+        if let Some(sentence) = diagnosed {
+            anyhow::bail!("connecting to {uri}: {sentence}");
+        }
+        let hint = if tls.enabled() {
+            ""
+        } else {
+            " (if the server uses TLS, give --tls-ca with the CA that signed its certificate, \
+             or the certificate itself)"
+        };
         return Err(Status::new(status.code(), format!("{}{hint}", status.message())).into());
     }
     Ok(RingFeedClient::with_interceptor(channel, bearer)
         .max_decoding_message_size(MAX_RESPONSE_BYTES))
+}
+
+/// The host and port of a URI such as `https://127.0.0.1:7070`.
+fn endpoint_host(uri: &str) -> Option<(String, u16)> {
+    let uri: ringfeed_proto::tonic::codegen::http::Uri = uri.parse().ok()?;
+    Some((uri.host()?.to_owned(), uri.port_u16().unwrap_or(443)))
 }
 
 /// Exit code and one-line message for an error from a client command:

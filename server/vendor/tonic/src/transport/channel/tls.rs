@@ -4,7 +4,9 @@ use crate::transport::{
     Error,
 };
 use http::Uri;
+use std::sync::Arc;
 use tokio_rustls::rustls::pki_types::TrustAnchor;
+use tokio_rustls::rustls::ClientConfig;
 
 /// Configures TLS settings for endpoints.
 #[derive(Debug, Clone, Default)]
@@ -19,6 +21,8 @@ pub struct ClientTlsConfig {
     #[cfg(feature = "tls-webpki-roots")]
     with_webpki_roots: bool,
     use_key_log: bool,
+    // ringfeed patch: the caller's whole rustls configuration.
+    rustls_config: Option<Arc<ClientConfig>>,
 }
 
 impl ClientTlsConfig {
@@ -93,6 +97,17 @@ impl ClientTlsConfig {
         }
     }
 
+    /// ringfeed patch: connect with this rustls configuration as it is
+    /// (its certificate verifier, client identity and ALPN protocols, which
+    /// must offer `h2`), instead of one built from the settings above
+    /// (which are then unused, apart from `domain_name` and `assume_http2`).
+    pub fn rustls_client_config(self, config: Arc<ClientConfig>) -> Self {
+        ClientTlsConfig {
+            rustls_config: Some(config),
+            ..self
+        }
+    }
+
     /// Enables the platform's trusted certs.
     #[cfg(feature = "tls-native-roots")]
     pub fn with_native_roots(self) -> Self {
@@ -135,6 +150,7 @@ impl ClientTlsConfig {
             domain,
             self.assume_http2,
             self.use_key_log,
+            self.rustls_config,
             #[cfg(feature = "tls-native-roots")]
             self.with_native_roots,
             #[cfg(feature = "tls-webpki-roots")]

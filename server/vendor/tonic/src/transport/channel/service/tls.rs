@@ -34,9 +34,19 @@ impl TlsConnector {
         domain: &str,
         assume_http2: bool,
         use_key_log: bool,
+        // ringfeed patch: see `ClientTlsConfig::rustls_client_config`.
+        rustls_config: Option<Arc<ClientConfig>>,
         #[cfg(feature = "tls-native-roots")] with_native_roots: bool,
         #[cfg(feature = "tls-webpki-roots")] with_webpki_roots: bool,
     ) -> Result<Self, crate::BoxError> {
+        // ringfeed patch
+        if let Some(config) = rustls_config {
+            return Ok(Self {
+                config,
+                domain: Arc::new(ServerName::try_from(domain)?.to_owned()),
+                assume_http2,
+            });
+        }
         fn with_provider(
             provider: Arc<crypto::CryptoProvider>,
         ) -> ConfigBuilder<ClientConfig, WantsVerifier> {
