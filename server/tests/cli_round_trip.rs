@@ -207,3 +207,86 @@ fn appended_events_tail_back_exactly() {
 
     server.stop();
 }
+
+/// `tail` asks for batches by default (issue 35) and for one event per
+/// response with `--no-batching`. Unfiltered, both print the same bytes,
+/// cursors included, from the beginning, from a cursor inside what a batch
+/// carried, and per shard. Filtered, the same events; a cursor may then
+/// reach past events the filter skipped (a batch's cursor covers what the
+/// server read for it), so each is checked by resuming from it.
+#[test]
+fn batched_and_single_event_tails_print_the_same_events_and_cursors() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let data = tempfile::tempdir().expect("temp dir");
+    let server = Server::start(data.path(), 2);
+    let mut input = String::new();
+    for i in 0..5_000 {
+        let dir = ["/a", "/a/b", "/c", "/d"][i % 4];
+        input.push_str(
+            &json!({"directory": dir, "newEntry": {"name": format!("f{i}")}}).to_string(),
+        );
+        input.push('\n');
+    }
+    let appended = ringfeed(&server, &["append"], Some(&input));
+    assert_eq!(appended.code(), Some(0), "{appended}");
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+        .to_string();
+    let tail = |args: &[&str]| {
+        let mut all = vec!["tail", "--until-ns", until.as_str()];
+        all.extend_from_slice(args);
+        let out = ringfeed(&server, &all, None);
+        assert_eq!(out.code(), Some(0), "{out}");
+        out.stdout
+    };
+    let both = |args: &[&str]| {
+        let batched = tail(args);
+        let single = tail(&[args, &["--no-batching"]].concat());
+        (batched, single)
+    };
+    let same_bytes = |args: &[&str]| {
+        let (batched, single) = both(args);
+        assert!(
+            batched == single,
+            "tail {args:?}: the default and --no-batching print different bytes"
+        );
+        batched
+    };
+    let all = same_bytes(&["--beginning"]);
+    assert_eq!(all.lines().count(), 5_000);
+    let middle: Value = serde_json::from_str(all.lines().nth(2_345).unwrap()).unwrap();
+    let cursor = middle["cursor"].as_str().unwrap().to_owned();
+    assert_eq!(
+        same_bytes(&["--cursor", &cursor]).lines().count(),
+        5_000 - 2_346
+    );
+    assert_eq!(
+        same_bytes(&["--beginning", "--per-shard"]).lines().count(),
+        5_000
+    );
+
+    let events = |text: &str| -> Vec<Value> {
+        text.lines()
+            .map(|line| serde_json::from_str::<Value>(line).unwrap()["event"].clone())
+            .collect()
+    };
+    for filter in [&["--prefix", "/a"][..], &["--dir", "/c"]] {
+        let (batched, single) = both(&[&["--beginning"][..], filter].concat());
+        let expected = events(&single);
+        assert_eq!(events(&batched), expected, "tail {filter:?}");
+        assert_eq!(
+            expected.len(),
+            if filter[0] == "--dir" { 1_250 } else { 2_500 }
+        );
+        for text in [&batched, &single] {
+            for (n, line) in text.lines().enumerate().step_by(613) {
+                let line: Value = serde_json::from_str(line).unwrap();
+                let cursor = line["cursor"].as_str().unwrap();
+                let rest = tail(&[&["--cursor", cursor][..], filter].concat());
+                assert_eq!(events(&rest), expected[n + 1..], "resumed after line {n}");
+            }
+        }
+    }
+}

@@ -218,7 +218,7 @@ pub trait System: Send + Sync {
 
     /// The system's own command-line tail, following everything from the
     /// beginning and printing one JSON object per event (ringfeed: `ringfeed
-    /// tail --beginning --batching`, one per line; SeaweedFS: `weed
+    /// tail --beginning`, one per line; SeaweedFS: `weed
     /// filer.meta.tail`, pretty-printed), or `None` for a system without one
     /// the bench runs.
     fn tail_cli(&self) -> Option<TailCli> {

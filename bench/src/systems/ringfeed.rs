@@ -186,7 +186,8 @@ impl super::System for Ringfeed {
     fn tail_cli(&self) -> Option<super::TailCli> {
         let binary = std::env::current_exe().ok()?.with_file_name("ringfeed");
         let mut command = std::process::Command::new(binary);
-        command.args(["tail", "--server", &self.addr, "--batching"]);
+        // The default tail, as users run it (batches since issue 35).
+        command.args(["tail", "--server", &self.addr]);
         match self.beginning_ns {
             Some(ns) => command.args(["--since-ns", &ns.to_string()]),
             None => command.arg("--beginning"),

@@ -334,7 +334,12 @@ impl ChunkRecords {
 }
 
 impl Follower {
-    /// A follower; it connects on the first [`Follower::next`]. A non-zero
+    /// A follower; it connects on the first [`Follower::next`]. In node
+    /// scope it asks for batches (`request.batching` is set: the server packs
+    /// the events at hand into one response, while catching up and live, at
+    /// no cost in latency); [`Follower::one_event_per_response`] asks for
+    /// one event per response instead. Every event and cursor is the same
+    /// either way. A non-zero
     /// `request.client_id` makes it a named client whose every reconnect
     /// supersedes its previous stream; its epoch starts at `client_epoch`, or
     /// at the clock's microseconds when that is 0, so a restarted process
@@ -379,6 +384,9 @@ impl Follower {
                 "a cluster follower reads one event per response: no batching or chunk mode",
             )));
         }
+        // Batches by default: one event per response cost a tail 8 times
+        // its time catching up (0.91 s against 0.12 s for 200k events).
+        request.batching = cluster.is_none();
         let checkpoint = match &request.start {
             _ if cluster.is_some() => None,
             Some(Start::Cursor(bytes)) => Some(
@@ -407,6 +415,14 @@ impl Follower {
             bearer: Bearer::default(),
             stats: FollowStats::default(),
         })
+    }
+
+    /// Asks for one event per response (in node scope a follower asks for
+    /// batches unless told this): only the responses differ, never the
+    /// events or cursors handed out.
+    pub fn one_event_per_response(mut self) -> Follower {
+        self.request.batching = false;
+        self
     }
 
     /// Connects over TLS with `tls` (to `https://` when the server was

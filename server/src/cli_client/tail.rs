@@ -77,9 +77,16 @@ pub struct TailArgs {
     /// Skip events whose signatures contain N (loop prevention). Not 0.
     #[arg(long, value_name = "N")]
     pub signature: Option<i32>,
-    /// Let the server pack events into batches while catching up; every
-    /// event still prints its own line. Default: one event per response.
-    #[arg(long)]
+    /// Ask the server for one event per response instead of batches (the
+    /// default: the server packs the events at hand into one response,
+    /// catching up and live, at no cost in latency). Every event prints the
+    /// same either way, and so does every cursor of an unfiltered tail (a
+    /// filtered tail's cursors may reach further past events the filter
+    /// skipped; each resumes exactly). This is only slower.
+    #[arg(long, conflicts_with = "batching")]
+    pub no_batching: bool,
+    /// Batches: the default (accepted for scripts written before it was).
+    #[arg(long, hide = true)]
     pub batching: bool,
     /// Catch up from raw stored chunks (decoded and filtered here, fastest
     /// for large backlogs), then switch to events at the live edge. Each
@@ -107,7 +114,7 @@ pub struct TailArgs {
     /// "node" after "ts", and cursors are cluster cursors that resume on any
     /// node of the cluster. Every start and stop flag works (now and --since
     /// by the server's clock; --until waits for every node, a down one too);
-    /// not with --batching, --chunk-mode or --progress (yet).
+    /// one event per response, not with --chunk-mode or --progress (yet).
     #[arg(long, conflicts_with_all = ["batching", "chunk_mode", "progress"])]
     pub cluster: bool,
 }
@@ -128,6 +135,9 @@ async fn follow(args: TailArgs, lines: &mut Lines) -> Result<()> {
     connect(&args.access).await?;
     let mut follower = Follower::new(&args.access.server, request, Backoff::default())?
         .with_token(args.access.token.as_deref())?;
+    if args.no_batching {
+        follower = follower.one_event_per_response();
+    }
     let tls = args.access.tls();
     if tls.enabled() {
         follower = follower.with_tls(tls.config()?)?;
@@ -280,7 +290,8 @@ pub(super) fn subscribe_request(args: &TailArgs, now_ns: i64) -> Result<Subscrib
         } else {
             Ordering::Merged
         } as i32,
-        batching: args.batching,
+        // Node scope only: a cluster tail reads one event per response.
+        batching: !args.no_batching && !args.cluster,
         chunk_mode: args.chunk_mode,
         heartbeats: args.progress,
         durable_only: args.durable_only,

@@ -90,7 +90,14 @@ fn defaults() {
     assert_eq!(request.start, Some(Start::Now(true)));
     assert_eq!(request.until_ns, 0);
     assert_eq!(request.ordering, Ordering::Merged as i32);
-    assert!(!request.batching && !request.heartbeats);
+    // Batches by default (issue 35); --no-batching asks for one event per
+    // response; a cluster tail reads one event per response.
+    assert!(request.batching && !request.heartbeats);
+    let one = subscribe_request(&tail_args(&["--no-batching"]), 5).expect("request");
+    assert!(!one.batching);
+    let cluster = subscribe_request(&tail_args(&["--cluster"]), 5).expect("request");
+    assert!(!cluster.batching);
+    assert!(parse(&["tail", "--batching", "--no-batching"]).is_err());
 }
 
 #[test]
