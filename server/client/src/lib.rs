@@ -35,10 +35,12 @@ use ringfeed_proto::tonic::transport::{Channel, Endpoint};
 use ringfeed_proto::tonic::{self, Code, Status};
 use ringfeed_proto::v1::{self, subscribe_request::Start, SubscribeRequest};
 
+mod cursor_file;
 mod json;
 mod response;
 mod view;
 
+pub use cursor_file::{cursor_text, parse_cursor_text, CursorFile, CURSOR_TEXT};
 pub use json::write_event_json;
 use response::{Events, Item, RawResponseCodec, Response};
 pub use view::{EntryParts, EntryView, EventParts, EventView};
@@ -260,6 +262,8 @@ pub struct Follower {
     seed: u64,
     /// Sent with every subscription request.
     bearer: Bearer,
+    /// Where [`Follower::save_cursor`] keeps the checkpoint.
+    cursor_file: Option<CursorFile>,
     pub stats: FollowStats,
 }
 
@@ -413,8 +417,50 @@ impl Follower {
             in_chunks: false,
             seed: now_us | 1,
             bearer: Bearer::default(),
+            cursor_file: None,
             stats: FollowStats::default(),
         })
+    }
+
+    /// Resumes from the cursor saved in `file` when it exists (the request's
+    /// own start when it does not: a first start), and keeps `file` for
+    /// [`Follower::save_cursor`]. A file that exists and holds no cursor is
+    /// refused, as a bad `--cursor` is.
+    pub fn with_cursor_file(mut self, file: CursorFile) -> Result<Follower, FollowError> {
+        let refused = |e: &dyn std::fmt::Display| {
+            FollowError::Refused(Status::invalid_argument(format!(
+                "cursor file {}: {e}",
+                file.path().display()
+            )))
+        };
+        if let Some(bytes) = file.load().map_err(|e| refused(&e))? {
+            let bytes = Bytes::from(bytes);
+            match &mut self.cluster {
+                Some(point) => point.checkpoint = Some(bytes.clone()),
+                None => {
+                    self.checkpoint = Some(Cursor::from_bytes(&bytes).map_err(|e| refused(&e))?)
+                }
+            }
+            self.request.start = Some(Start::Cursor(bytes));
+        }
+        self.cursor_file = Some(file);
+        Ok(self)
+    }
+
+    /// Saves the checkpoint (right after the last event handed out) in the
+    /// file given to [`Follower::with_cursor_file`], replacing it
+    /// atomically; call it once the events handed out so far are processed.
+    /// Nothing to do without a file or before the first event.
+    pub fn save_cursor(&self) -> std::io::Result<()> {
+        let Some(file) = &self.cursor_file else {
+            return Ok(());
+        };
+        let mut bytes = Vec::new();
+        self.checkpoint_bytes(&mut bytes);
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        file.save(&bytes)
     }
 
     /// Asks for one event per response (in node scope a follower asks for

@@ -112,8 +112,12 @@ fn endpoint_host(uri: &str) -> Option<(String, u16)> {
 /// Exit code and one-line message for an error from a client command:
 /// a gRPC status -> (its numeric code, "error: <CODE_NAME>: <message>");
 /// anything else -> (1, "error: ...").
+/// A tail stopped by a signal -> (128 + its number, "stopped by SIGINT").
 pub fn exit_code(err: &anyhow::Error) -> (i32, String) {
     let one_line = |s: &str| s.replace(['\n', '\r'], " ");
+    if let Some(stopped) = err.downcast_ref::<super::tail::StoppedBy>() {
+        return (128 + stopped.0, stopped.to_string());
+    }
     if let Some(status) = err.chain().find_map(|e| e.downcast_ref::<Status>()) {
         let code = status.code();
         // Code::Ok as an error would exit 0; it cannot happen, but never lie.

@@ -4,18 +4,6 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::time::{Duration, UNIX_EPOCH};
 
-use base64::alphabet;
-use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
-
-/// Cursor text: URL-safe base64. Printed without padding; padding is
-/// accepted on input so a cursor copied from elsewhere still works.
-pub(super) const CURSOR_B64: GeneralPurpose = GeneralPurpose::new(
-    &alphabet::URL_SAFE,
-    GeneralPurposeConfig::new()
-        .with_encode_padding(false)
-        .with_decode_padding_mode(DecodePaddingMode::Indifferent),
-);
-
 #[derive(Clone, Copy)]
 pub(super) enum Align {
     Left,

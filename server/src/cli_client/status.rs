@@ -4,7 +4,6 @@
 use std::io::{self};
 
 use anyhow::{Context, Result};
-use base64::Engine as _;
 use ringfeed_proto::tonic::Code;
 use ringfeed_proto::v1::{
     ListNodesRequest, ListSubscribersRequest, Ordering, ShardStatus, StatusRequest, StatusResponse,
@@ -12,7 +11,7 @@ use ringfeed_proto::v1::{
 };
 
 use super::connection::{connect, Access};
-use super::output::{format_ts, plural, table, write_out, Align, CURSOR_B64};
+use super::output::{format_ts, plural, table, write_out, Align};
 
 /// List the connected subscription streams: client name, id and epoch, peer
 /// address, mode (waiting for admission, chunks, backlog, live), lag in
@@ -300,6 +299,6 @@ pub(super) fn subscriber_row(s: &SubscriberInfo) -> Vec<String> {
         } else {
             filters.join(" ")
         },
-        or_dash(&CURSOR_B64.encode(&s.cursor)),
+        or_dash(&crate::client::cursor_text(&s.cursor)),
     ]
 }

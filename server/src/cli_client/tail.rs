@@ -5,16 +5,17 @@ use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use base64::Engine as _;
 use ringfeed_engine::clock::now_ns;
 use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::v1::subscribe_request::Start;
 use ringfeed_proto::v1::{Ordering, Scope, SubscribeRequest};
 
-use crate::client::{write_event_json, Backoff, FollowedEvent, Follower};
+use crate::client::{
+    parse_cursor_text, write_event_json, Backoff, CursorFile, FollowedEvent, Follower, CURSOR_TEXT,
+};
 
 use super::connection::{connect, Access};
-use super::output::{write_out, CURSOR_B64};
+use super::output::write_out;
 use super::time::{parse_since, parse_timestamp};
 
 /// Follow the feed, like `weed filer.meta.tail`: prints
@@ -54,10 +55,20 @@ pub struct TailArgs {
     #[arg(long, value_name = "NS", group = "start_at",
           value_parser = clap::value_parser!(i64).range(0..))]
     pub since_ns: Option<i64>,
-    /// Resume exactly after the line that printed this cursor. Without any
-    /// start flag the tail starts now: only new events.
+    /// Resume exactly after the line that printed this cursor (as tail
+    /// prints it, or in standard base64 as `subscribers --json` does).
+    /// Without any start flag the tail starts now: only new events.
     #[arg(long, value_name = "CURSOR", group = "start_at")]
     pub cursor: Option<String>,
+    /// Keep the tail's place in FILE: resume from the cursor in FILE when it
+    /// exists (the start flags apply only when it does not), and after each
+    /// batch of lines is written out, replace FILE atomically (write, fsync,
+    /// rename) with the last written line's cursor. Stopped by Ctrl-C,
+    /// SIGTERM or a closed pipe and started again, the tail prints every
+    /// event once; after kill -9 or a power loss it may print the last
+    /// unsaved batch again, never skip an event.
+    #[arg(long, value_name = "FILE", conflicts_with = "cursor")]
+    pub cursor_file: Option<std::path::PathBuf>,
     /// Start at the oldest retained event.
     #[arg(long, group = "start_at")]
     pub beginning: bool,
@@ -98,11 +109,11 @@ pub struct TailArgs {
     /// print up to the server's flush interval later.
     #[arg(long)]
     pub durable_only: bool,
-    /// With --cursor: if a server crash lost events this cursor had already
+    /// With --cursor or --cursor-file: if a server crash lost events this cursor had already
     /// printed (the tail then exits 9, FAILED_PRECONDITION, "truncated by a
     /// crash"), continue from where the feed survived instead. The lines
     /// printed past that point before the crash are to be taken back.
-    #[arg(long, requires = "cursor")]
+    #[arg(long)]
     pub resume_truncated: bool,
     /// Print progress on stderr, at most once a second while catching up:
     /// events so far, events/s, lag (now minus the last event's or
@@ -120,12 +131,56 @@ pub struct TailArgs {
 }
 
 /// Follows the feed per `args`, printing one line per event on stdout.
+/// SIGINT or SIGTERM stops it cleanly: no more lines are taken from the
+/// stream, the lines already taken are written (and their cursor saved with
+/// --cursor-file), and it exits 130 or 143; a second signal exits at once.
 pub async fn tail(args: TailArgs) -> Result<()> {
-    let mut lines = Lines::spawn(io::stdout());
-    let followed = follow(args, &mut lines).await;
+    let cursor_file = args.cursor_file.clone().map(CursorFile::new);
+    let mut lines = Lines::spawn(io::stdout(), cursor_file);
+    let stop = stop_signal()?;
+    let stopped = {
+        let followed = follow(args, &mut lines);
+        tokio::pin!(followed);
+        tokio::select! {
+            followed = &mut followed => Err(followed),
+            signal = stop => Ok(signal),
+        }
+    };
     // Whatever ended the stream, the lines read before it are printed.
     let written = lines.finish();
-    followed.and(written.map(drop))
+    match stopped {
+        Err(followed) => followed.and(written.map(drop)),
+        Ok(signal) => {
+            written?;
+            Err(StoppedBy(signal).into())
+        }
+    }
+}
+
+/// The tail was stopped by this signal (SIGINT or SIGTERM) after writing
+/// what it had taken: exit 128 + the signal's number, as shells report it.
+#[derive(Debug, thiserror::Error)]
+#[error("stopped by {}", if *.0 == SIGINT { "SIGINT" } else { "SIGTERM" })]
+pub struct StoppedBy(pub i32);
+
+use signal_hook::consts::{SIGINT, SIGTERM};
+
+/// Resolves at the first SIGINT or SIGTERM; the second exits the process at
+/// once (a tail whose reader stopped reading cannot finish writing).
+fn stop_signal() -> Result<impl std::future::Future<Output = i32>> {
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM]).context("handling SIGINT")?;
+    let (first, stop) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let mut signals = signals.forever();
+        if let Some(signal) = signals.next() {
+            let _ = first.send(signal);
+        }
+        if let Some(signal) = signals.next() {
+            std::process::exit(128 + signal);
+        }
+    });
+    Ok(async move { stop.await.unwrap_or(SIGTERM) })
 }
 
 async fn follow(args: TailArgs, lines: &mut Lines) -> Result<()> {
@@ -137,6 +192,9 @@ async fn follow(args: TailArgs, lines: &mut Lines) -> Result<()> {
         .with_token(args.access.token.as_deref())?;
     if args.no_batching {
         follower = follower.one_event_per_response();
+    }
+    if let Some(file) = &args.cursor_file {
+        follower = follower.with_cursor_file(CursorFile::new(file))?;
     }
     let tls = args.access.tls();
     if tls.enabled() {
@@ -164,7 +222,7 @@ async fn follow(args: TailArgs, lines: &mut Lines) -> Result<()> {
             progress.observe(1, follower.watermark_ns());
         }
         if !follower.has_buffered() || text.len() > 1 << 16 {
-            match lines.write(std::mem::take(&mut text)).await {
+            match lines.write(std::mem::take(&mut text), &cursor).await {
                 Some(empty) => text = empty,
                 // The reader went away (`| head`), or writing failed:
                 // `finish` says which.
@@ -178,7 +236,7 @@ async fn follow(args: TailArgs, lines: &mut Lines) -> Result<()> {
             eprintln!("{line}");
         }
     };
-    lines.write(text).await;
+    lines.write(text, &cursor).await;
     ended
 }
 
@@ -191,22 +249,35 @@ async fn follow(args: TailArgs, lines: &mut Lines) -> Result<()> {
 /// timeout); the tail reconnected from its cursor, over and over, and
 /// dropped out of the server's subscriber list each time.
 struct Lines {
-    to_writer: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
+    /// Lines to write, and the cursor after the last of them (empty: none
+    /// to save).
+    to_writer: Option<tokio::sync::mpsc::Sender<(Vec<u8>, Vec<u8>)>>,
     /// Buffers the writer wrote, given back to be filled again.
     written: std::sync::mpsc::Receiver<Vec<u8>>,
     /// `Ok(false)` if the reader went away.
     writer: std::thread::JoinHandle<Result<bool>>,
+    /// With --cursor-file: the writer saves each batch's cursor there once
+    /// the batch is written.
+    saves: bool,
 }
 
 impl Lines {
-    fn spawn(mut out: impl Write + Send + 'static) -> Lines {
+    fn spawn(mut out: impl Write + Send + 'static, cursor_file: Option<CursorFile>) -> Lines {
         // One buffer queued, one being written and one being filled at most.
-        let (to_writer, mut queued) = tokio::sync::mpsc::channel::<Vec<u8>>(1);
+        let (to_writer, mut queued) = tokio::sync::mpsc::channel::<(Vec<u8>, Vec<u8>)>(1);
         let (give_back, written) = std::sync::mpsc::channel();
+        let saves = cursor_file.is_some();
         let writer = std::thread::spawn(move || {
-            while let Some(mut text) = queued.blocking_recv() {
+            while let Some((mut text, cursor)) = queued.blocking_recv() {
                 if !write_lines(&mut out, &text)? {
                     return Ok(false);
+                }
+                // Saved only once its lines are written: a restart then
+                // never skips a line, and repeats none after a clean stop.
+                if let (Some(file), false) = (&cursor_file, cursor.is_empty()) {
+                    file.save(&cursor).with_context(|| {
+                        format!("saving the cursor to {}", file.path().display())
+                    })?;
                 }
                 text.clear();
                 let _ = give_back.send(text);
@@ -217,16 +288,23 @@ impl Lines {
             to_writer: Some(to_writer),
             written,
             writer,
+            saves,
         }
     }
 
-    /// Queues `text` (waiting while the writer is behind) and returns an
-    /// empty buffer to fill next; `None` once the writer stopped.
-    async fn write(&mut self, text: Vec<u8>) -> Option<Vec<u8>> {
+    /// Queues `text` (waiting while the writer is behind), with `cursor`,
+    /// the cursor after its last line, and returns an empty buffer to fill
+    /// next; `None` once the writer stopped.
+    async fn write(&mut self, text: Vec<u8>, cursor: &[u8]) -> Option<Vec<u8>> {
         if text.is_empty() {
             return Some(text);
         }
-        self.to_writer.as_ref()?.send(text).await.ok()?;
+        let cursor = if self.saves {
+            cursor.to_vec()
+        } else {
+            Vec::new()
+        };
+        self.to_writer.as_ref()?.send((text, cursor)).await.ok()?;
         Some(
             self.written
                 .try_recv()
@@ -256,6 +334,9 @@ pub(super) fn write_lines(out: &mut impl Write, text: &[u8]) -> Result<bool> {
 
 /// The SubscribeRequest for `args`; `now_ns` anchors `--since <duration>`.
 pub(super) fn subscribe_request(args: &TailArgs, now_ns: i64) -> Result<SubscribeRequest> {
+    if args.resume_truncated && args.cursor.is_none() && args.cursor_file.is_none() {
+        bail!("--resume-truncated goes with --cursor or --cursor-file");
+    }
     let start = if let Some(cursor) = &args.cursor {
         Start::Cursor(decode_cursor(cursor)?)
     } else if let Some(ns) = args.since_ns {
@@ -320,7 +401,7 @@ pub(super) fn event_line(text: &mut Vec<u8>, event: &FollowedEvent, cursor: &[u8
         event.shard, event.offset
     );
     {
-        let mut base64 = base64::write::EncoderWriter::new(&mut *text, &CURSOR_B64);
+        let mut base64 = base64::write::EncoderWriter::new(&mut *text, &CURSOR_TEXT);
         base64
             .write_all(cursor)
             .and_then(|()| base64.finish().map(drop))
@@ -336,13 +417,14 @@ pub(super) fn event_line(text: &mut Vec<u8>, event: &FollowedEvent, cursor: &[u8
 }
 
 pub(super) fn decode_cursor(text: &str) -> Result<Bytes> {
-    let bytes = CURSOR_B64.decode(text.trim()).with_context(|| {
-        format!("--cursor {text:?} is not a cursor printed by tail (URL-safe base64)")
-    })?;
-    if bytes.is_empty() {
-        bail!("--cursor is empty");
+    match parse_cursor_text(text) {
+        Some(bytes) => Ok(Bytes::from(bytes)),
+        None if text.trim().is_empty() => bail!("--cursor is empty"),
+        None => bail!(
+            "--cursor {text:?} is not a cursor printed by tail (URL-safe base64) or by \
+             subscribers --json (base64)"
+        ),
     }
-    Ok(Bytes::from(bytes))
 }
 
 /// Lag (s) above which a quiet tail still reports progress.
