@@ -31,14 +31,12 @@ pub struct NewEvent {
 impl NewEvent {
     /// Create, delete, update or rename, from which names are present.
     pub fn kind(&self) -> Option<Kind> {
-        let moved = !self.new_parent.is_empty() && self.new_parent != self.directory;
-        match (self.old_name.is_empty(), self.new_name.is_empty()) {
-            (true, false) if self.new_parent.is_empty() => Some(Kind::Create),
-            (false, true) if self.new_parent.is_empty() => Some(Kind::Delete),
-            (false, false) if !moved && self.old_name == self.new_name => Some(Kind::Update),
-            (false, false) => Some(Kind::Rename),
-            _ => None,
-        }
+        Kind::of(
+            &self.directory,
+            &self.old_name,
+            &self.new_name,
+            &self.new_parent,
+        )
     }
 
     /// The record this event becomes once stamped.

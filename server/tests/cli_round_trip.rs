@@ -113,6 +113,19 @@ fn appended_events_tail_back_exactly() {
     assert!(tailed
         .iter()
         .all(|l| l["cursor"].as_str().is_some_and(|c| !c.is_empty())));
+    // Each line names what its event did (issue 35).
+    let op_of = |event: &Value| match (event.get("oldEntry"), event.get("newEntry")) {
+        (None, Some(_)) => "create",
+        (Some(_), None) => "delete",
+        (Some(_), Some(_)) if event.get("newParentPath").is_some() => "rename",
+        _ => "update",
+    };
+    for line in &tailed {
+        assert_eq!(line["op"], op_of(&line["event"]), "{line}");
+    }
+    let ops: std::collections::BTreeSet<&str> =
+        tailed.iter().filter_map(|l| l["op"].as_str()).collect();
+    assert_eq!(ops.len(), 4, "every op in the test: {ops:?}");
 
     // Resuming from a line's cursor prints exactly the lines after it.
     let cursor = tailed[1]["cursor"].as_str().expect("cursor");

@@ -68,6 +68,32 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// What an event did, from the names it carries: create (a new name
+    /// only), delete (an old name only), update (both, the same, in place),
+    /// rename (both, and a changed name or parent). `new_parent` empty means
+    /// the entry stays in `directory`. `None`: no name at all, or a parent
+    /// with only one name.
+    pub fn of(directory: &str, old_name: &str, new_name: &str, new_parent: &str) -> Option<Kind> {
+        let moved = !new_parent.is_empty() && new_parent != directory;
+        match (old_name.is_empty(), new_name.is_empty()) {
+            (true, false) if new_parent.is_empty() => Some(Kind::Create),
+            (false, true) if new_parent.is_empty() => Some(Kind::Delete),
+            (false, false) if !moved && old_name == new_name => Some(Kind::Update),
+            (false, false) => Some(Kind::Rename),
+            _ => None,
+        }
+    }
+
+    /// "create", "delete", "update" or "rename".
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Create => "create",
+            Kind::Delete => "delete",
+            Kind::Update => "update",
+            Kind::Rename => "rename",
+        }
+    }
+
     pub fn from_u8(value: u8) -> Option<Self> {
         match value {
             1 => Some(Kind::Create),

@@ -763,8 +763,13 @@ impl Follower {
         match &self.checkpoint {
             Some(previous) if previous.shards() == cursor.shards() => {
                 for shard in 0..cursor.shards() as u32 {
-                    let next = previous.next_offset(shard).min(cursor.next_offset(shard));
-                    before.set_next(shard, next);
+                    let next = previous.next_offset(shard);
+                    // Back where the previous checkpoint was: its generation
+                    // too, so a cursor inside a batch is the one a response
+                    // of its own would have carried.
+                    if next <= cursor.next_offset(shard) {
+                        before.set_shard(shard, next, previous.generation(shard));
+                    }
                 }
             }
             _ => {
@@ -775,7 +780,9 @@ impl Follower {
                     if let Some(seen) = seen.get_mut(e.shard as usize) {
                         if !*seen {
                             *seen = true;
-                            before.set_next(e.shard, e.offset);
+                            // At offset 0 it covers none of the shard's
+                            // events: generation 0, as a server writes it.
+                            before.set_shard(e.shard, e.offset, (e.offset == 0).then_some(0));
                         }
                     }
                     // The events were walked once already: they decode.
@@ -824,7 +831,13 @@ impl Follower {
         self.stats.events += 1;
         self.watermark_ns = self.watermark_ns.max(event.ts_ns - 1);
         if let Some(checkpoint) = self.checkpoint.as_mut() {
-            checkpoint.set_next(event.shard, event.offset + 1);
+            // Past this event the response's generation holds; the
+            // checkpoint may still carry the previous response's.
+            let generation = self
+                .response_cursor
+                .as_ref()
+                .and_then(|c| c.generation(event.shard));
+            checkpoint.set_shard(event.shard, event.offset + 1, generation);
         }
     }
 

@@ -176,6 +176,19 @@ impl<'a> EventView<'a> {
         signatures(self.bytes)
     }
 
+    /// What the event did, from the names it carries, as the server
+    /// classified it when it stored it (`Kind::of`); `None` for an event
+    /// naming no entry, which the server does not store.
+    pub fn kind(&self) -> Result<Option<ringfeed_core::record::Kind>, DecodeError> {
+        let name = |entry: Option<EntryView<'a>>| entry.map_or(Ok(""), |e| e.name());
+        Ok(ringfeed_core::record::Kind::of(
+            self.directory()?,
+            name(self.old_entry()?)?,
+            name(self.new_entry()?)?,
+            self.new_parent_path()?,
+        ))
+    }
+
     /// Whether every singular field of the event and its entries appears at
     /// most once and the bytes decode: then the view reads exactly what a
     /// full decode would.

@@ -19,7 +19,8 @@ use super::output::write_out;
 use super::time::{parse_since, parse_timestamp};
 
 /// Follow the feed, like `weed filer.meta.tail`: prints
-/// `{"ts":T,"shard":S,"offset":O,"cursor":"C","event":{..}}` per event (the
+/// `{"ts":T,"shard":S,"offset":O,"cursor":"C","op":"create","event":{..}}`
+/// per event (op: create, update, delete or rename; the
 /// event in proto3 JSON; with --cluster `"node":N` follows `"ts"`) and exits
 /// 0 when the stream ends after --until.
 ///
@@ -407,7 +408,12 @@ pub(super) fn event_line(text: &mut Vec<u8>, event: &FollowedEvent, cursor: &[u8
             .and_then(|()| base64.finish().map(drop))
             .expect("writing to a Vec");
     }
-    text.extend_from_slice(br#"","event":"#);
+    text.extend_from_slice(b"\",");
+    // What the event did, beside its entries (which say it only implicitly).
+    if let Ok(Some(kind)) = event.view().kind() {
+        let _ = write!(text, r#""op":"{}","#, kind.name());
+    }
+    text.extend_from_slice(br#""event":"#);
     if let Err(e) = write_event_json(&event.event, text) {
         text.truncate(start);
         return Err(e).context("decoding an event");
