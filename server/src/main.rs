@@ -46,6 +46,16 @@ enum Command {
     /// http://ADDR/` with --http-listen). Logs go to stderr.
     Serve(ServeArgs),
     /// Append events (from flags, or JSON lines on stdin) and print their positions.
+    ///
+    /// One event from flags:
+    ///   ringfeed append --dir /photos --name cat.jpg --op create
+    ///
+    /// Or one proto3-JSON `Event` per line on stdin (blank lines skipped):
+    ///   {"directory":"/photos","newEntry":{"name":"dog.jpg","size":"1024"}}
+    ///   {"directory":"/docs","oldEntry":{"name":"a.txt"},"newEntry":{"name":"b.txt"}}
+    ///
+    /// Each acknowledged event prints {"shard":S,"offset":O,"ts":T}, in input order.
+    #[command(verbatim_doc_comment)]
     Append(ringfeed_server::cli_client::AppendArgs),
     /// Follow the feed and print one JSON line per event.
     Tail(ringfeed_server::cli_client::TailArgs),
@@ -70,6 +80,8 @@ enum Command {
     /// repair is reported, not repaired). Beside a running server it may see the
     /// active segment mid-write.
     Inspect {
+        /// The data dir to read (a server's --data-dir); nothing in it is
+        /// changed, and a running server may keep it.
         #[arg(long, default_value = DEFAULT_DATA_DIR)]
         data_dir: PathBuf,
     },

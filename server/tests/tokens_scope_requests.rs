@@ -276,6 +276,12 @@ async fn requests_need_a_token_within_its_scope() {
         None,
     );
     assert!(out.stderr.contains("UNAUTHENTICATED"), "{}", out.stderr);
+    // The CLI says how to give one (issue 35).
+    assert!(
+        out.stderr.contains("--token") && out.stderr.contains("RINGFEED_TOKEN"),
+        "{}",
+        out.stderr
+    );
     let out = cli(&[&["status"][..], &server_flag[..]].concat(), Some(&admin));
     assert!(out.status.is_some_and(|s| s.success()), "{}", out.stderr);
     let out = cli(&[&["status"][..], &server_flag[..]].concat(), Some(&writer));

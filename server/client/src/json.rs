@@ -18,8 +18,18 @@ use crate::view::{EntryParts, EventParts, EventView};
 /// Appends the proto3 JSON of the encoded `ringfeed.v1.Event` `event` to `out`.
 /// On an error `out` is as it was.
 pub fn write_event_json(event: &[u8], out: &mut Vec<u8>) -> Result<(), DecodeError> {
+    write_event_parts_json(event, EventView::new(event).parts(), out)
+}
+
+/// [`write_event_json`] with the event's parts read already
+/// (`EventView::new(event).parts()`), for a caller that reads them too.
+pub fn write_event_parts_json(
+    event: &[u8],
+    parts: Result<EventParts<'_>, DecodeError>,
+    out: &mut Vec<u8>,
+) -> Result<(), DecodeError> {
     let start = out.len();
-    match EventView::new(event).parts() {
+    match parts {
         Ok(parts) if parts.canonical => match write_parts(&parts, out) {
             Ok(true) => return Ok(()),
             Ok(false) | Err(_) => out.truncate(start),

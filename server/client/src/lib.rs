@@ -41,7 +41,7 @@ mod response;
 mod view;
 
 pub use cursor_file::{cursor_text, parse_cursor_text, CursorFile, CURSOR_TEXT};
-pub use json::write_event_json;
+pub use json::{write_event_json, write_event_parts_json};
 use response::{Events, Item, RawResponseCodec, Response};
 pub use view::{EntryParts, EntryView, EventParts, EventView};
 
@@ -264,7 +264,25 @@ pub struct Follower {
     bearer: Bearer,
     /// Where [`Follower::save_cursor`] keeps the checkpoint.
     cursor_file: Option<CursorFile>,
+    /// Told when the connection is lost and when it is back.
+    on_connection: Option<Box<dyn FnMut(Connection<'_>) + Send>>,
     pub stats: FollowStats,
+}
+
+/// A change of a follower's connection, once per outage (see
+/// [`Follower::on_connection`]).
+#[derive(Debug)]
+pub enum Connection<'a> {
+    /// The stream or the server was lost (first failure of an outage);
+    /// the follower retries after `retry_in`, then with backoff.
+    Lost {
+        error: &'a Status,
+        retry_in: Duration,
+    },
+    /// A stream is open again after `attempts` failed tries; it resumes
+    /// right after `cursor` (its bytes, as `--cursor` takes them; empty if
+    /// no event was handed out yet: the request's own start).
+    Back { attempts: u32, cursor: &'a [u8] },
 }
 
 /// A cluster follower's checkpoint and its current response's cursor.
@@ -418,6 +436,7 @@ impl Follower {
             seed: now_us | 1,
             bearer: Bearer::default(),
             cursor_file: None,
+            on_connection: None,
             stats: FollowStats::default(),
         })
     }
@@ -445,6 +464,17 @@ impl Follower {
         }
         self.cursor_file = Some(file);
         Ok(self)
+    }
+
+    /// Calls `observe` when the connection is lost (once per outage, before
+    /// the first retry) and when a stream is open again: how `ringfeed
+    /// tail` says so on stderr. Reconnecting itself needs nothing from it.
+    pub fn on_connection(
+        mut self,
+        observe: impl FnMut(Connection<'_>) + Send + 'static,
+    ) -> Follower {
+        self.on_connection = Some(Box::new(observe));
+        self
     }
 
     /// Saves the checkpoint (right after the last event handed out) in the
@@ -616,7 +646,20 @@ impl Follower {
         let result = match self.stream.as_mut() {
             Some(stream) => stream.message().await,
             None => match self.connect().await {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    if self.failures > 0 {
+                        let mut cursor = Vec::new();
+                        self.checkpoint_bytes(&mut cursor);
+                        let attempts = self.failures;
+                        if let Some(observe) = self.on_connection.as_mut() {
+                            observe(Connection::Back {
+                                attempts,
+                                cursor: &cursor,
+                            });
+                        }
+                    }
+                    return Ok(());
+                }
                 Err(status) => Err(status),
             },
         };
@@ -691,6 +734,14 @@ impl Follower {
         }
         let random = self.random();
         let delay = self.backoff.delay(self.failures, random);
+        if self.failures == 0 {
+            if let Some(observe) = self.on_connection.as_mut() {
+                observe(Connection::Lost {
+                    error: &status,
+                    retry_in: delay,
+                });
+            }
+        }
         self.failures = self.failures.saturating_add(1);
         self.stats.reconnects += 1;
         self.request.client_epoch += 1;

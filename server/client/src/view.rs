@@ -176,19 +176,6 @@ impl<'a> EventView<'a> {
         signatures(self.bytes)
     }
 
-    /// What the event did, from the names it carries, as the server
-    /// classified it when it stored it (`Kind::of`); `None` for an event
-    /// naming no entry, which the server does not store.
-    pub fn kind(&self) -> Result<Option<ringfeed_core::record::Kind>, DecodeError> {
-        let name = |entry: Option<EntryView<'a>>| entry.map_or(Ok(""), |e| e.name());
-        Ok(ringfeed_core::record::Kind::of(
-            self.directory()?,
-            name(self.old_entry()?)?,
-            name(self.new_entry()?)?,
-            self.new_parent_path()?,
-        ))
-    }
-
     /// Whether every singular field of the event and its entries appears at
     /// most once and the bytes decode: then the view reads exactly what a
     /// full decode would.
@@ -215,6 +202,19 @@ pub struct EventParts<'a> {
 }
 
 impl<'a> EventParts<'a> {
+    /// What the event did, from the names it carries, as the server
+    /// classified it when it stored it (`Kind::of`); `None` for an event
+    /// naming no entry, which the server does not store.
+    pub fn kind(&self) -> Option<ringfeed_core::record::Kind> {
+        let name = |entry: &Option<EntryParts<'a>>| entry.as_ref().map_or("", |e| e.name);
+        ringfeed_core::record::Kind::of(
+            self.directory,
+            name(&self.old_entry),
+            name(&self.new_entry),
+            self.new_parent_path,
+        )
+    }
+
     /// Field 5, packed or not, in order.
     pub fn signatures(&self) -> impl Iterator<Item = Result<i32, DecodeError>> + 'a {
         self.view.signatures()

@@ -122,9 +122,20 @@ pub fn exit_code(err: &anyhow::Error) -> (i32, String) {
         let code = status.code();
         // Code::Ok as an error would exit 0; it cannot happen, but never lie.
         if code != Code::Ok {
+            // The server speaks of headers; a CLI user gives flags.
+            let hint = match code {
+                Code::Unauthenticated => {
+                    " (give the token with --token TOKEN or the RINGFEED_TOKEN environment variable)"
+                }
+                _ => "",
+            };
             return (
                 code as i32,
-                format!("error: {}: {}", code_name(code), one_line(status.message())),
+                format!(
+                    "error: {}: {}{hint}",
+                    code_name(code),
+                    one_line(status.message())
+                ),
             );
         }
     }
@@ -168,7 +179,7 @@ fn refused(err: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// The canonical name of a gRPC status code, as in the gRPC spec.
-fn code_name(code: Code) -> &'static str {
+pub(super) fn code_name(code: Code) -> &'static str {
     match code {
         Code::Ok => "OK",
         Code::Cancelled => "CANCELLED",

@@ -57,6 +57,37 @@ fn entry(name: &str) -> Option<Entry> {
     })
 }
 
+/// The README's synopsis names every flag `--help` shows for append and
+/// tail (the access flags --token and --tls-* are described under Security).
+#[test]
+fn the_readme_synopsis_lists_every_flag() {
+    use clap::CommandFactory;
+    let readme = include_str!("../../../README.md");
+    for sub in ["append", "tail"] {
+        let start = format!("ringfeed {sub} ");
+        let synopsis: String = readme
+            .lines()
+            .skip_while(|line| !line.starts_with(&start))
+            .take_while(|line| line.starts_with(&start) || line.starts_with("   "))
+            .collect();
+        assert!(!synopsis.is_empty(), "no `{start}` synopsis in README.md");
+        let mut cmd = Cli::command();
+        let cmd = cmd.find_subcommand_mut(sub).expect("subcommand");
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if arg.is_hide_set()
+                || matches!(long, "help" | "token" | "tls-ca" | "tls-cert" | "tls-key")
+            {
+                continue;
+            }
+            assert!(
+                synopsis.contains(&format!("--{long}")),
+                "README's `ringfeed {sub}` synopsis lacks --{long}"
+            );
+        }
+    }
+}
+
 #[test]
 fn help_documents_every_flag() {
     use clap::CommandFactory;
@@ -344,6 +375,21 @@ fn tail_filters_and_bounds() {
         .expect("until")
         .until_ns;
     assert_eq!(until, 1_795_946_400_000_000_000);
+    // --until takes the forms --since does (issue 35).
+    let now = 1_795_946_400_000_000_000;
+    let until = subscribe_request(&tail_args(&["--until", "10m"]), now)
+        .expect("until 10m")
+        .until_ns;
+    assert_eq!(until, now - 600_000_000_000);
+    // A --since in the future is refused, saying so.
+    let future = subscribe_request(&tail_args(&["--since", "2027-01-01T00:00:00Z"]), now);
+    let refused = future.expect_err("a future --since");
+    assert!(refused.to_string().contains("in the future"), "{refused}");
+    // A cursor as subscribers --json prints it (standard base64) reads alike.
+    assert_eq!(
+        start(&["--cursor", "AAEC/w=="]).expect("standard base64"),
+        Some(Start::Cursor(Bytes::from_static(&[0, 1, 2, 255])))
+    );
 }
 
 #[test]
@@ -382,7 +428,7 @@ fn tail_lines_are_one_json_object_per_event() {
     event_line(&mut text, &event, &[1]).expect("event");
     assert_eq!(
         String::from_utf8(text.clone()).unwrap(),
-        "{\"ts\":1000,\"shard\":1,\"offset\":0,\"cursor\":\"AQ\",\"event\":{\"directory\":\"/a\",\"newEntry\":{\"name\":\"f\"}}}\n"
+        "{\"ts\":1000,\"shard\":1,\"offset\":0,\"cursor\":\"AQ\",\"op\":\"create\",\"event\":{\"directory\":\"/a\",\"newEntry\":{\"name\":\"f\"}}}\n"
     );
     let garbage = FollowedEvent {
         event: Bytes::from_static(&[0xff]),
@@ -424,6 +470,30 @@ fn progress_speaks_at_most_once_a_second_while_behind() {
     assert!(Progress::new()
         .line(Instant::now() + Duration::from_secs(2), now_ns)
         .is_none());
+}
+
+#[test]
+fn progress_says_caught_up_once_at_the_live_edge() {
+    let mut progress = Progress::new();
+    let t0 = progress.since;
+    let now_ns = 100_000_000_000;
+    // Far behind at the edge of what arrived: not caught up.
+    assert!(progress.at_edge(now_ns - 10_000_000_000, now_ns).is_none());
+    progress.observe(5, now_ns - 10_000_000);
+    let line = progress
+        .at_edge(now_ns - 5_000_000, now_ns)
+        .expect("caught up");
+    assert_eq!(line, "caught up: 5 events, lag 0.0s; following live");
+    assert!(progress.at_edge(now_ns, now_ns).is_none(), "said once");
+    // Live events then are not progress to report.
+    progress.observe(3, now_ns);
+    assert!(progress.line(t0 + Duration::from_secs(2), now_ns).is_none());
+    // Far behind again: progress lines, then caught up again.
+    assert!(progress
+        .line(t0 + Duration::from_secs(4), now_ns + 10_000_000_000)
+        .is_some());
+    let now_ns = now_ns + 10_000_000_000;
+    assert!(progress.at_edge(now_ns, now_ns).is_some());
 }
 
 #[test]

@@ -7,12 +7,18 @@ use anyhow::{anyhow, bail, Context, Result};
 
 /// `--since`: a duration back from `now_ns`, or an RFC 3339 time.
 pub(super) fn parse_since(text: &str, now_ns: i64) -> Result<i64> {
+    parse_when(text, now_ns, "--since")
+}
+
+/// A time flag (`flag`, for the error): a duration back from `now_ns`
+/// ("1h", "30m"), or an RFC 3339 time.
+pub(super) fn parse_when(text: &str, now_ns: i64, flag: &str) -> Result<i64> {
     if let Ok(back) = humantime::parse_duration(text.trim()) {
         let back = i64::try_from(back.as_nanos()).unwrap_or(i64::MAX);
         return Ok(now_ns.saturating_sub(back).max(0));
     }
     parse_timestamp(text).with_context(|| {
-        format!("--since {text:?} is neither a duration (\"1h\", \"30m\") nor an RFC 3339 time")
+        format!("{flag} {text:?} is neither a duration (\"1h\", \"30m\") nor an RFC 3339 time")
     })
 }
 
