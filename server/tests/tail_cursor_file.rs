@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use serve_binary::{run_bounded, Server};
+use serve_binary::{run_bounded, tailed_name, Server};
 
 const PRELOADED: usize = 100_000;
 const LIVE_BATCHES: usize = 20;
@@ -67,9 +67,7 @@ impl Tail {
                 let Some(whole) = line.strip_suffix('\n') else {
                     break;
                 };
-                let parsed: serde_json::Value = serde_json::from_str(whole).expect("a JSON line");
-                let name = parsed["event"]["newEntry"]["name"].as_str().unwrap();
-                into.lock().unwrap().push(name.to_owned());
+                into.lock().unwrap().push(tailed_name(whole));
                 line.clear();
             }
         });
@@ -190,17 +188,7 @@ fn a_tail_with_a_cursor_file_resumes_exactly_across_restarts() {
     ]);
     let whole = run_bounded(command, None, Duration::from_secs(60));
     assert_eq!(whole.code(), Some(0), "{whole}");
-    let whole: Vec<String> = whole
-        .stdout
-        .lines()
-        .map(|line| {
-            let line: serde_json::Value = serde_json::from_str(line).unwrap();
-            line["event"]["newEntry"]["name"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
-        .collect();
+    let whole: Vec<String> = whole.stdout.lines().map(tailed_name).collect();
     assert_eq!(whole.len(), PRELOADED + LIVE_BATCHES * LIVE_BATCH);
     let differs = |what: &str, got: &[String], from: usize| {
         let at = got.iter().zip(&whole[from..]).position(|(a, b)| a != b);

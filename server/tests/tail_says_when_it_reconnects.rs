@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serve_binary::{run_bounded, Server};
+use serve_binary::{run_bounded, tailed_name, Server};
 
 fn append(addr: &str, names: std::ops::Range<usize>) {
     let mut input = String::new();
@@ -106,13 +106,7 @@ fn tail_says_when_it_loses_the_server_and_when_it_is_back() {
         .lock()
         .unwrap()
         .iter()
-        .map(|line| {
-            let line: serde_json::Value = serde_json::from_str(line).unwrap();
-            line["event"]["newEntry"]["name"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
+        .map(|line| tailed_name(line))
         .collect();
     let expected: Vec<String> = (0..15).map(|i| format!("e{i}")).collect();
     assert_eq!(names, expected, "every event once across the restart");

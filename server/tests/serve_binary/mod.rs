@@ -363,3 +363,17 @@ pub fn http_request(
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
     (code, head.to_ascii_lowercase(), body.to_owned())
 }
+
+/// The entry name of the event a `tail` line prints (`event.newEntry.name`,
+/// else `event.oldEntry.name`); panics on a line that is not one.
+pub fn tailed_name(line: &str) -> String {
+    let line: serde_json::Value =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("not a tail line ({e}): {line:?}"));
+    let event = &line["event"];
+    let entry = if event["newEntry"].is_object() {
+        &event["newEntry"]
+    } else {
+        &event["oldEntry"]
+    };
+    entry["name"].as_str().expect("an entry name").to_owned()
+}
