@@ -360,8 +360,10 @@ impl Follower {
     /// scope it asks for batches (`request.batching` is set: the server packs
     /// the events at hand into one response, while catching up and live, at
     /// no cost in latency); [`Follower::one_event_per_response`] asks for
-    /// one event per response instead. Every event and cursor is the same
-    /// either way. A non-zero
+    /// one event per response instead. Every event is the same either way,
+    /// and so is every cursor of an unfiltered follower (a filtered one's
+    /// cursors may reach further past events the filter skipped; each
+    /// resumes exactly). A non-zero
     /// `request.client_id` makes it a named client whose every reconnect
     /// supersedes its previous stream; its epoch starts at `client_epoch`, or
     /// at the clock's microseconds when that is 0, so a restarted process
@@ -495,7 +497,7 @@ impl Follower {
 
     /// Asks for one event per response (in node scope a follower asks for
     /// batches unless told this): only the responses differ, never the
-    /// events or cursors handed out.
+    /// events handed out (see [`Follower::new`] for cursors).
     pub fn one_event_per_response(mut self) -> Follower {
         self.request.batching = false;
         self

@@ -10,6 +10,7 @@ use ringfeed_engine::clock::now_ns;
 use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::v1::subscribe_request::Start;
 use ringfeed_proto::v1::{Ordering, Scope, SubscribeRequest};
+use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::client::{
     cursor_text, parse_cursor_text, write_event_parts_json, Backoff, Connection, CursorFile,
@@ -167,8 +168,6 @@ pub async fn tail(args: TailArgs) -> Result<()> {
 #[error("stopped by {}", if *.0 == SIGINT { "SIGINT" } else { "SIGTERM" })]
 pub struct StoppedBy(pub i32);
 
-use signal_hook::consts::{SIGINT, SIGTERM};
-
 /// Resolves at the first SIGINT or SIGTERM; the second exits the process at
 /// once (a tail whose reader stopped reading cannot finish writing).
 fn stop_signal() -> Result<impl std::future::Future<Output = i32>> {
@@ -192,9 +191,12 @@ async fn follow(args: TailArgs, lines: &mut Lines) -> Result<()> {
     let mut progress = args.progress.then(Progress::new);
     // An unreachable server at the start is an error, not something to wait for.
     connect(&args.access).await?;
+    // `subscribe_request` decides batching; a Follower asks for batches
+    // unless told otherwise.
+    let batching = request.batching;
     let mut follower = Follower::new(&args.access.server, request, Backoff::default())?
         .with_token(args.access.token.as_deref())?;
-    if args.no_batching {
+    if !batching {
         follower = follower.one_event_per_response();
     }
     if let Some(file) = &args.cursor_file {
