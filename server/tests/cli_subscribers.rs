@@ -64,12 +64,7 @@ impl Drop for Tail {
 }
 
 fn append(addr: &str, names: &[&str]) {
-    let input: String = names
-        .iter()
-        .map(|n| format!("{{\"directory\":\"/r\",\"newEntry\":{{\"name\":\"{n}\"}}}}\n"))
-        .collect();
-    let out = ringfeed(addr, &["append"], Some(&input));
-    assert_eq!(out.code(), Some(0), "{out}");
+    serve_binary::append_creates(addr, &["/r"], names, TIMEOUT);
 }
 
 #[test]

@@ -12,24 +12,20 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-use serve_binary::{run_bounded, tailed_name, Server};
+use serve_binary::{append_creates, run_bounded, tailed_name, Server};
 
 const PRELOADED: usize = 100_000;
 const LIVE_BATCHES: usize = 20;
 const LIVE_BATCH: usize = 500;
 
+/// Appends a create event per name, spread over four directories.
 fn append(addr: &str, names: impl Iterator<Item = String>) {
-    let mut input = String::new();
-    for (i, name) in names.enumerate() {
-        let dir = ["/a", "/b/c", "/d", "/e/f/g"][i % 4];
-        input.push_str(&json!({"directory": dir, "newEntry": {"name": name}}).to_string());
-        input.push('\n');
-    }
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ringfeed"));
-    command.args(["append", "--server", addr]);
-    let out = run_bounded(command, Some(input.into_bytes()), Duration::from_secs(60));
-    assert_eq!(out.code(), Some(0), "append: {out}");
+    append_creates(
+        addr,
+        &["/a", "/b/c", "/d", "/e/f/g"],
+        names,
+        Duration::from_secs(60),
+    );
 }
 
 /// A running tail and the names of the events it printed so far.

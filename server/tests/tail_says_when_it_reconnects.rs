@@ -10,19 +10,11 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serve_binary::{run_bounded, tailed_name, Server};
+use serve_binary::{append_creates, tailed_name, Server};
 
 fn append(addr: &str, names: std::ops::Range<usize>) {
-    let mut input = String::new();
-    for i in names {
-        input.push_str(&format!(
-            "{{\"directory\":\"/r\",\"newEntry\":{{\"name\":\"e{i}\"}}}}\n"
-        ));
-    }
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ringfeed"));
-    command.args(["append", "--server", addr]);
-    let out = run_bounded(command, Some(input.into_bytes()), Duration::from_secs(30));
-    assert_eq!(out.code(), Some(0), "append: {out}");
+    let names = names.map(|i| format!("e{i}"));
+    append_creates(addr, &["/r"], names, Duration::from_secs(30));
 }
 
 /// Waits (at most 30 s) until `lines` holds a line `pick` accepts.

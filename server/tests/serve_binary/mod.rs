@@ -377,3 +377,27 @@ pub fn tailed_name(line: &str) -> String {
     };
     entry["name"].as_str().expect("an entry name").to_owned()
 }
+
+/// `ringfeed append` (bounded by `timeout`) of one create event per name,
+/// the i-th in `dirs[i % dirs.len()]`; panics unless every event is
+/// acknowledged.
+pub fn append_creates<S: AsRef<str>>(
+    addr: &str,
+    dirs: &[&str],
+    names: impl IntoIterator<Item = S>,
+    timeout: Duration,
+) {
+    let mut input = String::new();
+    for (i, name) in names.into_iter().enumerate() {
+        let event = serde_json::json!({
+            "directory": dirs[i % dirs.len()],
+            "newEntry": {"name": name.as_ref()},
+        });
+        input.push_str(&event.to_string());
+        input.push('\n');
+    }
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ringfeed"));
+    command.args(["append", "--server", addr]);
+    let out = run_bounded(command, Some(input.into_bytes()), timeout);
+    assert_eq!(out.code(), Some(0), "append: {out}");
+}
