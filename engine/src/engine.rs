@@ -163,6 +163,8 @@ pub struct Engine {
     sequences: std::sync::Mutex<Sequences>,
     /// The data dir's lock (`Engine::open`), dropped after the shards stop.
     lock: Option<crate::lock::DataDirLock>,
+    /// The data dir's feed id (see `feed_id`).
+    feed_id: u64,
 }
 
 /// Each idempotent producer's next sequence across shards: a batch starting
@@ -220,7 +222,8 @@ impl Engine {
         })?;
         // Before anything in the data dir is read: one process per data dir.
         let lock = crate::lock::DataDirLock::take(&config.data_dir)?;
-        let node_id = check_meta(&config.data_dir, config.shards, config.node_id)?;
+        let Meta { node_id, feed_id } =
+            check_meta(&config.data_dir, config.shards, config.node_id)?;
         // Create the shard directories here, where a failure can be reported,
         // and make their names durable before anything is acknowledged in them.
         for shard in 0..config.shards {
@@ -249,6 +252,7 @@ impl Engine {
                 .expect("the shard directories were just created")
         })?;
         engine.lock = Some(lock);
+        engine.feed_id = feed_id;
         Ok(engine)
     }
 
@@ -307,6 +311,7 @@ impl Engine {
                 crate::producer::MAX_PRODUCERS * config.shards as usize,
             )),
             lock: None,
+            feed_id: 0,
         };
         for (id, ready) in readies.into_iter().enumerate() {
             match ready.recv() {
@@ -341,6 +346,13 @@ impl Engine {
     /// This node's id: configured, or recorded in the data dir's meta.
     pub fn node_id(&self) -> Option<u32> {
         self.node_id
+    }
+
+    /// The id the data dir drew when it was made (recorded in its meta and
+    /// carried in every cursor, so a cursor of another data dir is refused);
+    /// 0 for an engine opened without a data dir (`open_with`).
+    pub fn feed_id(&self) -> u64 {
+        self.feed_id
     }
 
     /// What recovery found in each shard's log at open.
@@ -380,7 +392,7 @@ impl Engine {
 
     /// Opens a subscription over every shard (see [`Subscription`]).
     pub fn subscribe(&self, request: SubscribeRequest) -> Result<Subscription, SubscribeError> {
-        Subscription::open(&self.shards(), request)
+        Subscription::open(&self.shards(), self.feed_id, request)
     }
 
     /// What readers see of every shard, in id order.
@@ -769,16 +781,19 @@ fn validate(config: &EngineConfig) -> Result<(), EngineError> {
     Ok(())
 }
 
-/// Creates `DATA/ringfeed.meta` on first open; afterwards refuses a different
-/// shard count, format version or node id. Returns the node id: the
-/// configured one, else the recorded one. A meta without a node id (a data
-/// dir made before node ids, or by a node without one) takes the configured
-/// id, once.
-fn check_meta(
-    data_dir: &Path,
-    shards: u32,
+/// What `DATA/ringfeed.meta` says of the data dir beyond its format.
+struct Meta {
     node_id: Option<u32>,
-) -> Result<Option<u32>, EngineError> {
+    feed_id: u64,
+}
+
+/// Creates `DATA/ringfeed.meta` on first open; afterwards refuses a different
+/// shard count, format version or node id. Returns the node id (the
+/// configured one, else the recorded one) and the feed id. A meta without a
+/// node id (a data dir made before node ids, or by a node without one) takes
+/// the configured id, once; a meta without a feed id (made before feed ids)
+/// draws one, once.
+fn check_meta(data_dir: &Path, shards: u32, node_id: Option<u32>) -> Result<Meta, EngineError> {
     let path = data_dir.join(META_FILE);
     match std::fs::read_to_string(&path) {
         Ok(text) => {
@@ -789,12 +804,21 @@ fn check_meta(
             let mut version = None;
             let mut found = None;
             let mut recorded = None;
+            let mut feed = None;
             for line in text.lines() {
                 match line.split_once('=') {
                     Some(("format", v)) => version = v.trim().parse::<u16>().ok(),
                     Some(("shards", v)) => found = v.trim().parse::<u32>().ok(),
                     Some(("node", v)) => {
                         recorded = Some(v.trim().parse::<u32>().map_err(|_| bad("bad node= line"))?)
+                    }
+                    Some(("feed", v)) => {
+                        feed = Some(
+                            u64::from_str_radix(v.trim(), 16)
+                                .ok()
+                                .filter(|&id| id != 0)
+                                .ok_or_else(|| bad("bad feed= line"))?,
+                        )
                     }
                     _ => {}
                 }
@@ -813,24 +837,29 @@ fn check_meta(
                     configured: shards,
                 });
             }
-            match (recorded, node_id) {
+            let node_id = match (recorded, node_id) {
                 (Some(found), Some(configured)) if found != configured => {
-                    Err(EngineError::NodeIdMismatch {
+                    return Err(EngineError::NodeIdMismatch {
                         path,
                         found,
                         configured,
                     })
                 }
-                (None, Some(configured)) => {
-                    write_meta(data_dir, shards, Some(configured))?;
-                    Ok(Some(configured))
-                }
-                (recorded, configured) => Ok(configured.or(recorded)),
+                (recorded, configured) => configured.or(recorded),
+            };
+            let feed_id = match feed {
+                Some(id) => id,
+                None => new_feed_id(&path)?,
+            };
+            if feed.is_none() || node_id != recorded {
+                write_meta(data_dir, shards, node_id, feed_id)?;
             }
+            Ok(Meta { node_id, feed_id })
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            write_meta(data_dir, shards, node_id)?;
-            Ok(node_id)
+            let feed_id = new_feed_id(&path)?;
+            write_meta(data_dir, shards, node_id, feed_id)?;
+            Ok(Meta { node_id, feed_id })
         }
         Err(source) => Err(EngineError::Io {
             what: format!("reading {}", path.display()),
@@ -839,17 +868,43 @@ fn check_meta(
     }
 }
 
+/// A new data dir's feed id: 64 random bits from the kernel, never 0 (0 is
+/// "no id" in a cursor).
+fn new_feed_id(meta: &Path) -> Result<u64, EngineError> {
+    let mut bytes = [0u8; 8];
+    loop {
+        use std::io::Read;
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut bytes))
+            .map_err(|source| EngineError::Io {
+                what: format!("drawing a feed id for {}", meta.display()),
+                source,
+            })?;
+        let id = u64::from_le_bytes(bytes);
+        if id != 0 {
+            return Ok(id);
+        }
+    }
+}
+
 /// Writes `DATA/ringfeed.meta` durably (a synced temporary file renamed over
 /// it, then the directory synced).
-fn write_meta(data_dir: &Path, shards: u32, node_id: Option<u32>) -> Result<(), EngineError> {
+fn write_meta(
+    data_dir: &Path,
+    shards: u32,
+    node_id: Option<u32>,
+    feed_id: u64,
+) -> Result<(), EngineError> {
     let path = data_dir.join(META_FILE);
     let io = |what: &str| {
         let what = format!("{what} {}", path.display());
         move |source| EngineError::Io { what, source }
     };
     let temp = data_dir.join(format!("{META_FILE}.tmp"));
-    let mut text =
-        format!("# ringfeed data dir; do not edit\nformat={FORMAT_VERSION}\nshards={shards}\n");
+    let mut text = format!(
+        "# ringfeed data dir; do not edit\nformat={FORMAT_VERSION}\nshards={shards}\nfeed={}\n",
+        ringfeed_core::FeedId(feed_id)
+    );
     if let Some(node) = node_id {
         text.push_str(&format!("node={node}\n"));
     }

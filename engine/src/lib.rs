@@ -24,7 +24,7 @@ mod producer;
 mod rate_limit;
 /// The record format, shared with clients (`ringfeed-core`).
 pub use ringfeed_core::record;
-pub use ringfeed_core::{cluster_cursor, merge, ClusterCursor};
+pub use ringfeed_core::{cluster_cursor, merge, ClusterCursor, FeedId};
 mod raw;
 mod retention;
 mod ring;

@@ -274,7 +274,7 @@ impl Sim {
 
     /// Opens a subscription over the shards, as `Engine::subscribe` does.
     pub fn subscribe(&self, request: SubscribeRequest) -> Result<Subscription, SubscribeError> {
-        Subscription::open(&self.shards(), request)
+        Subscription::open(&self.shards(), 0, request)
     }
 
     /// Restarts so far: subscriptions opened before the last one read
@@ -1364,7 +1364,7 @@ impl World {
             resume_truncated,
             ..SubscribeRequest::from(start)
         };
-        Subscription::open(&shards, request)
+        Subscription::open(&shards, 0, request)
     }
 
     /// Up to `max` deliveries to subscriber `i`, each checked.

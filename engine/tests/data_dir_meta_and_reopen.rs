@@ -176,3 +176,95 @@ fn invalid_batches_append_nothing() {
         "nothing of the batch was appended"
     );
 }
+
+/// Every fresh data dir starts at generation 1 and offset 0, so a cursor of
+/// one fits another's offsets and generations exactly: only the feed id the
+/// data dir drew when it was made tells them apart.
+#[test]
+fn a_cursor_of_another_data_dir_is_refused() {
+    use ringfeed_engine::{Cursor, CursorError, Start, SubscribeError, SubscribeRequest};
+    let _watchdog = ringfeed_watchdog::arm();
+    let (a, b) = (scratch(), scratch());
+    let mut cursors = Vec::new();
+    for dir in [&a, &b] {
+        let engine = Engine::open(config(dir.path(), 1)).unwrap();
+        for i in 0..3 {
+            engine
+                .append_blocking(vec![event("/same", i)], Durability::Durable)
+                .unwrap();
+        }
+        let sub = engine
+            .subscribe(SubscribeRequest::from(Start::Beginning))
+            .unwrap();
+        assert_eq!(sub.cursor().feed(), engine.feed_id());
+        assert_ne!(engine.feed_id(), 0);
+        cursors.push((engine.feed_id(), sub.cursor()));
+        engine.shutdown().unwrap();
+    }
+    let (feed_a, cursor_a) = cursors[0].clone();
+    let (feed_b, _) = cursors[1].clone();
+    assert_ne!(feed_a, feed_b, "each data dir draws its own id");
+
+    // Reopened, a data dir keeps its id and takes its own cursors.
+    let engine = Engine::open(config(a.path(), 1)).unwrap();
+    assert_eq!(engine.feed_id(), feed_a, "recorded in the meta");
+    engine
+        .subscribe(SubscribeRequest::from(Start::Cursor(cursor_a.clone())))
+        .unwrap();
+    engine.shutdown().unwrap();
+
+    // B refuses A's cursor although its offsets and generations fit B.
+    let engine = Engine::open(config(b.path(), 1)).unwrap();
+    match engine.subscribe(SubscribeRequest::from(Start::Cursor(cursor_a.clone()))) {
+        Err(SubscribeError::Cursor(e @ CursorError::OtherFeed { .. })) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("another data dir") && text.contains(&format!("{feed_a:016x}")),
+                "{text}"
+            );
+        }
+        Err(other) => panic!("refused for another reason: {other}"),
+        Ok(_) => panic!("B resumed A's cursor"),
+    }
+    // A cursor that does not say its feed (version 2, as servers before
+    // feed ids wrote) is still taken, checked as before.
+    let old = Cursor::with_generations(
+        cursor_a.offsets().to_vec(),
+        cursor_a.generations().unwrap().to_vec(),
+    );
+    assert_eq!(old.feed(), 0);
+    engine
+        .subscribe(SubscribeRequest::from(Start::Cursor(old)))
+        .unwrap();
+    engine.shutdown().unwrap();
+}
+
+/// A data dir made before feed ids draws one at its next open, once.
+#[test]
+fn a_data_dir_made_before_feed_ids_draws_one_once() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let dir = scratch();
+    Engine::open(config(dir.path(), 1))
+        .unwrap()
+        .shutdown()
+        .unwrap();
+    let meta = dir.path().join("ringfeed.meta");
+    let text = std::fs::read_to_string(&meta).unwrap();
+    assert!(text.contains("\nfeed="), "{text}");
+    let old: String = text
+        .lines()
+        .filter(|l| !l.starts_with("feed="))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&meta, &old).unwrap();
+    let engine = Engine::open(config(dir.path(), 1)).unwrap();
+    let id = engine.feed_id();
+    assert_ne!(id, 0);
+    engine.shutdown().unwrap();
+    assert!(std::fs::read_to_string(&meta)
+        .unwrap()
+        .contains(&format!("feed={id:016x}")));
+    let engine = Engine::open(config(dir.path(), 1)).unwrap();
+    assert_eq!(engine.feed_id(), id, "drawn once");
+    engine.shutdown().unwrap();
+}

@@ -15,6 +15,7 @@ pub use bytes;
 pub use prost;
 pub use tonic;
 
+pub mod json;
 pub mod raw;
 pub mod wire;
 

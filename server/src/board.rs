@@ -206,6 +206,10 @@ impl StatusBoard {
             data_dir: self.data_dir.clone(),
             subscriber_list: subscribers,
             history,
+            feed_id: match self.engine.feed_id() {
+                0 => String::new(),
+                id => ringfeed_engine::FeedId(id).to_string(),
+            },
         }
     }
 }

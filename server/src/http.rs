@@ -148,11 +148,13 @@ impl Routes {
         ))
     }
 
-    /// `/api/status[?subscribers=N]`: the `Status` answer as proto3 JSON,
-    /// the same object `ringfeed status --json` prints.
+    /// `/api/status[?subscribers=N][&history=1]`: the `Status` answer as
+    /// proto3 JSON with every field, the same object `ringfeed status
+    /// --json` (`--history`) prints.
     fn api_status(&self, query: Option<&str>) -> Answer {
         let board = self.page.as_ref().expect("page routes");
         let mut limit = PAGE_SUBSCRIBERS;
+        let mut history = false;
         for pair in query
             .unwrap_or_default()
             .split('&')
@@ -171,12 +173,14 @@ impl Routes {
                         )
                     }
                 },
+                Some(("history", "1" | "true")) => history = true,
+                Some(("history", "0" | "false")) => history = false,
                 _ => {
                     return (
                         StatusCode::BAD_REQUEST,
                         "application/json",
                         json_error(&format!(
-                            "unknown parameter {pair:?}: /api/status takes subscribers=N"
+                            "unknown parameter {pair:?}: /api/status takes subscribers=N and history=1"
                         )),
                     )
                 }
@@ -184,10 +188,11 @@ impl Routes {
         }
         let request = ringfeed_proto::v1::StatusRequest {
             subscriber_limit: limit,
-            history: true,
+            history,
         };
-        match serde_json::to_vec(&board.status(&request)) {
-            Ok(json) => (StatusCode::OK, "application/json", json.into()),
+        let status = board.status(&request);
+        match ringfeed_proto::json::with_defaults(&status, "ringfeed.v1.StatusResponse") {
+            Ok(json) => (StatusCode::OK, "application/json", json.to_string().into()),
             Err(e) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "application/json",

@@ -16,6 +16,7 @@ pub mod http;
 pub mod membership;
 pub mod metrics;
 pub(crate) mod peer_feed;
+pub mod reflection;
 pub mod registry;
 pub mod sender;
 pub mod service;

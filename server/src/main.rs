@@ -19,6 +19,7 @@ use clap::{Parser, Subcommand};
 use glommio::{LocalExecutorBuilder, Placement};
 use ringfeed_engine::storage::DmaStorage;
 use ringfeed_engine::{Engine, Log, LogConfig};
+use ringfeed_proto::tonic::service::interceptor::InterceptedService;
 use ringfeed_proto::RingFeedServer;
 use ringfeed_server::config::{FileConfig, ServerConfig, DEFAULT_DATA_DIR};
 use ringfeed_server::membership::{Members, Membership};
@@ -544,6 +545,16 @@ fn serve(config: ServerConfig) -> Result<()> {
             };
             tokio::spawn(ringfeed_server::http::serve(listener, routes, access));
         }
+        // gRPC server reflection, behind the same tokens as every call.
+        let known_token = ringfeed_server::reflection::KnownToken::new(auth.clone());
+        let reflection_v1 = InterceptedService::new(
+            ringfeed_server::reflection::builder().build_v1()?,
+            known_token.clone(),
+        );
+        let reflection_v1alpha = InterceptedService::new(
+            ringfeed_server::reflection::builder().build_v1alpha()?,
+            known_token,
+        );
         let (health, health_service) = tonic_health::server::health_reporter();
         health.set_serving::<RingFeedServer<Service>>().await;
         // Room for the largest batch the engine accepts, plus framing.
@@ -576,6 +587,8 @@ fn serve(config: ServerConfig) -> Result<()> {
         }
         let server = transport
             .add_service(health_service)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
             .add_service(ringfeed)
             .serve_with_incoming_shutdown(ringfeed_server::incoming(listener), signal);
         let node = match engine_node {

@@ -303,3 +303,37 @@ fn batched_and_single_event_tails_print_the_same_events_and_cursors() {
         }
     }
 }
+
+/// Every fresh data dir starts at offset 0 and generation 1, so another
+/// server's cursor fits this one's offsets: it is refused by the feed id it
+/// carries, never resumed as if it were this feed's (issue 35).
+#[test]
+fn a_cursor_of_another_server_is_refused() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let servers: Vec<Server> = dirs.iter().map(|d| Server::start(d.path(), 1)).collect();
+    for server in &servers {
+        serve_binary::append_creates(&server.addr, &["/same"], ["a", "b", "c"], TIMEOUT);
+    }
+    let lines = |server: &Server, start: &[&str]| {
+        let args = [&["tail"][..], start, &["--until", "0s"]].concat();
+        ok(ringfeed(server, &args, None))
+    };
+    let of_a = lines(&servers[0], &["--beginning"]);
+    assert_eq!(of_a.len(), 3);
+    let cursor = of_a[0]["cursor"].as_str().expect("cursor");
+    // A resumes its own cursor.
+    assert_eq!(lines(&servers[0], &["--cursor", cursor]), of_a[1..]);
+    // B refuses it, saying why.
+    let out = ringfeed(
+        &servers[1],
+        &["tail", "--cursor", cursor, "--until", "0s"],
+        None,
+    );
+    assert_ne!(out.code(), Some(0), "{out}");
+    assert!(out.stdout.is_empty(), "{out}");
+    assert!(
+        out.stderr.contains("made by another data dir"),
+        "the refusal says why: {out}"
+    );
+}

@@ -54,10 +54,58 @@ fn python_client_appends_and_subscribes() {
     server.stop();
 }
 
+/// A client that knows nothing of the schema but what gRPC server
+/// reflection tells it (as grpcurl does) appends and reads the status, on an
+/// open server and, with its token, on a server with tokens; without a token
+/// reflection is refused there (issue 35).
+#[test]
+fn python_client_calls_through_server_reflection() {
+    let _watchdog = ringfeed_watchdog::arm();
+    if let Err(missing) = python_modules("import grpc, grpc_reflection.v1alpha.proto_reflection_descriptor_database") {
+        if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
+            panic!("python3 with grpcio-reflection is needed ({missing}); .ci/run installs it");
+        }
+        eprintln!("skipped: python3 with grpcio-reflection not available ({missing})");
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/reflection_client_test.py");
+    let data = tempfile::tempdir().expect("temp dir");
+
+    let open = Server::start(&data.path().join("open"), 2);
+    let mut client = Command::new("python3");
+    client.arg(&script).arg("--server").arg(&open.addr);
+    let output = run_bounded(client, None, CLIENT_TIMEOUT);
+    eprintln!("{output}");
+    assert_eq!(output.code(), Some(0), "reflection on an open server; output above");
+    open.stop();
+
+    let (token, table) = serve_binary::new_token(&["--admin", "--append", "/", "--read", "/"]);
+    let tokens = data.path().join("tokens.toml");
+    std::fs::write(&tokens, table).unwrap();
+    let closed = Server::start_with(
+        &data.path().join("closed"),
+        1,
+        &["--token-file", tokens.to_str().unwrap()],
+    );
+    let mut client = Command::new("python3");
+    client
+        .arg(&script)
+        .args(["--server", &closed.addr, "--token", &token, "--token-required"]);
+    let output = run_bounded(client, None, CLIENT_TIMEOUT);
+    eprintln!("{output}");
+    assert_eq!(output.code(), Some(0), "reflection behind tokens; output above");
+    closed.stop();
+}
+
 /// Whether `python3 -c "import grpc, grpc_tools.protoc"` works; Err says why not.
 fn python_grpc_tools() -> Result<(), String> {
+    python_modules("import grpc, grpc_tools.protoc")
+}
+
+/// Whether `python3 -c IMPORTS` works; Err says why not.
+fn python_modules(imports: &str) -> Result<(), String> {
     match Command::new("python3")
-        .args(["-c", "import grpc, grpc_tools.protoc"])
+        .args(["-c", imports])
         .stdin(Stdio::null())
         .output()
     {

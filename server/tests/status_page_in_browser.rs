@@ -288,6 +288,38 @@ fn the_page_shows_shards_subscribers_and_live_lag() {
     for key in ["shards", "subscriberList", "history"] {
         assert!(api[key].is_array(), "{key} in {api}");
     }
+    // Every field, zeros included: shard 0 says it is shard 0 (issue 35),
+    // and every shard and subscriber has the same keys.
+    for status in [&api, &cli] {
+        let shards = status["shards"].as_array().expect("shards");
+        assert_eq!(shards[0]["shard"], 0, "{status}");
+        assert!(shards.iter().all(|s| keys(s) == keys(&shards[0])), "{status}");
+        let subscribers = status["subscriberList"].as_array().expect("subscribers");
+        assert!(
+            subscribers.iter().all(|s| keys(s) == keys(&subscribers[0])),
+            "{status}"
+        );
+        assert_eq!(status["feedId"].as_str().map(str::len), Some(16), "{status}");
+    }
+    // The five-minute history only when asked for.
+    assert_eq!(api["history"].as_array().map(Vec::len), Some(0), "{api}");
+    assert_eq!(cli["history"].as_array().map(Vec::len), Some(0), "{cli}");
+    let (code, body) = get(&page, "/api/status?history=1", None);
+    assert_eq!(code, 200, "{body}");
+    let with_history: Value = serde_json::from_str(&body).expect("JSON");
+    assert!(
+        with_history["history"].as_array().is_some_and(|h| h.len() >= 2),
+        "{with_history}"
+    );
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ringfeed"));
+    command.args(["status", "--json", "--history", "--server", &server.addr]);
+    let out = serve_binary::run_bounded(command, None, Duration::from_secs(20));
+    assert_eq!(out.code(), Some(0), "{}", out.stderr);
+    let cli_history: Value = serde_json::from_str(&out.stdout).expect("JSON");
+    assert!(
+        cli_history["history"].as_array().is_some_and(|h| h.len() >= 2),
+        "{cli_history}"
+    );
     assert_eq!(
         api["subscriberList"].as_array().map(Vec::len),
         Some(3),

@@ -11,9 +11,15 @@
 //! the shard (0 when it covers none): it lets a server tell a cursor whose
 //! events a crash destroyed from a valid one (see `ringfeed_engine::generation`).
 //!
-//! Version 1 (`u64 next offset` per shard, no generations) still parses; such
-//! a cursor resumes as before, but truncation by a crash cannot be detected
-//! for it.
+//! Version 5 is version 2 with the feed's id, a `u64` after the shard count:
+//! the id a data dir drew when it was made (`ringfeed.meta`), so a server
+//! refuses a cursor another data dir made instead of resuming the wrong feed
+//! at the same offsets (every fresh data dir starts at generation 1). A
+//! server writes version 5 whenever it knows its id.
+//!
+//! Versions 1 (`u64 next offset` per shard, no generations) and 2 still
+//! parse; a version-1 cursor resumes as before, but truncation by a crash
+//! cannot be detected for it, and neither can tell its feed.
 
 use std::fmt;
 use std::str::FromStr;
@@ -24,6 +30,8 @@ use thiserror::Error;
 const MAGIC: &[u8; 2] = b"RC";
 const VERSION: u8 = 2;
 const VERSION_1: u8 = 1;
+/// [`VERSION`] with the feed's id.
+const VERSION_FEED: u8 = 5;
 const HEADER: usize = 5;
 const MAX_SHARDS: usize = 1024;
 
@@ -34,6 +42,8 @@ pub struct Cursor {
     /// Per shard, the generation of the last covered event; `None` for a
     /// version-1 cursor, which did not record them.
     generations: Option<Vec<u32>>,
+    /// The id of the data dir whose feed this is; 0: not recorded.
+    feed: u64,
 }
 
 /// A cursor that cannot be used.
@@ -57,6 +67,12 @@ pub enum CursorError {
         legacy: bool,
     },
     #[error(
+        "the cursor was made by another data dir (feed {}; this server's is {}): \
+         resume it on the server that made it, or start this feed from a time or from the beginning",
+        FeedId(*cursor), FeedId(*ours)
+    )]
+    OtherFeed { cursor: u64, ours: u64 },
+    #[error(
         "the cursor names generation {generation} of shard {shard}, which this data dir never \
          ran (its newest is {current}): it was made by another data dir"
     )]
@@ -74,6 +90,7 @@ impl Cursor {
         Cursor {
             next,
             generations: None,
+            feed: 0,
         }
     }
 
@@ -84,7 +101,20 @@ impl Cursor {
         Cursor {
             next,
             generations: Some(generations),
+            feed: 0,
         }
+    }
+
+    /// This cursor, saying it belongs to the feed of data dir `feed` (0: none).
+    pub fn of_feed(mut self, feed: u64) -> Cursor {
+        self.feed = feed;
+        self
+    }
+
+    /// The id of the data dir whose feed this cursor follows; 0 when the
+    /// cursor does not say (versions 1 and 2).
+    pub fn feed(&self) -> u64 {
+        self.feed
     }
 
     /// Per shard, the generation of the last covered event; `None` for a
@@ -139,7 +169,7 @@ impl Cursor {
 
     /// The versioned wire form.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(HEADER + 12 * self.next.len() + 4);
+        let mut out = Vec::with_capacity(HEADER + 8 + 12 * self.next.len() + 4);
         self.write_bytes(&mut out);
         out
     }
@@ -150,12 +180,18 @@ impl Cursor {
         out.extend_from_slice(MAGIC);
         // Without generations, version 1: a generation written as 0 would
         // claim the cursor's events were all written by generation 0.
-        out.push(if self.generations.is_some() {
-            VERSION
-        } else {
-            VERSION_1
+        // The feed's id only beside generations: a cursor without them is
+        // one a client made by hand, or read from a version-1 cursor.
+        let feed = self.generations.is_some() && self.feed != 0;
+        out.push(match (&self.generations, feed) {
+            (Some(_), true) => VERSION_FEED,
+            (Some(_), false) => VERSION,
+            (None, _) => VERSION_1,
         });
         out.extend_from_slice(&(self.next.len() as u16).to_le_bytes());
+        if feed {
+            out.extend_from_slice(&self.feed.to_le_bytes());
+        }
         for (i, offset) in self.next.iter().enumerate() {
             out.extend_from_slice(&offset.to_le_bytes());
             if let Some(generations) = &self.generations {
@@ -173,9 +209,10 @@ impl Cursor {
             return bad("not a ringfeed cursor");
         }
         let version = bytes[2];
-        let per_shard = match version {
-            VERSION => 12,
-            VERSION_1 => 8,
+        let (per_shard, header) = match version {
+            VERSION => (12, HEADER),
+            VERSION_FEED => (12, HEADER + 8),
+            VERSION_1 => (8, HEADER),
             crate::cluster_cursor::CLUSTER_VERSION
             | crate::cluster_cursor::CLUSTER_VERSION_SINCE => {
                 return bad(
@@ -184,29 +221,53 @@ impl Cursor {
             }
             _ => {
                 return bad(&format!(
-                    "cursor version {version} (this server reads versions 1 and {VERSION})"
+                    "cursor version {version} (this server reads versions 1, 2 and 5)"
                 ))
             }
         };
         let count = u16::from_le_bytes([bytes[3], bytes[4]]) as usize;
-        if count == 0 || count > MAX_SHARDS || bytes.len() != HEADER + per_shard * count + 4 {
+        if count == 0 || count > MAX_SHARDS || bytes.len() != header + per_shard * count + 4 {
             return bad("wrong length for its shard count");
         }
         let (body, crc) = bytes.split_at(bytes.len() - 4);
         if crc32c::crc32c(body).to_le_bytes() != crc {
             return bad("checksum mismatch (truncated or altered)");
         }
-        let entries = body[HEADER..].chunks_exact(per_shard);
+        let feed = match version {
+            VERSION_FEED => {
+                let id = u64::from_le_bytes(body[HEADER..HEADER + 8].try_into().expect("8 bytes"));
+                if id == 0 {
+                    return bad("feed id 0 in a version-5 cursor");
+                }
+                id
+            }
+            _ => 0,
+        };
+        let entries = body[header..].chunks_exact(per_shard);
         let next = entries
             .clone()
             .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
             .collect();
-        let generations = (version == VERSION).then(|| {
+        let generations = (version != VERSION_1).then(|| {
             entries
                 .map(|c| u32::from_le_bytes([c[8], c[9], c[10], c[11]]))
                 .collect()
         });
-        Ok(Cursor { next, generations })
+        Ok(Cursor {
+            next,
+            generations,
+            feed,
+        })
+    }
+}
+
+/// A data dir's feed id as people see it: 16 hex digits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeedId(pub u64);
+
+impl fmt::Display for FeedId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
     }
 }
 
@@ -262,6 +323,26 @@ mod tests {
             "a cursor without generations stays version 1"
         );
         assert_eq!(V1_CURSOR.parse::<Cursor>().unwrap(), c);
+    }
+
+    #[test]
+    fn the_feed_id_round_trips_and_old_versions_keep_their_bytes() {
+        let c = Cursor::with_generations(vec![3, 9], vec![1, 2]).of_feed(0xfeed_beef_0123_4567);
+        let bytes = c.to_bytes();
+        assert_eq!(bytes[2], VERSION_FEED);
+        let back = Cursor::from_bytes(&bytes).unwrap();
+        assert_eq!(back.feed(), 0xfeed_beef_0123_4567);
+        assert_eq!(back, c);
+        assert_eq!(c.to_string().parse::<Cursor>().unwrap(), c);
+        // Without an id (a server that has none): version 2, as before.
+        let v2 = Cursor::with_generations(vec![3, 9], vec![1, 2]);
+        assert_eq!(v2.to_bytes()[2], VERSION);
+        assert_eq!(Cursor::from_bytes(&v2.to_bytes()).unwrap().feed(), 0);
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x01;
+            assert!(Cursor::from_bytes(&bad).is_err(), "flip at {i} accepted");
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub mod path;
 pub mod record;
 
 pub use cluster_cursor::ClusterCursor;
-pub use cursor::{Cursor, CursorError};
+pub use cursor::{Cursor, CursorError, FeedId};
 
 /// Wall-clock ns since the Unix epoch (0 before it): the clock shards stamp
 /// events with, and the one every "now" of ringfeed means.

@@ -462,12 +462,17 @@ pub struct Subscription {
     durable_only: bool,
     watermark: i64,
     ended: bool,
+    /// The data dir's feed id, written into every cursor (0: none).
+    feed: u64,
 }
 
 impl Subscription {
-    /// Opens a subscription over `shards` (all of an engine's shards, in id order).
+    /// Opens a subscription over `shards` (all of an engine's shards, in id
+    /// order) of the feed whose id is `feed` (0: a feed without one, whose
+    /// cursors say nothing of it).
     pub(crate) fn open(
         shards: &[Arc<ShardShared>],
+        feed: u64,
         request: SubscribeRequest,
     ) -> Result<Subscription, SubscribeError> {
         let filter = request.filter.normalized()?;
@@ -495,6 +500,15 @@ impl Subscription {
                 .map(|r| r.find_ts(*since))
                 .collect::<Result<_, _>>()?,
             Start::Cursor(cursor) => {
+                // Before anything else: another feed's offsets and shard
+                // count may well fit this one.
+                if cursor.feed() != 0 && feed != 0 && cursor.feed() != feed {
+                    return Err(CursorError::OtherFeed {
+                        cursor: cursor.feed(),
+                        ours: feed,
+                    }
+                    .into());
+                }
                 if cursor.shards() != shards.len() {
                     return Err(CursorError::ShardCount {
                         expected: shards.len(),
@@ -572,6 +586,7 @@ impl Subscription {
             durable_only: request.durable_only,
             watermark: 0,
             ended: false,
+            feed,
         })
     }
 
@@ -587,7 +602,7 @@ impl Subscription {
                 next => l.shard().generations().of_offset(next - 1),
             })
             .collect();
-        Cursor::with_generations(next, generations)
+        Cursor::with_generations(next, generations).of_feed(self.feed)
     }
 
     /// Where this subscription stands.

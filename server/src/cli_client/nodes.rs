@@ -26,7 +26,7 @@ pub async fn nodes(args: NodesArgs) -> Result<()> {
     let mut client = connect(&args.access).await?;
     let list = client.list_nodes(ListNodesRequest {}).await?.into_inner();
     let text = if args.json {
-        serde_json::to_string(&list).context("encoding the nodes as JSON")? + "\n"
+        super::status::full_json(&list, "ringfeed.v1.ListNodesResponse")?
     } else {
         nodes_table(&list.nodes)
     };

@@ -34,7 +34,7 @@ pub async fn subscribers(args: SubscribersArgs) -> Result<()> {
         .await?
         .into_inner();
     let text = if args.json {
-        serde_json::to_string(&list).context("encoding the subscribers as JSON")? + "\n"
+        full_json(&list, "ringfeed.v1.ListSubscribersResponse")?
     } else {
         subscribers_table(&list.subscribers)
     };
@@ -54,6 +54,11 @@ pub struct StatusArgs {
     /// --cluster: `{"nodes":[{"node":NodeInfo,"status":StatusResponse or null}]}`.
     #[arg(long)]
     pub json: bool,
+    /// With --json: include the server's samples of the last five minutes
+    /// (`history`, one a second: append rate and worst lag), as the status
+    /// page draws them.
+    #[arg(long, requires = "json")]
+    pub history: bool,
     /// Every node of the cluster as this server lists them (`ringfeed
     /// nodes`): each reachable node's shards and watermarks, asked at its
     /// address, and which nodes are down and why.
@@ -70,13 +75,13 @@ pub async fn status(args: StatusArgs) -> Result<()> {
     let status = client
         .status(StatusRequest {
             subscriber_limit: if args.json { STATUS_SUBSCRIBERS } else { 0 },
-            history: args.json,
+            history: args.history,
         })
         .await?
         .into_inner();
     let mut out = io::stdout();
     let text = if args.json {
-        serde_json::to_string(&status).context("encoding the status as JSON")? + "\n"
+        full_json(&status, "ringfeed.v1.StatusResponse")?
     } else {
         let subscribers = match client.list_subscribers(ListSubscribersRequest {}).await {
             Ok(response) => Some(response.into_inner().subscribers),
@@ -87,6 +92,14 @@ pub async fn status(args: StatusArgs) -> Result<()> {
         render_status(&status, subscribers.as_deref())
     };
     write_out(&mut out, &text).context("writing to stdout")
+}
+
+/// `message` (of proto message `name`) as one line of proto3 JSON with every
+/// field, zeros included (`ringfeed_proto::json`).
+pub(super) fn full_json<M: serde::Serialize>(message: &M, name: &str) -> Result<String> {
+    let value = ringfeed_proto::json::with_defaults(message, name)
+        .with_context(|| format!("encoding the {name} as JSON"))?;
+    Ok(value.to_string() + "\n")
 }
 
 /// Subscribers `status --json` asks for, as the status page does.
@@ -137,12 +150,17 @@ async fn cluster_status(args: &StatusArgs) -> Result<()> {
             .iter()
             .zip(&found)
             .map(|(node, status)| {
-                serde_json::json!({
-                    "node": node,
-                    "status": status.as_ref().ok(),
-                })
+                use ringfeed_proto::json::with_defaults;
+                Ok(serde_json::json!({
+                    "node": with_defaults(node, "ringfeed.v1.NodeInfo")?,
+                    "status": match status {
+                        Ok(status) => with_defaults(status, "ringfeed.v1.StatusResponse")?,
+                        Err(_) => serde_json::Value::Null,
+                    },
+                }))
             })
-            .collect();
+            .collect::<serde_json::Result<_>>()
+            .context("encoding the cluster status as JSON")?;
         serde_json::to_string(&serde_json::json!({ "nodes": entries }))
             .context("encoding the cluster status as JSON")?
             + "\n"
@@ -194,6 +212,14 @@ pub(super) fn render_status(
         status.subscribers,
         plural(status.subscribers),
     );
+    if !status.feed_id.is_empty() {
+        // Cursors carry it: a refused "made by another data dir" cursor
+        // names the feed it was made on.
+        text.insert_str(
+            text.len() - 2,
+            &format!("; feed {} in {}", status.feed_id, status.data_dir),
+        );
+    }
     let rows: Vec<Vec<String>> = status.shards.iter().map(shard_row).collect();
     text.push_str(&table(
         &[

@@ -226,7 +226,7 @@ function draw(status) {
 async function poll() {
   try {
     const headers = token ? { Authorization: "Bearer " + token } : {};
-    const response = await fetch("/api/status", { headers, cache: "no-store" });
+    const response = await fetch("/api/status?history=1", { headers, cache: "no-store" });
     if (response.status === 401 || response.status === 403) {
       const body = await response.json().catch(() => ({}));
       $("token-form").hidden = false;
