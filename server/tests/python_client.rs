@@ -61,14 +61,17 @@ fn python_client_appends_and_subscribes() {
 #[test]
 fn python_client_calls_through_server_reflection() {
     let _watchdog = ringfeed_watchdog::arm();
-    if let Err(missing) = python_modules("import grpc, grpc_reflection.v1alpha.proto_reflection_descriptor_database") {
+    if let Err(missing) =
+        python_modules("import grpc, grpc_reflection.v1alpha.proto_reflection_descriptor_database")
+    {
         if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
             panic!("python3 with grpcio-reflection is needed ({missing}); .ci/run installs it");
         }
         eprintln!("skipped: python3 with grpcio-reflection not available ({missing})");
         return;
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/reflection_client_test.py");
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/reflection_client_test.py");
     let data = tempfile::tempdir().expect("temp dir");
 
     let open = Server::start(&data.path().join("open"), 2);
@@ -76,7 +79,11 @@ fn python_client_calls_through_server_reflection() {
     client.arg(&script).arg("--server").arg(&open.addr);
     let output = run_bounded(client, None, CLIENT_TIMEOUT);
     eprintln!("{output}");
-    assert_eq!(output.code(), Some(0), "reflection on an open server; output above");
+    assert_eq!(
+        output.code(),
+        Some(0),
+        "reflection on an open server; output above"
+    );
     open.stop();
 
     let (token, table) = serve_binary::new_token(&["--admin", "--append", "/", "--read", "/"]);
@@ -88,12 +95,20 @@ fn python_client_calls_through_server_reflection() {
         &["--token-file", tokens.to_str().unwrap()],
     );
     let mut client = Command::new("python3");
-    client
-        .arg(&script)
-        .args(["--server", &closed.addr, "--token", &token, "--token-required"]);
+    client.arg(&script).args([
+        "--server",
+        &closed.addr,
+        "--token",
+        &token,
+        "--token-required",
+    ]);
     let output = run_bounded(client, None, CLIENT_TIMEOUT);
     eprintln!("{output}");
-    assert_eq!(output.code(), Some(0), "reflection behind tokens; output above");
+    assert_eq!(
+        output.code(),
+        Some(0),
+        "reflection behind tokens; output above"
+    );
     closed.stop();
 }
 

@@ -293,13 +293,20 @@ fn the_page_shows_shards_subscribers_and_live_lag() {
     for status in [&api, &cli] {
         let shards = status["shards"].as_array().expect("shards");
         assert_eq!(shards[0]["shard"], 0, "{status}");
-        assert!(shards.iter().all(|s| keys(s) == keys(&shards[0])), "{status}");
+        assert!(
+            shards.iter().all(|s| keys(s) == keys(&shards[0])),
+            "{status}"
+        );
         let subscribers = status["subscriberList"].as_array().expect("subscribers");
         assert!(
             subscribers.iter().all(|s| keys(s) == keys(&subscribers[0])),
             "{status}"
         );
-        assert_eq!(status["feedId"].as_str().map(str::len), Some(16), "{status}");
+        assert_eq!(
+            status["feedId"].as_str().map(str::len),
+            Some(16),
+            "{status}"
+        );
     }
     // The five-minute history only when asked for.
     assert_eq!(api["history"].as_array().map(Vec::len), Some(0), "{api}");
@@ -308,7 +315,9 @@ fn the_page_shows_shards_subscribers_and_live_lag() {
     assert_eq!(code, 200, "{body}");
     let with_history: Value = serde_json::from_str(&body).expect("JSON");
     assert!(
-        with_history["history"].as_array().is_some_and(|h| h.len() >= 2),
+        with_history["history"]
+            .as_array()
+            .is_some_and(|h| h.len() >= 2),
         "{with_history}"
     );
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ringfeed"));
@@ -317,7 +326,9 @@ fn the_page_shows_shards_subscribers_and_live_lag() {
     assert_eq!(out.code(), Some(0), "{}", out.stderr);
     let cli_history: Value = serde_json::from_str(&out.stdout).expect("JSON");
     assert!(
-        cli_history["history"].as_array().is_some_and(|h| h.len() >= 2),
+        cli_history["history"]
+            .as_array()
+            .is_some_and(|h| h.len() >= 2),
         "{cli_history}"
     );
     assert_eq!(
