@@ -98,6 +98,8 @@ pub struct ShardStatus {
     pub segments: usize,
     /// Why the shard stopped acknowledging, if it did (an I/O failure).
     pub latched: Option<String>,
+    /// Why the shard refuses appends for want of disk space, while it does.
+    pub no_space: Option<String>,
 }
 
 /// Why the engine could not open.
@@ -385,6 +387,7 @@ impl Engine {
                             .count()
                     }),
                     latched: shard.latched(),
+                    no_space: shard.no_space(),
                 }
             })
             .collect()

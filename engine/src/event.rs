@@ -141,6 +141,12 @@ pub enum AppendError {
         queued: usize,
         limit: usize,
     },
+    #[error(
+        "shard {shard} refuses appends: the disk is full ({cause}); nothing of this batch \
+         was appended. Free space on that disk (or keep less: retention_max_bytes in the config); \
+         appends are taken again within a second once the next segment fits"
+    )]
+    DiskFull { shard: u32, cause: String },
     #[error("shard {shard} stopped after an I/O failure ({cause}); it acknowledges nothing until the engine is reopened")]
     Latched { shard: u32, cause: String },
     #[error("the engine is shut down")]

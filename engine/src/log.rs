@@ -6,7 +6,10 @@
 //! `max_unsynced_bytes` are ever written past the last completed sync (so
 //! recovery knows how far residue can reach); a segment is synced in full
 //! before its successor is created; and after any failed write or sync the log
-//! latches and acknowledges nothing more until reopened.
+//! latches and acknowledges nothing more until reopened. A full disk found
+//! while making the next segment's file is not such a failure: nothing was
+//! written, so the log refuses the round ([`LogError::NoSpace`]) and takes
+//! it when space returns.
 
 use crate::chunk::{
     align_up, ChunkBuilder, ChunkDescription, ChunkHeader, CHUNK_HEADER_LEN, FLAG_SEAL,
@@ -132,8 +135,38 @@ pub struct Log<S: Storage> {
     synced_offset: u64,
     last_ts: Option<i64>,
     latched: Option<String>,
+    /// The next segment's file, made ahead of need ([`Log::prepare_next`]).
+    spare: Option<Spare<S::File>>,
+    /// Why the next segment's file could not be made, while it cannot: the
+    /// disk is full.
+    no_space: Option<String>,
     generations: Generations,
     producers: ProducerTable,
+}
+
+/// The next segment's file, under [`SPARE`]: created, and allocated in full
+/// unless a failed allocation left it and its removal failed too.
+struct Spare<F> {
+    file: F,
+    allocated: bool,
+}
+
+/// The name of the next segment's file until it becomes a segment. Open
+/// removes it with every other `.seg.tmp`: it never holds data.
+const SPARE: &str = "next.seg.tmp";
+
+/// The next segment is made once less than this share of the active one is
+/// left (a quarter: 64 MiB of 256), so a full disk is found while the
+/// events already taken still fit where they go, and appends are refused
+/// from then on (see [`Log::prepare_next`]).
+const PREPARE_WHEN_LEFT_DIVISOR: u64 = 4;
+
+/// ENOSPC or EDQUOT: there is no room, and nothing else is wrong.
+fn is_no_space(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
 }
 
 fn recovery_io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RecoveryError {
@@ -202,6 +235,8 @@ impl<S: Storage> Log<S> {
             synced_offset: 0,
             last_ts: None,
             latched: None,
+            spare: None,
+            no_space: None,
             generations: Generations::legacy(),
             producers: ProducerTable::default(),
         };
@@ -471,11 +506,22 @@ impl<S: Storage> Log<S> {
             expected = d.first_offset + u64::from(d.record_count);
             last_ts = Some(d.last_ts);
         }
+        self.prepare_for(chunks).await?;
         let mut i = 0;
         while i < chunks.len() {
-            let mut total = self
+            let made_room = self
                 .make_room(CHUNK_HEADER_LEN + chunks[i].body.len())
-                .await?;
+                .await;
+            let mut total = match made_room {
+                // Part of the round is written: refusing the rest is not
+                // "nothing was written". Only a round larger than a segment
+                // rotates twice and gets here.
+                Err(LogError::NoSpace { cause }) if i > 0 => {
+                    let source = std::io::Error::new(std::io::ErrorKind::StorageFull, cause);
+                    return Err(self.latch("creating a segment", source));
+                }
+                made_room => made_room?,
+            };
             let header = self.active().header;
             let bound = header
                 .max_unsynced_bytes
@@ -528,6 +574,94 @@ impl<S: Storage> Log<S> {
             i = end;
         }
         Ok(())
+    }
+
+    /// Before a round is written: makes the next segment's file if the round
+    /// will need it (then a full disk refuses the round before any of it is
+    /// written: [`LogError::NoSpace`]), or if little of the active segment is
+    /// left (then a full disk is only recorded, [`Log::no_space`], and the
+    /// round is written where it fits).
+    async fn prepare_for(&mut self, chunks: &[ChunkImage<'_>]) -> Result<(), LogError> {
+        if self.spare.as_ref().is_some_and(|s| s.allocated) {
+            return Ok(());
+        }
+        let header = self.active().header;
+        let alignment = header.alignment as usize;
+        let round: u64 = chunks
+            .iter()
+            .map(|c| align_up(CHUNK_HEADER_LEN + c.body.len(), alignment) as u64)
+            .sum();
+        let left = header.segment_bytes.saturating_sub(self.write_pos);
+        if round > left {
+            return self.prepare_next().await;
+        }
+        if left < header.segment_bytes / PREPARE_WHEN_LEFT_DIVISOR {
+            match self.prepare_next().await {
+                Err(LogError::NoSpace { .. }) => {}
+                other => other?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the next segment's file ahead of need (created under a
+    /// temporary name and allocated in full), so a full disk shows here,
+    /// where nothing of the log is written, not halfway through a round.
+    /// On ENOSPC or EDQUOT: [`LogError::NoSpace`], the log is not latched,
+    /// what was made is removed (so the space shows as free to whoever
+    /// frees more), and [`Log::no_space`] says why until a call succeeds.
+    /// Any other failure latches.
+    pub async fn prepare_next(&mut self) -> Result<(), LogError> {
+        self.check_latched()?;
+        let bytes = self.config.segment_bytes;
+        let made = match self.spare.take() {
+            Some(spare) => Ok(spare),
+            None => self.storage.create(SPARE).await.map(|file| Spare {
+                file,
+                allocated: false,
+            }),
+        };
+        let result = match made {
+            Ok(mut spare) => match spare.file.allocate(bytes).await {
+                Ok(()) => {
+                    spare.allocated = true;
+                    self.spare = Some(spare);
+                    Ok(())
+                }
+                Err(e) => {
+                    drop(spare.file);
+                    if self.storage.remove(SPARE).await.is_err() {
+                        // Kept, to be allocated again rather than created.
+                        if let Ok(file) = self.storage.open(SPARE).await {
+                            self.spare = Some(Spare {
+                                file,
+                                allocated: false,
+                            });
+                        }
+                    }
+                    Err(e)
+                }
+            },
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => {
+                self.no_space = None;
+                Ok(())
+            }
+            Err(source) if is_no_space(&source) => {
+                let cause = format!("no room for the next segment ({bytes} bytes): {source}");
+                self.no_space = Some(cause.clone());
+                Err(LogError::NoSpace { cause })
+            }
+            Err(source) => Err(self.latch("creating a segment", source)),
+        }
+    }
+
+    /// Why the next segment cannot be made (the disk is full), while the
+    /// last attempt failed for want of space; `None` once one succeeded.
+    pub fn no_space(&self) -> Option<&str> {
+        self.no_space.as_deref()
     }
 
     /// Writes the first `len` bytes of `buf` at the end of the active segment
@@ -808,18 +942,18 @@ impl<S: Storage> Log<S> {
         self.create_segment().await
     }
 
-    /// Creates the segment starting at `next_offset`: under a temporary name,
-    /// preallocated, header written and synced, renamed, directory synced.
+    /// Creates the segment starting at `next_offset`: the file made ahead
+    /// ([`Log::prepare_next`], under a temporary name, allocated), its header
+    /// written and synced, renamed, directory synced.
     /// A crash at any step leaves either a `.seg.tmp` (removed at open) or a
     /// complete, empty segment.
     async fn create_segment(&mut self) -> Result<(), LogError> {
         self.check_latched()?;
         let first = self.next_offset;
         let name = segment_name(first);
-        let temp = format!("{first:020}{TEMP_SUFFIX}");
+        self.prepare_next().await?;
+        let Spare { file, .. } = self.spare.take().expect("prepared above");
         let result: std::io::Result<(S::File, SegmentHeader)> = async {
-            let file = self.storage.create(&temp).await?;
-            file.allocate(self.config.segment_bytes).await?;
             let alignment = file.alignment();
             if !alignment.is_power_of_two() || alignment > SEGMENT_HEADER_BLOCK {
                 return Err(std::io::Error::other(format!(
@@ -838,7 +972,7 @@ impl<S: Storage> Log<S> {
             header.encode(buf.as_mut());
             file.write_at(buf, SEGMENT_HEADER_BLOCK, 0).await?;
             file.sync().await?;
-            self.storage.rename(&temp, &name).await?;
+            self.storage.rename(SPARE, &name).await?;
             self.storage.sync_dir().await?;
             Ok((file, header))
         }

@@ -251,6 +251,19 @@ impl Ring {
         }
     }
 
+    /// Undoes [`Ring::mark_planned`] of the last round planned, which was
+    /// not written (the disk was full): the next plan starts where it did.
+    pub fn unplan(&mut self, plan: &[FlushRange]) {
+        for range in plan {
+            let slot = self.slot_of(range);
+            debug_assert_eq!(slot.planned_len, range.to, "only the last round is handed back");
+            slot.planned_len = range.from;
+            slot.planned_next = range.description.first_offset;
+            slot.unplanned_first_ts = range.description.first_ts;
+            self.unplanned += range.to - range.from;
+        }
+    }
+
     /// Records that `plan` is durable (rounds become durable in the order they
     /// were planned). Call [`Ring::evict`] only after the flushed watermark
     /// covering it is published: a reader that finds an offset gone from the

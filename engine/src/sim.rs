@@ -57,6 +57,7 @@ use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 
 use crate::event::{AppendError, Stored};
+use crate::segment::error::LogError;
 use crate::log::{Log, LogConfig, SyncTicket};
 use crate::record::{Kind, ProducerStamp, Record, Signatures};
 use crate::retention::RetentionPolicy;
@@ -92,10 +93,14 @@ pub enum Fault {
     /// A caller gives up on an append still queued for its shard (a
     /// cancelled stream, a passed deadline).
     Cancel,
+    /// A shard's disk fills for up to hundreds of steps: making the next
+    /// segment fails with ENOSPC; appends must be refused, nothing taken
+    /// lost, and the shard must go on by itself once space returns.
+    DiskFull,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 9] = [
+    pub const ALL: [Fault; 10] = [
         Fault::Crash,
         Fault::PowerLoss,
         Fault::WriteError,
@@ -105,6 +110,7 @@ impl Fault {
         Fault::Retry,
         Fault::StalledSync,
         Fault::Cancel,
+        Fault::DiskFull,
     ];
 
     pub fn name(self) -> &'static str {
@@ -118,6 +124,7 @@ impl Fault {
             Fault::Retry => "retry",
             Fault::StalledSync => "stalled-sync",
             Fault::Cancel => "cancel",
+            Fault::DiskFull => "disk-full",
         }
     }
 
@@ -175,6 +182,10 @@ pub struct SimOutcome {
     pub behind_ring: u64,
     /// Rounds written while the round before them was being synced.
     pub writes_beside_sync: u64,
+    /// Appends refused because their shard's disk was full.
+    pub disk_full_refusals: u64,
+    /// Rounds handed back to the ring because the next segment did not fit.
+    pub rounds_refused: u64,
     /// A hash of every step's outcome: the same seed gives the same digest.
     pub digest: u64,
 }
@@ -313,6 +324,8 @@ impl Sim {
             retention_skips: world.retention_skips,
             behind_ring: world.behind_ring,
             writes_beside_sync: world.writes_beside_sync,
+            disk_full_refusals: world.disk_full_refusals,
+            rounds_refused: world.rounds_refused,
             digest: world.digest.finish(),
         }
     }
@@ -448,11 +461,15 @@ struct World {
     queues: Vec<std::collections::VecDeque<Queued>>,
     /// Per shard: steps its current fdatasync still takes to return.
     stalled: Vec<u64>,
+    /// Per shard: steps its disk stays full.
+    disk_full: Vec<u64>,
     subs: Vec<Sub>,
     delivered: u64,
     /// Deliveries read from below the ring (2.8: the shard had moved on).
     behind_ring: u64,
     writes_beside_sync: u64,
+    disk_full_refusals: u64,
+    rounds_refused: u64,
     /// Per shard: events below this were removed by retention.
     retained: Vec<u64>,
     retention_skips: u64,
@@ -509,6 +526,7 @@ impl World {
             pending: BTreeMap::new(),
             queues: (0..shards).map(|_| Default::default()).collect(),
             stalled: vec![0; shards as usize],
+            disk_full: vec![0; shards as usize],
             subs: [
                 (SubOrdering::Merged, false, false, false),
                 (SubOrdering::PerShard, false, false, false),
@@ -533,6 +551,8 @@ impl World {
             delivered: 0,
             behind_ring: 0,
             writes_beside_sync: 0,
+            disk_full_refusals: 0,
+            rounds_refused: 0,
             retained: vec![0; shards as usize],
             retention_skips: 0,
             producers: (1..=4)
@@ -599,6 +619,15 @@ impl World {
 
     fn step(&mut self) -> Result<(), Broken> {
         self.clock_ns += self.rng.below(2_000) as i64;
+        for shard in 0..self.shards as usize {
+            if self.disk_full[shard] > 0 {
+                self.disk_full[shard] -= 1;
+                if self.disk_full[shard] == 0 {
+                    self.storages[shard].fill_disk(false);
+                    self.note(format!("shard {shard}: space freed"));
+                }
+            }
+        }
         let roll = self.rng.below(1000);
         match roll {
             0..=389 => self.append()?,
@@ -667,6 +696,12 @@ impl World {
                 ));
             }
             8 if self.has(Fault::Cancel) => self.cancel(shard),
+            9 if self.has(Fault::DiskFull) => {
+                let steps = 1 + self.rng.below(300);
+                self.disk_full[shard] = steps;
+                self.storages[shard].fill_disk(true);
+                self.note(format!("shard {shard}: the disk is full for {steps} steps"));
+            }
             5 | 6 if self.has(Fault::ClockStep) => {
                 let by = self.rng.below(2_000_000_000) as i64 - 1_000_000_000;
                 self.clock_ns = (self.clock_ns + by).max(1);
@@ -787,6 +822,9 @@ impl World {
                     ));
                 }
                 Admit::Refused(e) => {
+                    if matches!(e, AppendError::DiskFull { .. }) {
+                        self.disk_full_refusals += 1;
+                    }
                     let command = self.dequeue(shard);
                     self.note(format!("append shard {shard} {:?}: {e}", command.events));
                 }
@@ -1007,6 +1045,9 @@ impl World {
                 if node.sync.is_some() && result.is_ok() {
                     self.writes_beside_sync += 1;
                 }
+                if matches!(result, Err(LogError::NoSpace { .. })) {
+                    self.rounds_refused += 1;
+                }
                 let line = format!(
                     "write shard {shard} {} chunk(s){}: {}",
                     plan.len(),
@@ -1020,7 +1061,7 @@ impl World {
                         .map_or_else(|e| e.to_string(), |_| "ok".into())
                 );
                 drop(plan);
-                let replies = node.core.written(result);
+                let replies = node.core.written(result, node.log.no_space());
                 self.note(line);
                 replies
             }
@@ -1040,6 +1081,18 @@ impl World {
                 Err(e) => node.core.synced(Err(e), &node.log),
             },
             FlushIo::Retention => return self.retention(shard).map(|()| true),
+            FlushIo::Prepare => {
+                let result = block_on(node.log.prepare_next());
+                let line = format!(
+                    "shard {shard} makes its next segment: {}",
+                    result
+                        .as_ref()
+                        .map_or_else(|e| e.to_string(), |_| "ok".into())
+                );
+                let replies = node.core.prepared(result);
+                self.note(line);
+                replies
+            }
             FlushIo::Wait if node.sync.is_some() && self.stalled[shard] == 0 => {
                 return self.sync_returns(shard).map(|()| true)
             }
@@ -1342,6 +1395,8 @@ impl World {
         self.nodes[shard].core.flush_interval_passed();
         for node in &mut self.nodes {
             node.core.answer_claim(self.clock_ns);
+            // The real shard's retry timer, about once a second.
+            node.core.space_retry_due();
         }
         self.note(format!("tick shard {shard}"));
     }
@@ -1804,6 +1859,7 @@ impl World {
         for shard in 0..self.shards as usize {
             self.take(shard)?;
             self.nodes[shard].core.flush_interval_passed();
+            self.nodes[shard].core.space_retry_due();
             while self.flush_io_on(shard)? {}
             self.nodes[shard].core.answer_claim(self.clock_ns);
         }
@@ -1817,6 +1873,10 @@ impl World {
             storage.set_faults(Faults::default());
         }
         self.stalled.iter_mut().for_each(|s| *s = 0);
+        for (shard, full) in self.disk_full.iter_mut().enumerate() {
+            *full = 0;
+            self.storages[shard].fill_disk(false);
+        }
         if self.nodes.iter().any(|n| n.core.is_latched()) {
             self.restart(false)?;
         }
@@ -1833,7 +1893,7 @@ impl World {
                 (0..self.shards as usize)
                     .all(|s| sub.next[s] == self.nodes[s].core.shared().watermarks.committed_next())
             });
-            if caught_up {
+            if caught_up && self.pending.is_empty() {
                 return Ok(());
             }
         }
@@ -1844,8 +1904,11 @@ impl World {
             .map(|n| n.core.shared().watermarks.committed_next())
             .collect();
         Err((
-            "liveness: once faults stop, every subscriber catches up",
-            format!("subscribers at {behind:?}, committed {committed:?}"),
+            "liveness: once faults stop, every subscriber catches up and every durable wait is answered",
+            format!(
+                "subscribers at {behind:?}, committed {committed:?}, durable waits unanswered: {:?}",
+                self.pending.values().map(|p| (p.shard, p.needed)).collect::<Vec<_>>()
+            ),
         ))
     }
 }

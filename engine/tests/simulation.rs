@@ -22,7 +22,7 @@ fn config(faults: Vec<Fault>) -> SimConfig {
 fn every_invariant_holds_under_every_fault() {
     let config = config(Fault::ALL.to_vec());
     let (mut restarts, mut durable, mut delivered, mut skips, mut behind) = (0, 0, 0, 0, 0);
-    let mut beside_sync = 0;
+    let (mut beside_sync, mut disk_full, mut rounds_refused) = (0, 0, 0);
     for seed in 0..SEEDS {
         match sim::run(seed, &config) {
             Ok(outcome) => {
@@ -32,6 +32,8 @@ fn every_invariant_holds_under_every_fault() {
                 skips += outcome.retention_skips;
                 behind += outcome.behind_ring;
                 beside_sync += outcome.writes_beside_sync;
+                disk_full += outcome.disk_full_refusals;
+                rounds_refused += outcome.rounds_refused;
             }
             Err(failure) => panic!(
                 "{failure}\nreplay: ringfeed-bench simulate --seed {seed} --steps {STEPS} --faults all\nlast steps:\n{}",
@@ -59,6 +61,11 @@ fn every_invariant_holds_under_every_fault() {
         beside_sync > SEEDS * 10,
         "only {beside_sync} rounds written beside a running sync"
     );
+    // A full disk refused appends, and refused rounds that then had to be
+    // written once space came back (the liveness check at the end of each
+    // run waits for every durable ack).
+    assert!(disk_full > SEEDS, "only {disk_full} appends refused for a full disk");
+    assert!(rounds_refused > 0, "no round was ever refused for a full disk");
 }
 
 /// Without restarts (and the I/O failures that lead to them) a shard lives
@@ -68,7 +75,8 @@ fn every_invariant_holds_under_every_fault() {
 /// flush) passed every seed of the run above and failed 297 of 300 here.
 #[test]
 fn every_invariant_holds_over_a_long_life() {
-    let faults = Fault::parse_list("clock-step,retry,stalled-sync,cancel").expect("valid names");
+    let faults =
+        Fault::parse_list("clock-step,retry,stalled-sync,cancel,disk-full").expect("valid names");
     let config = config(faults);
     let (mut delivered, mut beside_sync) = (0, 0);
     for seed in 0..SEEDS / 2 {
@@ -78,7 +86,7 @@ fn every_invariant_holds_over_a_long_life() {
                 beside_sync += outcome.writes_beside_sync;
             }
             Err(failure) => panic!(
-                "{failure}\nreplay: ringfeed-bench simulate --seed {seed} --steps {STEPS} --faults clock-step,retry,stalled-sync,cancel\nlast steps:\n{}",
+                "{failure}\nreplay: ringfeed-bench simulate --seed {seed} --steps {STEPS} --faults clock-step,retry,stalled-sync,cancel,disk-full\nlast steps:\n{}",
                 failure.trace[failure.trace.len().saturating_sub(40)..].join("\n")
             ),
         }

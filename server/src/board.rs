@@ -173,6 +173,7 @@ impl StatusBoard {
                     unflushed_bytes: s.unflushed_bytes as u64,
                     segment_count: s.segments as u32,
                     latched: s.latched.unwrap_or_default(),
+                    disk_full: s.no_space.unwrap_or_default(),
                     append_events_per_second: last.map_or(0.0, |l| l.append_rates[i]),
                     flush_p50_seconds: flush.quantile_bound(0.5),
                     flush_p99_seconds: flush.quantile_bound(0.99),

@@ -268,6 +268,7 @@ struct ShardReading {
     unflushed_bytes: u64,
     ring_bytes: u64,
     latched: bool,
+    disk_full: bool,
     append_events: u64,
     append_bytes: u64,
     flushed_bytes: u64,
@@ -292,6 +293,7 @@ impl Shards {
                     unflushed_bytes: shard.unflushed_bytes() as u64,
                     ring_bytes: shard.ring_bytes() as u64,
                     latched: shard.latched().is_some(),
+                    disk_full: shard.no_space().is_some(),
                     append_events: stats.appended.load(Ordering::Relaxed),
                     append_bytes: stats.appended_bytes.load(Ordering::Relaxed),
                     flushed_bytes: stats.bytes.load(Ordering::Relaxed),
@@ -308,7 +310,7 @@ impl Shards {
 type Read = fn(&ShardReading) -> u64;
 type ReadHistogram = fn(&ShardReading) -> &LatencySnapshot;
 
-const SHARD_GAUGES: [(&str, &str, Read); 7] = [
+const SHARD_GAUGES: [(&str, &str, Read); 8] = [
     (
         "shard_committed_offset",
         "Next offset to be committed (events appended and visible so far).",
@@ -341,6 +343,11 @@ const SHARD_GAUGES: [(&str, &str, Read); 7] = [
         "shard_latched",
         "1 if the shard stopped on an I/O error and acknowledges nothing more.",
         |r| u64::from(r.latched),
+    ),
+    (
+        "shard_disk_full",
+        "1 while the shard refuses appends because its next segment does not fit on the disk.",
+        |r| u64::from(r.disk_full),
     ),
 ];
 

@@ -25,7 +25,9 @@ pub(crate) fn append_status(e: AppendError) -> Status {
         AppendError::Frame(_) | AppendError::BatchTooLarge { .. } => {
             Status::invalid_argument(e.to_string())
         }
-        AppendError::ResourceExhausted { .. } | AppendError::QueueFull { .. } => {
+        AppendError::ResourceExhausted { .. }
+        | AppendError::QueueFull { .. }
+        | AppendError::DiskFull { .. } => {
             Status::resource_exhausted(e.to_string())
         }
         AppendError::Latched { .. } | AppendError::ShutDown => Status::unavailable(e.to_string()),

@@ -66,6 +66,11 @@ pub enum LogError {
     /// the fsync could report success for data that was lost.
     #[error("the log stopped after an I/O failure ({cause}); reopen it to recover")]
     Latched { cause: String },
+    /// The disk had no room for the next segment (ENOSPC or EDQUOT while
+    /// creating or allocating it). Nothing of the log was written and it is
+    /// not latched: the same call succeeds once space is freed.
+    #[error("the disk is full: {cause}")]
+    NoSpace { cause: String },
     #[error("chunk of {len} bytes does not fit a segment of {segment_bytes} bytes with an unsynced bound of {max_unsynced} bytes")]
     ChunkTooLarge {
         len: usize,

@@ -58,7 +58,7 @@ pub(crate) enum Admit {
     Stage,
     /// Its caller is gone: not applied.
     Abandoned,
-    /// The shard is latched: answer this.
+    /// The shard is latched, or the disk is full: answer this.
     Refused(AppendError),
     /// No room under the unflushed bound: wait for a flush (a flush is wanted).
     Wait { unflushed: usize },
@@ -89,6 +89,9 @@ pub(crate) enum FlushIo {
     Sync,
     /// Apply retention (never while a sync runs).
     Retention,
+    /// Try again to make the next segment's file (the disk was full), and
+    /// report [`ShardCore::prepared`].
+    Prepare,
     /// Nothing to start until woken, or until the running sync returns.
     Wait,
     /// Closing, nothing left and no sync running: close the log and stop.
@@ -144,6 +147,14 @@ pub(crate) struct ShardCore<R> {
     producers: ProducerTable,
     waiters: VecDeque<Waiter<R>>,
     latched: Option<String>,
+    /// The disk is full (the log could not make the next segment): appends
+    /// are refused until a [`FlushIo::Prepare`] succeeds.
+    no_space: Option<String>,
+    /// A round was refused for want of the next segment and handed back to
+    /// the ring: no round starts until space returns.
+    blocked: bool,
+    /// The driver's retry timer asked for a [`FlushIo::Prepare`].
+    prepare_due: bool,
     flush_wanted: bool,
     retention_due: bool,
     closing: bool,
@@ -167,6 +178,9 @@ impl<R> ShardCore<R> {
             producers,
             waiters: VecDeque::new(),
             latched: None,
+            no_space: None,
+            blocked: false,
+            prepare_due: false,
             flush_wanted: false,
             retention_due: false,
             closing: false,
@@ -302,6 +316,12 @@ impl<R> ShardCore<R> {
         }
         if let Some(e) = self.latched_error() {
             return Admit::Refused(e);
+        }
+        if let Some(cause) = &self.no_space {
+            return Admit::Refused(AppendError::DiskFull {
+                shard: self.shared.id,
+                cause: cause.clone(),
+            });
         }
         match self.room(judged.new_bytes) {
             Ok(()) => Admit::Stage,
@@ -488,6 +508,7 @@ impl<R> ShardCore<R> {
     fn flush_due(&self) -> bool {
         let pending = self.ring.unplanned_bytes();
         self.latched.is_none()
+            && !self.blocked
             && pending > 0
             && (self.flush_wanted || self.closing || pending >= self.limits.window_bytes)
     }
@@ -498,6 +519,7 @@ impl<R> ShardCore<R> {
     pub fn parked_with_waiters(&self) -> bool {
         !self.waiters.is_empty()
             && self.latched.is_none()
+            && !self.blocked
             && self.rounds.idle()
             && !self.flush_due()
     }
@@ -524,6 +546,12 @@ impl<R> ShardCore<R> {
         if self.rounds.syncing.is_none() && !self.rounds.written.is_empty() {
             self.rounds.syncing = Some(std::mem::take(&mut self.rounds.written));
             return FlushIo::Sync;
+        }
+        if self.prepare_due {
+            self.prepare_due = false;
+            if self.no_space.is_some() {
+                return FlushIo::Prepare;
+            }
         }
         // A large round waits for the running sync instead of being written
         // beside it. What overlapping saves is the write's latency, which
@@ -558,8 +586,12 @@ impl<R> ShardCore<R> {
         }
     }
 
-    /// The round's write completed. A failure latches the shard.
-    pub fn written(&mut self, result: Result<(), LogError>) -> Replies<R> {
+    /// The round's write completed; `no_space` is the log's word on the
+    /// next segment ([`Log::no_space`]). A full disk refuses the round
+    /// before any of it is written: it goes back to the ring, to be written
+    /// once space returns, and appends are refused meanwhile. Any other
+    /// failure latches the shard.
+    pub fn written(&mut self, result: Result<(), LogError>, no_space: Option<&str>) -> Replies<R> {
         let plan = self
             .rounds
             .writing
@@ -568,9 +600,79 @@ impl<R> ShardCore<R> {
         match result {
             Ok(()) => {
                 self.rounds.written.extend(plan);
+                self.space(no_space);
+                Replies::default()
+            }
+            Err(LogError::NoSpace { cause }) => {
+                self.ring.unplan(&plan);
+                self.blocked = true;
+                self.space(Some(&cause));
                 Replies::default()
             }
             Err(e) => self.latch(e.to_string()),
+        }
+    }
+
+    /// A [`FlushIo::Prepare`] returned: on success appends are taken again
+    /// and a round refused for want of space is written. A failure other
+    /// than a full disk latches the shard.
+    pub fn prepared(&mut self, result: Result<(), LogError>) -> Replies<R> {
+        match result {
+            Ok(()) => {
+                self.space(None);
+                Replies::default()
+            }
+            Err(LogError::NoSpace { cause }) => {
+                self.space(Some(&cause));
+                Replies::default()
+            }
+            Err(e) => self.latch(e.to_string()),
+        }
+    }
+
+    /// Why appends are refused for want of disk space, while they are.
+    pub fn no_space(&self) -> Option<&str> {
+        self.no_space.as_deref()
+    }
+
+    /// The driver's retry timer (about once a second while the disk is
+    /// full): the flusher should try the next segment again. True if it
+    /// should be woken.
+    pub fn space_retry_due(&mut self) -> bool {
+        self.prepare_due = self.no_space.is_some();
+        self.prepare_due
+    }
+
+    /// Records what the log last found of the disk's space, saying so when
+    /// it changes.
+    fn space(&mut self, no_space: Option<&str>) {
+        let shared = &*self.shared;
+        match (no_space, self.no_space.is_some()) {
+            (Some(cause), false) => {
+                tracing::error!(
+                    shard = shared.id,
+                    %cause,
+                    "shard {} refuses appends: the disk is full ({cause}); free space on it, \
+                     and appends are taken again within a second once the next segment fits",
+                    shared.id
+                );
+                shared.set_no_space(Some(cause.to_string()));
+                self.no_space = Some(cause.to_string());
+            }
+            (None, true) => {
+                tracing::info!(
+                    shard = shared.id,
+                    "shard {} takes appends again: the disk has room for its next segment",
+                    shared.id
+                );
+                shared.set_no_space(None);
+                self.no_space = None;
+                if std::mem::take(&mut self.blocked) {
+                    // The refused round's waiters are still waiting.
+                    self.flush_wanted = true;
+                }
+            }
+            _ => {}
         }
     }
 

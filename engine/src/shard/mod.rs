@@ -100,6 +100,8 @@ pub struct ShardShared {
     /// stored: the shard's own appends waiting for room.
     pub(crate) flushed: Event,
     latched: Mutex<Option<String>>,
+    /// Why the shard refuses appends for want of disk space, while it does.
+    no_space: Mutex<Option<String>>,
     ring_bytes: AtomicUsize,
     unflushed_bytes: AtomicUsize,
     /// Record bytes of appends sent to the shard and not yet taken by it
@@ -222,6 +224,7 @@ impl ShardShared {
             relay,
             flushed: Event::new(),
             latched: Mutex::new(None),
+            no_space: Mutex::new(None),
             ring_bytes: AtomicUsize::new(0),
             unflushed_bytes: AtomicUsize::new(0),
             queued_bytes: AtomicUsize::new(0),
@@ -303,6 +306,19 @@ impl ShardShared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Why the shard refuses appends for want of disk space, while it does
+    /// (it takes them again by itself once the next segment fits).
+    pub fn no_space(&self) -> Option<String> {
+        self.no_space
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn set_no_space(&self, cause: Option<String>) {
+        *self.no_space.lock().unwrap_or_else(|e| e.into_inner()) = cause;
     }
 }
 
@@ -538,6 +554,10 @@ impl Driver {
     }
 }
 
+/// How often a shard whose disk is full tries again to make its next
+/// segment: how long after space is freed appends are taken again.
+const SPACE_RETRY: Duration = Duration::from_secs(1);
+
 /// Does the core's flush I/O: writes a round's chunks, syncs, applies
 /// retention, and hands each completion back; sleeps while the core has
 /// nothing to do. A sync runs as a task of its own beside the flusher, so the
@@ -570,7 +590,7 @@ async fn flusher<S: Storage + 'static>(mut log: Log<S>, driver: Rc<Driver>) {
                 let result = log.append_chunks(&chunk_images(&plan)).await;
                 drop(plan);
                 let failed = result.is_err();
-                answer(core.borrow_mut().written(result));
+                answer(core.borrow_mut().written(result, log.no_space()));
                 if failed {
                     end_round(&shared, started, bytes);
                 } else {
@@ -603,6 +623,10 @@ async fn flusher<S: Storage + 'static>(mut log: Log<S>, driver: Rc<Driver>) {
                     .stats
                     .retention_passes
                     .fetch_add(1, Ordering::Relaxed);
+            }
+            FlushIo::Prepare => {
+                let result = log.prepare_next().await;
+                answer(core.borrow_mut().prepared(result));
             }
             FlushIo::Wait => match syncing.take() {
                 None => listener.await,
@@ -711,6 +735,8 @@ async fn ticker(driver: Rc<Driver>) {
     let mut flush_due: Option<Instant> = None;
     // Set while a requested claim is above this shard's clock: claim again then.
     let mut claim_retry: Option<Instant> = None;
+    // While the disk is full: when the flusher tries the next segment again.
+    let mut space_retry: Option<Instant> = None;
     loop {
         // Listen before looking, so a wake-up between the look and the wait is kept.
         let local = wake.listen();
@@ -728,7 +754,17 @@ async fn ticker(driver: Rc<Driver>) {
             }
             _ => Some(claim_retry.unwrap_or(now)),
         };
-        let deadline = [flush_due, retains.then_some(next_retention), claim_due]
+        if core.borrow().no_space().is_none() {
+            space_retry = None;
+        } else if space_retry.is_none() {
+            space_retry = Some(now + SPACE_RETRY);
+        }
+        let deadline = [
+            flush_due,
+            retains.then_some(next_retention),
+            claim_due,
+            space_retry,
+        ]
             .into_iter()
             .flatten()
             .min();
@@ -757,6 +793,10 @@ async fn ticker(driver: Rc<Driver>) {
                 let behind = Duration::from_nanos(short as u64);
                 now + behind.clamp(MIN_CLAIM_WAIT, MAX_CLAIM_WAIT)
             });
+        }
+        if space_retry.is_some_and(|at| at <= now) {
+            space_retry = None;
+            wake_flush |= st.space_retry_due();
         }
         if retains && next_retention <= now {
             next_retention = now + config.retention_interval;

@@ -209,7 +209,23 @@ impl StorageFile for DmaFileHandle {
         if self.file.file_size().await.map_err(to_io)? >= len {
             return Ok(());
         }
-        self.file.pre_allocate(len, false).await.map_err(to_io)
+        self.file.pre_allocate(len, false).await.map_err(|e| {
+            // glommio's own text repeats the cause and adds a debug dump of
+            // the path and fd; say it once, with the file, keeping the kind
+            // (ENOSPC is `StorageFull`: the log tells it from other failures).
+            let source = match e {
+                glommio::GlommioError::EnhancedIoError { source, .. } => source,
+                e => io::Error::from(e),
+            };
+            let path = self.file.path().map(|p| p.display().to_string());
+            io::Error::new(
+                source.kind(),
+                format!(
+                    "{source}, allocating {len} bytes for {}",
+                    path.as_deref().unwrap_or("a segment")
+                ),
+            )
+        })
     }
 
     async fn len(&self) -> io::Result<u64> {

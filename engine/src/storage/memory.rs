@@ -82,6 +82,8 @@ struct State {
     halted: bool,
     syncs_stalled: bool,
     stalled: Vec<Waker>,
+    /// While set, growing a file fails with ENOSPC ([`MemStorage::fill_disk`]).
+    disk_full: bool,
     /// What [`StorageFile::zero_ahead`] answers (0 unless set).
     zero_ahead: usize,
 }
@@ -159,6 +161,14 @@ impl MemStorage {
         for waker in wakers {
             waker.wake();
         }
+    }
+
+    /// While full, every [`StorageFile::allocate`] that would grow a file
+    /// fails with ENOSPC (`ErrorKind::StorageFull`) and changes nothing, as
+    /// `fallocate` does on a full file system; writes into space already
+    /// allocated still succeed. Emptying it lets allocations succeed again.
+    pub fn fill_disk(&self, full: bool) {
+        self.lock().disk_full = full;
     }
 
     /// Operations performed since the faults were last set.
@@ -498,6 +508,9 @@ impl StorageFile for MemFile {
     async fn allocate(&self, len: u64) -> io::Result<()> {
         let mut s = lock(&self.state);
         s.op()?;
+        if s.disk_full && s.files[self.id].data.len() < len as usize {
+            return Err(io::Error::from_raw_os_error(28)); // ENOSPC
+        }
         let data = &mut s.files[self.id].data;
         if data.len() < len as usize {
             data.resize(len as usize, 0);

@@ -239,6 +239,12 @@ pub(super) fn render_status(
     text.push_str(
         "(committed/flushed = first offset not yet committed/durable; evicted = ring holds offsets from here; retained = oldest offset on disk)\n",
     );
+    for shard in status.shards.iter().filter(|s| !s.disk_full.is_empty()) {
+        text.push_str(&format!(
+            "shard {} refuses appends: the disk is full ({}); free space on it and appends are taken again within a second\n",
+            shard.shard, shard.disk_full
+        ));
+    }
     if let Some(subscribers) = subscribers {
         text.push('\n');
         text.push_str(&subscribers_table(subscribers));

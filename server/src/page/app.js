@@ -120,7 +120,10 @@ function drawShards(status) {
     cell(tr, "flush", percentiles(s.flushP50Seconds, s.flushP99Seconds));
     cell(tr, "fsync", percentiles(s.fsyncP50Seconds, s.fsyncP99Seconds));
     cell(tr, "committedTsNs", fmtTime(num(s.committedTsNs)), "text");
-    cell(tr, "latched", s.latched || "-", s.latched ? "latched" : "text");
+    // A full disk is not a latch (appends resume once space is freed), but
+    // it is the same news for an operator: appends are refused, and why.
+    const stopped = s.latched || (s.diskFull ? "disk full: " + s.diskFull : "");
+    cell(tr, "latched", stopped || "-", stopped ? "latched" : "text");
     rows.push(tr);
   }
   body.replaceChildren(...rows);
