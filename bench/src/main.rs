@@ -250,8 +250,8 @@ enum Command {
         shards: u32,
         /// Which faults: all, none, or a comma-separated list of crash,
         /// power-loss, write-error, sync-error, torn-write, clock-step, retry,
-        /// stalled-sync, cancel. (The stream simulation leaves out the
-        /// restarts and the I/O failures that lead to them.)
+        /// stalled-sync, cancel, disk-full. (The stream simulation leaves out
+        /// the restarts, the I/O failures that lead to them, and a full disk.)
         #[arg(long, default_value = "all")]
         faults: String,
         /// Where a failing seed's trace is written.

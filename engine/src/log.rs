@@ -650,7 +650,7 @@ impl<S: Storage> Log<S> {
                 Ok(())
             }
             Err(source) if is_no_space(&source) => {
-                let cause = format!("no room for the next segment ({bytes} bytes): {source}");
+                let cause = format!("no room for the next segment: {source}");
                 self.no_space = Some(cause.clone());
                 Err(LogError::NoSpace { cause })
             }

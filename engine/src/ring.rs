@@ -256,7 +256,10 @@ impl Ring {
     pub fn unplan(&mut self, plan: &[FlushRange]) {
         for range in plan {
             let slot = self.slot_of(range);
-            debug_assert_eq!(slot.planned_len, range.to, "only the last round is handed back");
+            debug_assert_eq!(
+                slot.planned_len, range.to,
+                "only the last round is handed back"
+            );
             slot.planned_len = range.from;
             slot.planned_next = range.description.first_offset;
             slot.unplanned_first_ts = range.description.first_ts;

@@ -57,10 +57,10 @@ use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 
 use crate::event::{AppendError, Stored};
-use crate::segment::error::LogError;
 use crate::log::{Log, LogConfig, SyncTicket};
 use crate::record::{Kind, ProducerStamp, Record, Signatures};
 use crate::retention::RetentionPolicy;
+use crate::segment::error::LogError;
 use crate::shard::core::{chunk_images, Admit, CoreLimits, FlushIo, Judged, Replies, ShardCore};
 use crate::shard::ShardShared;
 use crate::storage::{block_on, Faults, MemFile, MemStorage};

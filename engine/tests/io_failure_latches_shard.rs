@@ -152,7 +152,10 @@ fn a_full_disk_refuses_appends_until_space_returns() {
     assert!(engine.shard(0).latched().is_none());
     assert_eq!(engine.shard(0).no_space(), Some(cause));
     let memory = engine.append_blocking(vec![numbered(5_000)], Durability::Memory);
-    assert!(matches!(memory, Err(AppendError::DiskFull { .. })), "{memory:?}");
+    assert!(
+        matches!(memory, Err(AppendError::DiskFull { .. })),
+        "{memory:?}"
+    );
 
     storage.fill_disk(false);
     wait_until(
@@ -207,9 +210,15 @@ fn a_round_refused_for_a_full_disk_is_written_once_space_returns() {
         engine.shard(0).no_space().is_some()
     });
     let later = engine.append_blocking(vec![numbered(300)], Durability::Durable);
-    assert!(matches!(later, Err(AppendError::DiskFull { .. })), "{later:?}");
+    assert!(
+        matches!(later, Err(AppendError::DiskFull { .. })),
+        "{later:?}"
+    );
     std::thread::sleep(Duration::from_millis(200));
-    assert!(!waiter.is_finished(), "a durable append answered while the disk is full");
+    assert!(
+        !waiter.is_finished(),
+        "a durable append answered while the disk is full"
+    );
     assert!(engine.shard(0).latched().is_none());
 
     storage.fill_disk(false);

@@ -64,8 +64,14 @@ fn every_invariant_holds_under_every_fault() {
     // A full disk refused appends, and refused rounds that then had to be
     // written once space came back (the liveness check at the end of each
     // run waits for every durable ack).
-    assert!(disk_full > SEEDS, "only {disk_full} appends refused for a full disk");
-    assert!(rounds_refused > 0, "no round was ever refused for a full disk");
+    assert!(
+        disk_full > SEEDS,
+        "only {disk_full} appends refused for a full disk"
+    );
+    assert!(
+        rounds_refused > 0,
+        "no round was ever refused for a full disk"
+    );
 }
 
 /// Without restarts (and the I/O failures that lead to them) a shard lives

@@ -175,13 +175,15 @@ impl Routes {
                 },
                 Some(("history", "1" | "true")) => history = true,
                 Some(("history", "0" | "false")) => history = false,
-                _ => return (
-                    StatusCode::BAD_REQUEST,
-                    "application/json",
-                    json_error(&format!(
+                _ => {
+                    return (
+                        StatusCode::BAD_REQUEST,
+                        "application/json",
+                        json_error(&format!(
                         "unknown parameter {pair:?}: /api/status takes subscribers=N and history=1"
                     )),
-                ),
+                    )
+                }
             }
         }
         let request = ringfeed_proto::v1::StatusRequest {

@@ -27,9 +27,7 @@ pub(crate) fn append_status(e: AppendError) -> Status {
         }
         AppendError::ResourceExhausted { .. }
         | AppendError::QueueFull { .. }
-        | AppendError::DiskFull { .. } => {
-            Status::resource_exhausted(e.to_string())
-        }
+        | AppendError::DiskFull { .. } => Status::resource_exhausted(e.to_string()),
         AppendError::Latched { .. } | AppendError::ShutDown => Status::unavailable(e.to_string()),
         AppendError::SequenceGap { .. } | AppendError::StaleSequence { .. } => {
             Status::failed_precondition(e.to_string())

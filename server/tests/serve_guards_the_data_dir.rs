@@ -139,3 +139,222 @@ fn a_serve_that_cannot_listen_creates_no_data_dir() {
         assert!(!data.exists(), "{flags:?} left {} behind", data.display());
     }
 }
+
+/// A small ext4 file system, loop-mounted at `dir` until dropped.
+struct LoopMount {
+    dir: std::path::PathBuf,
+}
+
+impl LoopMount {
+    /// `None` (the test skips) where loop mounts are not allowed, except
+    /// under CI, where the test fails instead.
+    fn new(root: &Path, mib: u64) -> Option<LoopMount> {
+        let image = root.join("disk.img");
+        std::fs::File::create(&image)
+            .and_then(|f| f.set_len(mib << 20))
+            .unwrap();
+        let dir = root.join("mnt");
+        std::fs::create_dir(&dir).unwrap();
+        let mkfs = run_bounded(
+            tool("mkfs.ext4", &["-q", "-F", image.to_str().unwrap()]),
+            None,
+            Duration::from_secs(60),
+        );
+        assert_eq!(mkfs.code(), Some(0), "mkfs.ext4: {mkfs}");
+        let mount = run_bounded(
+            tool(
+                "mount",
+                &["-o", "loop", image.to_str().unwrap(), dir.to_str().unwrap()],
+            ),
+            None,
+            Duration::from_secs(60),
+        );
+        if mount.code() != Some(0) {
+            assert!(
+                std::env::var_os("CI").is_none_or(|v| v.is_empty()),
+                "a loop mount is needed (CI runs as root): {mount}"
+            );
+            eprintln!("no loop mount here (not root?): skipped. {mount}");
+            return None;
+        }
+        Some(LoopMount { dir })
+    }
+
+    /// Bytes free for an unprivileged file (`stat -f`: available blocks).
+    fn available(&self) -> u64 {
+        let out = run_bounded(
+            tool("stat", &["-f", "-c", "%a %S", self.dir.to_str().unwrap()]),
+            None,
+            Duration::from_secs(10),
+        );
+        let fields: Vec<u64> = out
+            .stdout
+            .split_whitespace()
+            .map(|f| f.parse().unwrap())
+            .collect();
+        fields[0] * fields[1]
+    }
+}
+
+impl Drop for LoopMount {
+    fn drop(&mut self) {
+        let out = run_bounded(
+            tool("umount", &[self.dir.to_str().unwrap()]),
+            None,
+            Duration::from_secs(60),
+        );
+        if out.code() != Some(0) {
+            eprintln!("umount {}: {out}", self.dir.display());
+        }
+    }
+}
+
+fn tool(name: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(name);
+    command.args(args);
+    command
+}
+
+/// A disk that fills (a real ext4 file system on a loop device): appends
+/// are refused with RESOURCE_EXHAUSTED naming the disk and the file that did
+/// not fit, nothing acknowledged is lost, reads go on, the shard does not
+/// latch, and once space is freed appends are taken again without a
+/// restart. (Before, the first ENOSPC latched the shard until the server
+/// restarted.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_appends_and_takes_them_again_once_space_is_freed() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let root = tempfile::tempdir().unwrap();
+    let Some(disk) = LoopMount::new(root.path(), 40) else {
+        return;
+    };
+    let config = root.path().join("ringfeed.toml");
+    // 2 MiB segments, so a few MiB of free space decide it.
+    std::fs::write(
+        &config,
+        "window_bytes = 262144\nmax_event_bytes = 65536\nmax_unflushed_bytes = 1048576\n\
+         segment_bytes = 2097152\n",
+    )
+    .unwrap();
+    let data = disk.dir.join("data");
+    let server = Server::start_with(&data, 1, &["--config", config.to_str().unwrap()]);
+    let url = format!("http://{}", server.addr);
+    let mut client = RingFeedClient::connect(url.clone()).await.unwrap();
+
+    // Leave less than a segment free.
+    let filler = disk.dir.join("filler");
+    let fill = disk.available() - (1 << 20);
+    let out = run_bounded(
+        tool(
+            "fallocate",
+            &["-l", &fill.to_string(), filler.to_str().unwrap()],
+        ),
+        None,
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.code(), Some(0), "fallocate: {out}");
+
+    let batch = |from: usize| -> Vec<ringfeed_proto::v1::Event> {
+        (from..from + 100)
+            .map(|i| {
+                let mut e = create("/full", &format!("f{i:06}"));
+                e.new_entry.as_mut().unwrap().attributes = vec![b'a'; 1000].into();
+                e
+            })
+            .collect()
+    };
+    let mut acked = Vec::new();
+    let mut refusal = None;
+    for n in 0..100 {
+        match client.append(request(batch(n * 100), true)).await {
+            Ok(_) => acked.extend((n * 100..n * 100 + 100).map(|i| format!("f{i:06}"))),
+            Err(status) => {
+                refusal = Some(status);
+                break;
+            }
+        }
+    }
+    let refusal = refusal.expect("a 2 MiB segment fills with 100 batches of 100 KiB");
+    eprintln!("after {} events acked: {refusal:?}", acked.len());
+    assert_eq!(
+        refusal.code(),
+        ringfeed_proto::tonic::Code::ResourceExhausted,
+        "{refusal:?}"
+    );
+    for part in [
+        "disk is full",
+        "No space left on device",
+        "shard-000/next.seg.tmp",
+    ] {
+        assert!(refusal.message().contains(part), "{part:?} in {refusal:?}");
+    }
+    assert!(!acked.is_empty());
+    let status = client
+        .status(ringfeed_proto::v1::StatusRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(status.shards[0].latched.is_empty(), "{status:?}");
+    assert!(
+        status.shards[0].disk_full.contains("No space left"),
+        "{status:?}"
+    );
+    let text = run_bounded(
+        ringfeed(&["status", "--server", &server.addr]),
+        None,
+        Duration::from_secs(30),
+    );
+    assert!(
+        text.stdout
+            .contains("shard 0 refuses appends: the disk is full"),
+        "{text}"
+    );
+    assert_eq!(committed(&mut client).await, acked.len() as u64);
+
+    std::fs::remove_file(&filler).unwrap();
+    let mut taken = false;
+    for _ in 0..100 {
+        let status = client
+            .status(ringfeed_proto::v1::StatusRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        if status.shards[0].disk_full.is_empty() {
+            taken = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        taken,
+        "the shard still refuses appends 10 s after space was freed"
+    );
+    for n in 1_000..1_030 {
+        client
+            .append(request(batch(n * 100), true))
+            .await
+            .expect("appends are taken again once space is freed");
+        acked.extend((n * 100..n * 100 + 100).map(|i| format!("f{i:06}")));
+    }
+
+    // Exactly what was acknowledged, in order, read back through a subscriber.
+    let mut stream = client
+        .subscribe(ringfeed_proto::v1::SubscribeRequest {
+            start: Some(ringfeed_proto::v1::subscribe_request::Start::Beginning(
+                true,
+            )),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut cursor = Vec::new();
+    let got = common::read_events(&mut stream, acked.len(), &mut cursor).await;
+    let names: Vec<String> = got
+        .into_iter()
+        .map(|(_, _, _, e)| e.new_entry.unwrap().name)
+        .collect();
+    assert_eq!(names, acked);
+    drop(stream);
+    server.stop();
+}

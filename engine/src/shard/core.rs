@@ -651,7 +651,6 @@ impl<R> ShardCore<R> {
             (Some(cause), false) => {
                 tracing::error!(
                     shard = shared.id,
-                    %cause,
                     "shard {} refuses appends: the disk is full ({cause}); free space on it, \
                      and appends are taken again within a second once the next segment fits",
                     shared.id

@@ -765,9 +765,9 @@ async fn ticker(driver: Rc<Driver>) {
             claim_due,
             space_retry,
         ]
-            .into_iter()
-            .flatten()
-            .min();
+        .into_iter()
+        .flatten()
+        .min();
         if deadline.is_none_or(|at| at > now) {
             let woken = futures_lite::future::or(local, remote);
             match deadline {
