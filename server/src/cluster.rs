@@ -50,7 +50,7 @@ use ringfeed_proto::tonic::Status;
 use ringfeed_proto::{v1, RawEventBatch, RawEventMessage, RawItem, RawSubscribeResponse};
 use tokio::sync::{mpsc, watch, Notify};
 
-use crate::client::{Backoff, Follower};
+use crate::client::{Backoff, FollowError, Follower};
 use crate::membership::{KnownPeer, Membership};
 use crate::peer_feed::{Gone, PeerFeed, PeerItem, Stepper, READ_AT_ONCE};
 use crate::registry::Registered;
@@ -103,7 +103,7 @@ struct FromPeer {
     /// Which of the node's followers sent it (items of one it left are
     /// dropped).
     follower: u64,
-    item: Result<PeerItem, String>,
+    item: Result<PeerItem, FollowError>,
 }
 
 /// A node of the stream: its id, where its shards' sources start in the
@@ -260,7 +260,7 @@ async fn follow_peer(follower: Follower, node: usize, id: u64, tx: mpsc::Sender<
             let item = FromPeer {
                 node,
                 follower: id,
-                item: Err(e.to_string()),
+                item: Err(e),
             };
             let _ = tx.send(item).await;
         }
@@ -575,9 +575,10 @@ impl ClusterStream {
         if *id != from.follower {
             return Ok(());
         }
-        let item = from
-            .item
-            .map_err(|why| Status::unavailable(format!("following a peer: {why}")))?;
+        let item = match from.item {
+            Ok(item) => item,
+            Err(e) => return Err(peer_failure(node.id, &node.address, e)),
+        };
         let look = match &item {
             PeerItem::Event { .. } => {
                 *unchecked += 1;
@@ -926,6 +927,36 @@ fn peer_follower(
         follower = follower.with_tls(tls.clone()).map_err(|e| refused(&e))?;
     }
     Ok(follower)
+}
+
+/// What a cluster stream's client is told when following a peer with the
+/// stream's own follower fails. A refusal of what the client asked for (its
+/// cursor's part for that node was made by another data dir, is below the
+/// node's retention or was truncated by a crash; a filter the node refuses)
+/// keeps its code, so the client does not retry what cannot succeed (as
+/// UNAVAILABLE, it was retried forever, and the peer's reason was lost);
+/// anything else is UNAVAILABLE, which a retry may cure.
+fn peer_failure(node: u32, address: &str, e: FollowError) -> Status {
+    use ringfeed_proto::tonic::Code;
+    match e {
+        FollowError::Refused(status)
+            if matches!(
+                status.code(),
+                Code::InvalidArgument | Code::OutOfRange | Code::FailedPrecondition
+            ) =>
+        {
+            Status::new(
+                status.code(),
+                format!("node {node} ({address}): {}", status.message()),
+            )
+        }
+        FollowError::Refused(status) => Status::unavailable(format!(
+            "following node {node} ({address}): it ended the stream with {:?}: {}",
+            status.code(),
+            status.message()
+        )),
+        e => Status::unavailable(format!("following node {node} ({address}): {e}")),
+    }
 }
 
 /// The ids of the nodes of `sources`, ascending, each once.

@@ -14,6 +14,7 @@ mod serve_binary;
 use std::time::Duration;
 
 use cluster_nodes::*;
+use ringfeed_proto::tonic;
 use ringfeed_proto::v1::{self, subscribe_request::Start};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -94,9 +95,89 @@ async fn new_events_at_offsets_a_crash_freed_are_delivered() {
     })
     .await
     .expect("an answer within 20 s");
+    // With the peer's code and reason: as UNAVAILABLE ("following a peer:
+    // the server ended the subscription") a client retried it forever.
+    let refused = refused.expect_err("the truncated cursor is refused");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
     assert!(
-        refused.is_err(),
-        "the truncated cursor was not refused: {refused:?}"
+        refused.message().starts_with("node 2 (")
+            && refused.message().contains("truncated by a crash"),
+        "{refused:?}"
     );
     drop(node2);
+}
+
+/// The next stream after a refusal, read until it ends: its status.
+async fn refusal(addr: &str, request: v1::SubscribeRequest) -> tonic::Status {
+    let mut stream = match client(addr).await.subscribe(request).await {
+        Ok(stream) => stream.into_inner(),
+        Err(status) => return status,
+    };
+    tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match stream.message().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("the stream ended without an error"),
+                Err(status) => return status,
+            }
+        }
+    })
+    .await
+    .expect("an answer within 20 s")
+}
+
+/// A cluster cursor whose part for node 2 was made by a data dir node 2 no
+/// longer has (wiped and made anew: another feed, whose offsets mean other
+/// events) is refused with INVALID_ARGUMENT naming the node, not resumed,
+/// and not retried forever as UNAVAILABLE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_cursor_part_of_another_data_dir_is_refused() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let ports = free_ports(2);
+    let dirs = data_dirs(2, "cluster-foreign-");
+    let _node1 = start_node(&ports, dirs[0].path(), 0, 1, &[]);
+    let node2 = start_node(&ports, dirs[1].path(), 1, 1, &[]);
+    for addr in &ports {
+        wait_all_up(addr).await;
+    }
+    append(&ports[0], 1, 0, 3, true).await;
+    append(&ports[1], 2, 0, 3, true).await;
+    let all = read_with_cursors(
+        &ports[0],
+        v1::SubscribeRequest {
+            start: Some(Start::Beginning(true)),
+            scope: v1::Scope::Cluster as i32,
+            ..Default::default()
+        },
+        6,
+    )
+    .await;
+    let cursor = all.last().expect("6 events").1.clone();
+
+    node2.stop();
+    let wiped = dirs[1].path();
+    std::fs::remove_dir_all(wiped).unwrap();
+    let _node2 = start_node(&ports, wiped, 1, 1, &[]);
+    wait_all_up(&ports[0]).await;
+    append(&ports[1], 2, 100, 3, true).await;
+
+    let refused = refusal(
+        &ports[0],
+        v1::SubscribeRequest {
+            start: Some(Start::Cursor(cursor.into())),
+            scope: v1::Scope::Cluster as i32,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(
+        refused.message().starts_with("node 2 (")
+            && refused.message().contains("made by another data dir"),
+        "{refused:?}"
+    );
 }
