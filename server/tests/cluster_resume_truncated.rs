@@ -35,17 +35,7 @@ async fn new_events_at_offsets_a_crash_freed_are_delivered() {
     append(&ports[0], 1, 0, 5, true).await;
     append(&ports[1], 2, 0, 10, false).await;
     // The cursor after all 15 events covers node 2's 10 unflushed ones.
-    let all = read_with_cursors(
-        &ports[0],
-        v1::SubscribeRequest {
-            start: Some(Start::Beginning(true)),
-            scope: v1::Scope::Cluster as i32,
-            ..Default::default()
-        },
-        15,
-    )
-    .await;
-    let cursor = all.last().expect("15 events").1.clone();
+    let cursor = cluster_cursor_after(&ports[0], 15).await;
 
     node2.kill();
     let node2 = start(1);
@@ -111,7 +101,18 @@ async fn new_events_at_offsets_a_crash_freed_are_delivered() {
     drop(node2);
 }
 
-/// The next stream after a refusal, read until it ends: its status.
+/// The cursor of a cluster read of `addr` from the beginning after `count` events.
+async fn cluster_cursor_after(addr: &str, count: usize) -> Vec<u8> {
+    let request = v1::SubscribeRequest {
+        start: Some(Start::Beginning(true)),
+        scope: v1::Scope::Cluster as i32,
+        ..Default::default()
+    };
+    let read = read_with_cursors(addr, request, count).await;
+    read.last().expect("events were read").1.clone()
+}
+
+/// The status a cluster read of `addr` with `request` ends with (it must end with one).
 async fn refusal(addr: &str, request: v1::SubscribeRequest) -> tonic::Status {
     let mut stream = match client(addr).await.subscribe(request).await {
         Ok(stream) => stream.into_inner(),
@@ -146,17 +147,7 @@ async fn a_cluster_cursor_part_of_another_data_dir_is_refused() {
     }
     append(&ports[0], 1, 0, 3, true).await;
     append(&ports[1], 2, 0, 3, true).await;
-    let all = read_with_cursors(
-        &ports[0],
-        v1::SubscribeRequest {
-            start: Some(Start::Beginning(true)),
-            scope: v1::Scope::Cluster as i32,
-            ..Default::default()
-        },
-        6,
-    )
-    .await;
-    let cursor = all.last().expect("6 events").1.clone();
+    let cursor = cluster_cursor_after(&ports[0], 6).await;
 
     node2.stop();
     let wiped = dirs[1].path();
