@@ -11,12 +11,10 @@
 //! Fields with presence (message fields, oneof members, `optional`) are left
 //! out when unset, as those printers do.
 
-use std::collections::HashMap;
-use std::sync::OnceLock;
-
-use prost::Message as _;
 use prost_types::field_descriptor_proto::{Label, Type};
-use prost_types::{DescriptorProto, EnumDescriptorProto, FieldDescriptorProto, FileDescriptorSet};
+use prost_types::FieldDescriptorProto;
+
+use crate::schema::{schema, Schema};
 use serde_json::{Map, Value};
 
 /// Serializes `message` (the generated type of the proto message `name`,
@@ -26,47 +24,6 @@ pub fn with_defaults<M: serde::Serialize>(message: &M, name: &str) -> serde_json
     let mut value = serde_json::to_value(message)?;
     fill(&mut value, name.trim_start_matches('.'));
     Ok(value)
-}
-
-/// The messages and enums of the schema, by full name without the leading dot.
-struct Schema {
-    messages: HashMap<String, DescriptorProto>,
-    enums: HashMap<String, EnumDescriptorProto>,
-}
-
-fn schema() -> &'static Schema {
-    static SCHEMA: OnceLock<Schema> = OnceLock::new();
-    SCHEMA.get_or_init(|| {
-        let set = FileDescriptorSet::decode(crate::FILE_DESCRIPTOR_SET)
-            .expect("the descriptor set protoc wrote at build time decodes");
-        let mut schema = Schema {
-            messages: HashMap::new(),
-            enums: HashMap::new(),
-        };
-        for file in set.file {
-            let package = file.package.unwrap_or_default();
-            for e in file.enum_type {
-                schema.enums.insert(format!("{package}.{}", e.name()), e);
-            }
-            for m in file.message_type {
-                schema.add(&package, m);
-            }
-        }
-        schema
-    })
-}
-
-impl Schema {
-    fn add(&mut self, scope: &str, message: DescriptorProto) {
-        let name = format!("{scope}.{}", message.name());
-        for e in &message.enum_type {
-            self.enums.insert(format!("{name}.{}", e.name()), e.clone());
-        }
-        for nested in message.nested_type.clone() {
-            self.add(&name, nested);
-        }
-        self.messages.insert(name, message);
-    }
 }
 
 /// Fills `value` (an object of message `name`) with the defaults it leaves out.

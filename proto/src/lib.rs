@@ -17,6 +17,8 @@ pub use tonic;
 
 pub mod json;
 pub mod raw;
+mod schema;
+pub mod strict;
 pub mod wire;
 
 /// Generated code for package `ringfeed.v1`.

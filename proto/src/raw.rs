@@ -216,12 +216,13 @@ impl Message for RawSubscribeResponse {
 /// transport as it is (through the patched tonic's `Encoder::frame`, see
 /// `server/vendor/PATCHES.md`): not copied into tonic's encode buffer, and
 /// what its bytes keep (a stream's response budget) lasts until hyper has
-/// written them.
-pub struct ServerCodec<T, U>(tonic::codec::ProstCodec<T, U>);
+/// written them. A request that does not decode is INVALID_ARGUMENT
+/// ([`ServerDecoder`]).
+pub struct ServerCodec<T, U>(std::marker::PhantomData<(T, U)>);
 
 impl<T, U> Default for ServerCodec<T, U> {
     fn default() -> Self {
-        ServerCodec(tonic::codec::ProstCodec::default())
+        ServerCodec(std::marker::PhantomData)
     }
 }
 
@@ -255,14 +256,33 @@ where
     type Encode = T;
     type Decode = U;
     type Encoder = ServerEncoder<T>;
-    type Decoder = <tonic::codec::ProstCodec<T, U> as tonic::codec::Codec>::Decoder;
+    type Decoder = ServerDecoder<U>;
 
     fn encoder(&mut self) -> Self::Encoder {
         ServerEncoder(std::marker::PhantomData)
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        self.0.decoder()
+        ServerDecoder(std::marker::PhantomData)
+    }
+}
+
+/// [`ServerCodec`]'s decoder: prost's, except that a request that is not a
+/// valid message is INVALID_ARGUMENT (the client sent it wrong), where tonic
+/// answers INTERNAL, which tells a client the server is broken.
+pub struct ServerDecoder<U>(std::marker::PhantomData<U>);
+
+impl<U: Message + Default> tonic::codec::Decoder for ServerDecoder<U> {
+    type Item = U;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        buf: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<U>, tonic::Status> {
+        U::decode(buf).map(Some).map_err(|e| {
+            tonic::Status::invalid_argument(format!("the request is not a valid message: {e}"))
+        })
     }
 }
 

@@ -18,7 +18,7 @@ use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::prost::Message;
 use ringfeed_proto::tonic::metadata::MetadataValue;
 use ringfeed_proto::tonic::{self, Request, Response, Status, Streaming};
-use ringfeed_proto::{v1, RawAppendRequest, RawSubscribeResponse, RingFeed};
+use ringfeed_proto::{strict, v1, RawAppendRequest, RawSubscribeResponse, RingFeed};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
@@ -351,8 +351,18 @@ fn decode_request(request: RawAppendRequest, grant: Option<&Grant>) -> Result<De
     Ok((durability, producer, events))
 }
 
-/// Decodes one stored-to-be event to validate it and read its header fields.
+/// Checks one stored-to-be event and reads its header fields. Its bytes are
+/// stored and sent to every subscriber as they are, so they must be an
+/// `Event` every conformant decoder reads alike ([`strict`]), not only one
+/// prost reads.
 fn new_event(index: usize, bytes: Bytes) -> Result<NewEvent, Status> {
+    strict::check(strict::EVENT, &bytes).map_err(|refusal| {
+        let at = match refusal.field.as_str() {
+            "" => String::new(),
+            field => format!(".{field}"),
+        };
+        Status::invalid_argument(format!("events[{index}]{at}: {}", refusal.reason))
+    })?;
     let event = v1::Event::decode(bytes.clone()).map_err(|e| {
         Status::invalid_argument(format!("events[{index}]: not a valid Event: {e}"))
     })?;

@@ -123,24 +123,7 @@ async fn invalid_requests_are_refused_whole_with_the_field_named() {
         durability: 0,
         ..Default::default()
     };
-    let channel =
-        ringfeed_proto::tonic::transport::Channel::from_shared(format!("http://{}", server.addr))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-    let mut grpc = ringfeed_proto::tonic::client::Grpc::new(channel);
-    grpc.ready().await.unwrap();
-    let codec = ringfeed_proto::tonic::codec::ProstCodec::<
-        ringfeed_proto::RawAppendRequest,
-        v1::AppendResponse,
-    >::default();
-    let err = grpc
-        .unary(
-            ringfeed_proto::tonic::Request::new(raw),
-            "/ringfeed.v1.RingFeed/Append".parse().unwrap(),
-            codec,
-        )
+    let err = append_raw(&server.addr.to_string(), raw.encode_to_vec())
         .await
         .expect_err("invalid UTF-8");
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
@@ -150,6 +133,32 @@ async fn invalid_requests_are_refused_whole_with_the_field_named() {
         0,
         "invalid UTF-8: nothing appended"
     );
+
+    // Issue 36's poison event: new_entry.extended (a map) sent with wire
+    // type 3 (a group, never closed). prost read it; Python's protobuf
+    // refused every response carrying it. And bytes that are no request.
+    let poison = "0a 18 0a 03 2f 66 7a 1a 11 0a 02 6f 6b 3b 0b 0a 06 75 73 65 72 2e 6b 12 01 76";
+    let poison: Vec<u8> = poison
+        .split(' ')
+        .map(|b| u8::from_str_radix(b, 16).unwrap())
+        .collect();
+    for (what, body, says) in [
+        (
+            "a group inside an event",
+            poison,
+            "events[0].new_entry.extended: wire type 3",
+        ),
+        (
+            "no message at all",
+            vec![0x0a, 0x7f, 0x00],
+            "the request is not a valid message",
+        ),
+    ] {
+        let err = append_raw(&server.addr.to_string(), body).await.expect_err(what);
+        assert_eq!(err.code(), Code::InvalidArgument, "{what}: {err:?}");
+        assert!(err.message().contains(says), "{what}: {}", err.message());
+    }
+    assert_eq!(committed(&mut client).await, 0, "nothing appended");
 
     // Subscriptions: malformed cursors, unknown ordering, bad filter paths.
     let bad_subscribe = [
@@ -281,4 +290,54 @@ async fn overload_latching_and_retention_map_to_their_codes() {
         err.message()
     );
     server.stop().await;
+}
+
+/// A request message's bytes, sent as they are.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Verbatim(Vec<u8>);
+
+impl Message for Verbatim {
+    fn encode_raw(&self, buf: &mut impl ringfeed_proto::bytes::BufMut) {
+        buf.put_slice(&self.0);
+    }
+
+    fn merge_field(
+        &mut self,
+        _: u32,
+        _: ringfeed_proto::prost::encoding::WireType,
+        _: &mut impl ringfeed_proto::bytes::Buf,
+        _: ringfeed_proto::prost::encoding::DecodeContext,
+    ) -> Result<(), ringfeed_proto::prost::DecodeError> {
+        unreachable!("only sent")
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+/// A unary Append whose request message is `body`, byte for byte.
+async fn append_raw(
+    addr: &str,
+    body: Vec<u8>,
+) -> Result<v1::AppendResponse, ringfeed_proto::tonic::Status> {
+    let channel = ringfeed_proto::tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = ringfeed_proto::tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let codec = ringfeed_proto::tonic::codec::ProstCodec::<Verbatim, v1::AppendResponse>::default();
+    grpc.unary(
+        ringfeed_proto::tonic::Request::new(Verbatim(body)),
+        "/ringfeed.v1.RingFeed/Append".parse().unwrap(),
+        codec,
+    )
+    .await
+    .map(ringfeed_proto::tonic::Response::into_inner)
 }

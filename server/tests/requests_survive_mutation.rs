@@ -10,10 +10,11 @@
 //! codec, the service's handlers, an engine on in-memory storage.
 //!
 //! No input panics, and every refusal is typed. Bytes that are not a request
-//! are refused by tonic before any handler runs, with INTERNAL as the gRPC
-//! spec requires for a message that cannot be parsed; everything after that
-//! is refused with one of the codes the handler maps its errors to (see
-//! `APPEND_CODES`, `SUBSCRIBE_CODES`), never INTERNAL or UNKNOWN.
+//! are refused before any handler runs, by tonic's framing or by the server
+//! codec's decoding (INVALID_ARGUMENT, where tonic's own codec says
+//! INTERNAL); everything after that is refused with one of the codes the
+//! handler maps its errors to (see `APPEND_CODES`, `SUBSCRIBE_CODES`), never
+//! INTERNAL or UNKNOWN.
 //! CI runs proptest's default cases; long mode: `PROPTEST_CASES=200000
 //! cargo test --release -p ringfeed-server --test requests_survive_mutation`.
 
@@ -65,14 +66,16 @@ const SUBSCRIBE_CODES: &[Code] = &[
     Code::AlreadyExists,
 ];
 
-/// Whether tonic refused the bytes before a handler ran: its framing and
-/// protobuf decoding (INTERNAL, per the gRPC spec) and its size limit.
+/// Whether the bytes were refused before a handler ran: tonic's framing
+/// and size limit, and the server codec's protobuf decoding (INVALID_ARGUMENT:
+/// the client sent them wrong; tonic's own codec said INTERNAL, which tells a
+/// client the server is broken).
 fn from_tonic_codec(status: &Status) -> bool {
     let m = status.message();
     match status.code() {
+        Code::InvalidArgument => m.starts_with("the request is not a valid message: "),
         Code::Internal => {
-            m.starts_with("failed to decode Protobuf message")
-                || m.starts_with("protocol error: received message with")
+            m.starts_with("protocol error: received message with")
                 || m == "Unexpected EOF decoding stream."
                 || m == "Missing request message."
         }

@@ -1,0 +1,412 @@
+//! Strict wire checks: whether bytes are a message that every conformant
+//! proto3 decoder reads the same way.
+//!
+//! ringfeed stores each event as its producer encoded it and sends those
+//! bytes to every subscriber, so one producer's malformed event would reach
+//! every reader. Decoders differ on malformed input: prost read a map field
+//! sent with wire type 3 (start group) and never closed as the map, while
+//! Python's protobuf refused the whole response carrying it ("Wire format
+//! was corrupt"), so a Python subscriber failed at that event on every
+//! reconnect, forever. What is checked here is what decoders may read
+//! differently:
+//!
+//! - every field key is a varint of at most 10 bytes naming a field number
+//!   in 1..=2^29-1 and one of the wire types 0, 1, 2, 5: groups (3, 4),
+//!   deprecated and absent from proto3, are refused anywhere, unknown fields
+//!   included, as are the undefined wire types 6 and 7;
+//! - every value is whole: a varint of at most 10 bytes whose 10th byte is 0
+//!   or 1 (no more than 64 bits), fixed values and lengths within the bytes;
+//! - a field the schema knows has its type's wire type (a repeated scalar
+//!   may also be packed, and then holds whole values only), its strings are
+//!   UTF-8, and its messages (map entries too) pass the same checks, at most
+//!   [`MAX_DEPTH`] deep.
+//!
+//! Unknown fields that are well formed pass: every decoder skips them alike,
+//! and a producer on a newer schema keeps them. What decoders agree on by
+//! the specification (the last of a repeated scalar wins, a repeated message
+//! merges, an int32 keeps its low 32 bits, any nonzero bool is true, an
+//! unknown enum value stays a number) is not refused.
+//!
+//! The rules come from the schema itself ([`crate::FILE_DESCRIPTOR_SET`]),
+//! so a field added to `ringfeed.proto` is checked without a change here.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::OnceLock;
+
+use prost_types::field_descriptor_proto::{Label, Type};
+use prost_types::DescriptorProto;
+
+use crate::schema::schema;
+
+/// The stored message: `ringfeed.v1.Event`.
+pub const EVENT: &str = "ringfeed.v1.Event";
+
+/// Deepest nesting of messages checked (prost's and protobuf's own default
+/// recursion limit).
+pub const MAX_DEPTH: usize = 100;
+
+/// Why bytes were refused: the field (a dotted path of field names from the
+/// checked message, `#N` for a field the schema does not know; empty for the
+/// message itself) and what is wrong there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub field: String,
+    pub reason: String,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "{}", self.reason)
+        } else {
+            write!(f, "{}: {}", self.field, self.reason)
+        }
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+/// Checks that `bytes` are a `message` (full name, e.g.
+/// `"ringfeed.v1.Event"`) every conformant proto3 decoder reads alike.
+///
+/// # Panics
+/// If `message` is not a message of the schema (a caller's mistake).
+pub fn check(message: &str, bytes: &[u8]) -> Result<(), Refusal> {
+    let rules = rules();
+    let index = *rules
+        .by_name
+        .get(message.trim_start_matches('.'))
+        .unwrap_or_else(|| panic!("{message} is not a message of ringfeed.proto"));
+    let mut path = Vec::new();
+    walk(rules, index, bytes, &mut path, 1).map_err(|reason| Refusal {
+        field: path.join("."),
+        reason,
+    })
+}
+
+/// The wire types of proto3.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wire {
+    Varint = 0,
+    Fixed64 = 1,
+    Len = 2,
+    Fixed32 = 5,
+}
+
+impl Wire {
+    fn name(self) -> &'static str {
+        match self {
+            Wire::Varint => "varint (0)",
+            Wire::Fixed64 => "64-bit (1)",
+            Wire::Len => "length-delimited (2)",
+            Wire::Fixed32 => "32-bit (5)",
+        }
+    }
+}
+
+/// What a known field holds.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    /// A number: its wire type.
+    Scalar(Wire),
+    String,
+    Bytes,
+    /// A message (or map entry): its index in [`Rules::messages`].
+    Message(usize),
+}
+
+#[derive(Clone, Debug)]
+struct Field {
+    name: String,
+    kind: Kind,
+    repeated: bool,
+}
+
+/// The known fields of every message, compiled from the schema once.
+struct Rules {
+    /// Per message, its fields by number (`None` where it has none).
+    messages: Vec<Vec<Option<Field>>>,
+    by_name: HashMap<String, usize>,
+}
+
+fn rules() -> &'static Rules {
+    static RULES: OnceLock<Rules> = OnceLock::new();
+    RULES.get_or_init(|| {
+        let schema = schema();
+        let mut names: Vec<&String> = schema.messages.keys().collect();
+        names.sort();
+        let by_name: HashMap<String, usize> = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| ((*name).clone(), i))
+            .collect();
+        let messages = names
+            .iter()
+            .map(|name| compile(&schema.messages[*name], &by_name))
+            .collect();
+        Rules { messages, by_name }
+    })
+}
+
+fn compile(message: &DescriptorProto, by_name: &HashMap<String, usize>) -> Vec<Option<Field>> {
+    let mut fields: Vec<Option<Field>> = Vec::new();
+    for f in &message.field {
+        let number = f.number() as usize;
+        let kind =
+            match f.r#type() {
+                Type::Double | Type::Fixed64 | Type::Sfixed64 => Kind::Scalar(Wire::Fixed64),
+                Type::Float | Type::Fixed32 | Type::Sfixed32 => Kind::Scalar(Wire::Fixed32),
+                Type::Int64
+                | Type::Uint64
+                | Type::Int32
+                | Type::Bool
+                | Type::Uint32
+                | Type::Enum
+                | Type::Sint32
+                | Type::Sint64 => Kind::Scalar(Wire::Varint),
+                Type::String => Kind::String,
+                Type::Bytes => Kind::Bytes,
+                Type::Message => {
+                    let name = f.type_name().trim_start_matches('.');
+                    Kind::Message(*by_name.get(name).unwrap_or_else(|| {
+                        panic!("{}: message {name} is not in the schema", f.name())
+                    }))
+                }
+                Type::Group => panic!("{}: groups are not proto3", f.name()),
+            };
+        if fields.len() <= number {
+            fields.resize(number + 1, None);
+        }
+        fields[number] = Some(Field {
+            name: f.name().to_owned(),
+            kind,
+            repeated: f.label() == Label::Repeated,
+        });
+    }
+    fields
+}
+
+/// Checks the fields of message `index` in `bytes`; on a refusal, `path`
+/// holds the field it is in.
+fn walk(
+    rules: &Rules,
+    index: usize,
+    mut bytes: &[u8],
+    path: &mut Vec<String>,
+    depth: usize,
+) -> Result<(), String> {
+    if depth > MAX_DEPTH {
+        return Err(format!("messages nested more than {MAX_DEPTH} deep"));
+    }
+    let fields = &rules.messages[index];
+    while !bytes.is_empty() {
+        let key = varint(&mut bytes).map_err(|e| format!("a field key {e}"))?;
+        let number = key >> 3;
+        if number == 0 || number > (1 << 29) - 1 {
+            return Err(format!("field number {number} is outside 1..=536870911"));
+        }
+        let field = fields.get(number as usize).and_then(Option::as_ref);
+        path.push(field.map_or_else(|| format!("#{number}"), |f| f.name.clone()));
+        let wire = match key & 7 {
+            0 => Wire::Varint,
+            1 => Wire::Fixed64,
+            2 => Wire::Len,
+            5 => Wire::Fixed32,
+            3 | 4 => {
+                return Err(format!(
+                    "wire type {} (a group) is refused: groups are not proto3, and decoders \
+                     read them differently",
+                    key & 7
+                ))
+            }
+            other => return Err(format!("wire type {other} does not exist")),
+        };
+        let value = match wire {
+            Wire::Varint => {
+                varint(&mut bytes)?;
+                &[][..]
+            }
+            Wire::Fixed64 => take(&mut bytes, 8)?,
+            Wire::Fixed32 => take(&mut bytes, 4)?,
+            Wire::Len => {
+                let len = varint(&mut bytes).map_err(|e| format!("a length {e}"))?;
+                let len = usize::try_from(len).map_err(|_| "a length past the end".to_owned())?;
+                take(&mut bytes, len)?
+            }
+        };
+        if let Some(field) = field {
+            known(rules, field, wire, value, path, depth)?;
+        }
+        path.pop();
+    }
+    Ok(())
+}
+
+/// Checks one value of a known field: its wire type, and what it holds.
+fn known(
+    rules: &Rules,
+    field: &Field,
+    wire: Wire,
+    value: &[u8],
+    path: &mut Vec<String>,
+    depth: usize,
+) -> Result<(), String> {
+    let expected = match field.kind {
+        Kind::Scalar(w) => w,
+        Kind::String | Kind::Bytes | Kind::Message(_) => Wire::Len,
+    };
+    match (field.kind, wire) {
+        (Kind::Scalar(_), w) if w == expected => Ok(()),
+        // A repeated number may be packed: whole values back to back.
+        (Kind::Scalar(w), Wire::Len) if field.repeated => {
+            let mut packed = value;
+            while !packed.is_empty() {
+                match w {
+                    Wire::Varint => varint(&mut packed).map(drop)?,
+                    Wire::Fixed64 => take(&mut packed, 8).map(drop)?,
+                    Wire::Fixed32 => take(&mut packed, 4).map(drop)?,
+                    Wire::Len => unreachable!("a scalar is never length-delimited"),
+                }
+            }
+            Ok(())
+        }
+        (Kind::String, Wire::Len) => std::str::from_utf8(value)
+            .map(drop)
+            .map_err(|e| format!("not UTF-8 ({e})")),
+        (Kind::Bytes, Wire::Len) => Ok(()),
+        (Kind::Message(index), Wire::Len) => walk(rules, index, value, path, depth + 1),
+        _ => Err(format!(
+            "wire type {} where its type needs {}",
+            wire.name(),
+            expected.name()
+        )),
+    }
+}
+
+/// Reads a varint of at most 64 bits.
+fn varint(bytes: &mut &[u8]) -> Result<u64, String> {
+    let mut value = 0u64;
+    for i in 0..10 {
+        let Some(&b) = bytes.get(i) else {
+            return Err("is cut off (a varint runs past the end)".into());
+        };
+        if i == 9 && b > 1 {
+            return Err("is a varint of more than 64 bits".into());
+        }
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            *bytes = &bytes[i + 1..];
+            return Ok(value);
+        }
+    }
+    Err("is a varint longer than 10 bytes".into())
+}
+
+fn take<'a>(bytes: &mut &'a [u8], len: usize) -> Result<&'a [u8], String> {
+    if bytes.len() < len {
+        return Err(format!(
+            "{len} bytes are announced but only {} are left",
+            bytes.len()
+        ));
+    }
+    let (value, rest) = bytes.split_at(len);
+    *bytes = rest;
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::v1;
+    use prost::Message as _;
+
+    fn hex(text: &str) -> Vec<u8> {
+        text.split_whitespace()
+            .map(|b| u8::from_str_radix(b, 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_valid_event_passes_with_its_unknown_fields() {
+        let event = v1::Event {
+            directory: "/d".into(),
+            new_entry: Some(v1::Entry {
+                name: "f".into(),
+                size: 7,
+                extended: [("user.k".to_owned(), b"v".to_vec().into())].into(),
+                ..Default::default()
+            }),
+            signatures: vec![1, -2, 300],
+            ..Default::default()
+        };
+        let mut bytes = event.encode_to_vec();
+        check(EVENT, &bytes).unwrap();
+        // Unknown fields of every valid wire type.
+        bytes.extend(hex(
+            "b0 06 05  b9 06 01 02 03 04 05 06 07 08  c2 06 02 61 62  cd 06 01 02 03 04",
+        ));
+        check(EVENT, &bytes).unwrap();
+        // Signatures unpacked (each its own varint) are valid too.
+        check(EVENT, &hex("28 01 28 02")).unwrap();
+    }
+
+    #[test]
+    fn the_poison_event_of_issue_36_is_refused() {
+        // new_entry.extended (7, a map) sent as wire type 3 and never closed.
+        let request =
+            hex("0a 18 0a 03 2f 66 7a 1a 11 0a 02 6f 6b 3b 0b 0a 06 75 73 65 72 2e 6b 12 01 76");
+        let event = &request[2..];
+        let refusal = check(EVENT, event).unwrap_err();
+        assert_eq!(refusal.field, "new_entry.extended");
+        assert!(refusal.reason.contains("wire type 3"), "{refusal}");
+        // prost reads it anyway: what the check is for.
+        assert!(v1::Event::decode(event).is_ok());
+    }
+
+    #[test]
+    fn malformed_bytes_are_refused_naming_the_field() {
+        for (bytes, field, reason) in [
+            ("0b", "directory", "wire type 3"),
+            ("0a 02 ff fe", "directory", "not UTF-8"),
+            ("0a 05 61", "directory", "5 bytes are announced"),
+            (
+                "08 01",
+                "directory",
+                "wire type varint (0) where its type needs length-delimited",
+            ),
+            ("1a 01 10", "new_entry.is_directory", "cut off"),
+            ("1a 03 18 80 80", "new_entry.size", "cut off"),
+            (
+                "28 ff ff ff ff ff ff ff ff ff 02",
+                "signatures",
+                "more than 64 bits",
+            ),
+            ("2a 02 01 80", "signatures", "cut off"),
+            ("2d 00 00 00 00", "signatures", "wire type 32-bit (5)"),
+            ("07", "", "field number 0"),
+            ("f9 07 00", "#127", "8 bytes are announced"),
+            ("1a 04 3a 02 0c 00", "new_entry.extended.key", "wire type 4"),
+            ("1e", "new_entry", "wire type 6 does not exist"),
+            ("fa ff ff ff ff 0f", "", "field number"),
+        ] {
+            let refused = check(EVENT, &hex(bytes));
+            let Err(refusal) = refused else {
+                panic!("{bytes}: accepted");
+            };
+            assert_eq!(refusal.field, field, "{bytes}: {refusal}");
+            assert!(refusal.reason.contains(reason), "{bytes}: {refusal}");
+        }
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        // Unknown fields are not walked into, so no message of the schema
+        // nests deeper than it declares: the bound is checked on a walk.
+        let rules = rules();
+        let entry = rules.by_name["ringfeed.v1.Entry"];
+        let mut path = Vec::new();
+        assert!(walk(rules, entry, &[], &mut path, MAX_DEPTH + 1).is_err());
+        assert!(walk(rules, entry, &[], &mut path, MAX_DEPTH).is_ok());
+    }
+}
