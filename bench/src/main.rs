@@ -20,6 +20,7 @@ mod ceiling;
 mod cli;
 mod cluster;
 mod delivery;
+mod event_check;
 mod flood;
 mod grpc;
 mod hyper_glommio;
@@ -273,6 +274,16 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         reps: usize,
     },
+    /// What checking an appended event costs: prost's decode alone (before),
+    /// the strict wire check and the decode (what the server does), and the
+    /// decode with a canonical re-encode (the alternative), over the same
+    /// events, in turn per round; median ns per event and ratios.
+    EventCheck {
+        #[arg(long, default_value_t = 100_000)]
+        events: usize,
+        #[arg(long, default_value_t = 15)]
+        rounds: usize,
+    },
     #[command(flatten)]
     Scenario(cli::ScenarioCmd),
     /// The machine's limits in the same run: O_DIRECT write and read
@@ -502,6 +513,12 @@ fn main() -> Result<()> {
                 producers,
                 reps,
             })
+        }
+        Command::EventCheck { events, rounds } => {
+            if events == 0 || rounds == 0 {
+                bail!("events and rounds must be positive");
+            }
+            event_check::event_check(&event_check::Args { events, rounds })
         }
         Command::SinceLookup {
             segments,

@@ -78,9 +78,30 @@ pub fn check(message: &str, bytes: &[u8]) -> Result<(), Refusal> {
         .by_name
         .get(message.trim_start_matches('.'))
         .unwrap_or_else(|| panic!("{message} is not a message of ringfeed.proto"));
+    check_at(rules, index, bytes)
+}
+
+/// [`check`] of a [`EVENT`], without looking its name up.
+pub fn check_event(bytes: &[u8]) -> Result<(), Refusal> {
+    static INDEX: OnceLock<usize> = OnceLock::new();
+    let rules = rules();
+    let index = *INDEX.get_or_init(|| rules.by_name[EVENT]);
+    check_at(rules, index, bytes)
+}
+
+fn check_at(rules: &Rules, index: usize, bytes: &[u8]) -> Result<(), Refusal> {
+    // The path is kept as (message, field number) and named only for a
+    // refusal: naming each field as it was walked cost more than the walk.
     let mut path = Vec::new();
     walk(rules, index, bytes, &mut path, 1).map_err(|reason| Refusal {
-        field: path.join("."),
+        field: path
+            .iter()
+            .map(|&(message, number)| match rules.field(message, number) {
+                Some(field) => field.name.clone(),
+                None => format!("#{number}"),
+            })
+            .collect::<Vec<_>>()
+            .join("."),
         reason,
     })
 }
@@ -128,6 +149,13 @@ struct Rules {
     /// Per message, its fields by number (`None` where it has none).
     messages: Vec<Vec<Option<Field>>>,
     by_name: HashMap<String, usize>,
+}
+
+impl Rules {
+    fn field(&self, message: usize, number: u64) -> Option<&Field> {
+        let number = usize::try_from(number).ok()?;
+        self.messages[message].get(number)?.as_ref()
+    }
 }
 
 fn rules() -> &'static Rules {
@@ -193,21 +221,20 @@ fn walk(
     rules: &Rules,
     index: usize,
     mut bytes: &[u8],
-    path: &mut Vec<String>,
+    path: &mut Vec<(usize, u64)>,
     depth: usize,
 ) -> Result<(), String> {
     if depth > MAX_DEPTH {
         return Err(format!("messages nested more than {MAX_DEPTH} deep"));
     }
-    let fields = &rules.messages[index];
     while !bytes.is_empty() {
         let key = varint(&mut bytes).map_err(|e| format!("a field key {e}"))?;
         let number = key >> 3;
         if number == 0 || number > (1 << 29) - 1 {
             return Err(format!("field number {number} is outside 1..=536870911"));
         }
-        let field = fields.get(number as usize).and_then(Option::as_ref);
-        path.push(field.map_or_else(|| format!("#{number}"), |f| f.name.clone()));
+        let field = rules.field(index, number);
+        path.push((index, number));
         let wire = match key & 7 {
             0 => Wire::Varint,
             1 => Wire::Fixed64,
@@ -249,7 +276,7 @@ fn known(
     field: &Field,
     wire: Wire,
     value: &[u8],
-    path: &mut Vec<String>,
+    path: &mut Vec<(usize, u64)>,
     depth: usize,
 ) -> Result<(), String> {
     let expected = match field.kind {

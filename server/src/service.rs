@@ -356,7 +356,7 @@ fn decode_request(request: RawAppendRequest, grant: Option<&Grant>) -> Result<De
 /// `Event` every conformant decoder reads alike ([`strict`]), not only one
 /// prost reads.
 fn new_event(index: usize, bytes: Bytes) -> Result<NewEvent, Status> {
-    strict::check(strict::EVENT, &bytes).map_err(|refusal| {
+    strict::check_event(&bytes).map_err(|refusal| {
         let at = match refusal.field.as_str() {
             "" => String::new(),
             field => format!(".{field}"),

@@ -154,7 +154,9 @@ async fn invalid_requests_are_refused_whole_with_the_field_named() {
             "the request is not a valid message",
         ),
     ] {
-        let err = append_raw(&server.addr.to_string(), body).await.expect_err(what);
+        let err = append_raw(&server.addr.to_string(), body)
+            .await
+            .expect_err(what);
         assert_eq!(err.code(), Code::InvalidArgument, "{what}: {err:?}");
         assert!(err.message().contains(says), "{what}: {}", err.message());
     }
