@@ -13,7 +13,7 @@ mod serve_binary;
 use std::time::{Duration, Instant};
 
 use cluster_nodes::*;
-use common::{assert_given_back, final_status, until_stuck};
+use common::{assert_given_back, events_sent, final_status, until_stuck};
 use ringfeed_proto::tonic::transport::Endpoint;
 use ringfeed_proto::v1::subscribe_request::Start;
 use ringfeed_proto::{v1, RingFeedClient};
@@ -73,7 +73,7 @@ async fn a_stalled_cluster_subscriber_gives_its_budget_back() {
     let config = config_file(
         dir.path(),
         "response_budget_bytes = 32768\nsubscriber_send_buffer_bytes = 8192\n\
-         stall_timeout_secs = 3\n",
+         stall_timeout_secs = 3\nsubscriber_queue = 64\n",
     );
     let data = dir.path().join("data");
     // A cluster of one (a cluster stream needs a node id, not peers), with
@@ -85,7 +85,14 @@ async fn a_stalled_cluster_subscriber_gives_its_budget_back() {
     append(&server.addr, 1, 0, EVENTS, true).await;
     // A client that never reads, with an 8 KiB stream window: its transport
     // fills at once, then its queue (an event a response), then its merge
-    // up to the budget.
+    // up to the budget. The queue has room for more responses than the
+    // budget covers (64 of at least 1 KiB each against 32 KiB), so the
+    // stream stops only once it holds the whole budget. (With the default
+    // queue of 8 it stopped when its queue was full, holding what the
+    // timing left it: the budget of frames its transport wrote after its
+    // last pull came back and stayed free, and in one run in four or five
+    // it held no more than half, the most one response asks for, so the
+    // reader below went on while it was stalled.)
     let subscribed = Instant::now();
     let channel = Endpoint::from_shared(format!("http://{}", server.addr))
         .unwrap()
@@ -103,7 +110,8 @@ async fn a_stalled_cluster_subscriber_gives_its_budget_back() {
         .await
         .unwrap()
         .into_inner();
-    until_stuck(&server.addr, |s| s.client_name == "stalled").await;
+    let stuck_at = until_stuck(&server.addr, |s| s.client_name == "stalled").await;
+    let stuck_after = subscribed.elapsed();
     // A node-scope reader of everything: each response waits for budget.
     let reader = tokio::spawn({
         let addr = server.addr.clone();
@@ -134,7 +142,10 @@ async fn a_stalled_cluster_subscriber_gives_its_budget_back() {
     if subscribed.elapsed() < stall_timeout {
         assert!(
             !reader.is_finished(),
-            "the reader finished while the stalled cluster client held the budget"
+            "the reader finished while the stalled cluster client held the budget \
+             (stuck after {stuck_after:?} at {stuck_at} events sent; {:?} now, {:?} sent)",
+            subscribed.elapsed(),
+            events_sent(&server.addr, |s| s.client_name == "stalled").await
         );
     } else {
         eprintln!("too slow to check that the reader waited for the budget");

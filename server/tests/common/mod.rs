@@ -236,3 +236,53 @@ pub async fn until_stuck(addr: &str, which: impl Fn(&v1::SubscriberInfo) -> bool
         last = now;
     }
 }
+
+/// A request message's bytes, sent as they are.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Verbatim(Vec<u8>);
+
+impl ringfeed_proto::prost::Message for Verbatim {
+    fn encode_raw(&self, buf: &mut impl ringfeed_proto::bytes::BufMut) {
+        buf.put_slice(&self.0);
+    }
+
+    fn merge_field(
+        &mut self,
+        _: u32,
+        _: ringfeed_proto::prost::encoding::WireType,
+        _: &mut impl ringfeed_proto::bytes::Buf,
+        _: ringfeed_proto::prost::encoding::DecodeContext,
+    ) -> Result<(), ringfeed_proto::prost::DecodeError> {
+        unreachable!("only sent")
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+/// A unary Append whose request message is `body`, byte for byte.
+pub async fn append_raw(
+    addr: &str,
+    body: Vec<u8>,
+) -> Result<v1::AppendResponse, ringfeed_proto::tonic::Status> {
+    let channel = ringfeed_proto::tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = ringfeed_proto::tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let codec = ringfeed_proto::tonic::codec::ProstCodec::<Verbatim, v1::AppendResponse>::default();
+    grpc.unary(
+        ringfeed_proto::tonic::Request::new(Verbatim(body)),
+        "/ringfeed.v1.RingFeed/Append".parse().unwrap(),
+        codec,
+    )
+    .await
+    .map(ringfeed_proto::tonic::Response::into_inner)
+}
