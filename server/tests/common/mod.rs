@@ -270,11 +270,19 @@ pub async fn append_raw(
     addr: &str,
     body: Vec<u8>,
 ) -> Result<v1::AppendResponse, ringfeed_proto::tonic::Status> {
-    let channel = ringfeed_proto::tonic::transport::Channel::from_shared(format!("http://{addr}"))
+    let channel = Channel::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
         .await
         .unwrap();
+    append_raw_on(channel, body).await
+}
+
+/// [`append_raw`] on a channel already connected.
+pub async fn append_raw_on(
+    channel: Channel,
+    body: Vec<u8>,
+) -> Result<v1::AppendResponse, ringfeed_proto::tonic::Status> {
     let mut grpc = ringfeed_proto::tonic::client::Grpc::new(channel);
     grpc.ready().await.unwrap();
     let codec = ringfeed_proto::tonic::codec::ProstCodec::<Verbatim, v1::AppendResponse>::default();
