@@ -98,6 +98,13 @@ pub struct FileConfig {
     /// Bytes of append requests all clients together may have in flight in
     /// the server; past it, HTTP/2 flow control holds producers back.
     pub append_budget_bytes: Option<usize>,
+    /// Connections to the gRPC port open at once; at the cap the oldest that
+    /// has not completed its handshake is closed to make room, else the new
+    /// one is refused. Default 10,000, or the open files limit less 256.
+    pub max_connections: Option<usize>,
+    /// Milliseconds a new connection has to send its HTTP/2 preface (or TLS
+    /// handshake) before it is closed. Default 5000.
+    pub handshake_timeout_ms: Option<u64>,
 }
 
 /// Everything `serve` runs with, after file and flags are combined.
@@ -112,6 +119,8 @@ pub struct ServerConfig {
     pub subscribers: SubscriberLimits,
     /// See [`FileConfig::append_budget_bytes`].
     pub append_budget_bytes: usize,
+    /// See [`FileConfig::max_connections`] and [`FileConfig::handshake_timeout_ms`].
+    pub connections: crate::connections::Limits,
     /// See [`FileConfig::peers`] and [`FileConfig::etcd`].
     pub members: Members,
     pub advertise: Option<String>,
@@ -258,6 +267,18 @@ impl FileConfig {
                 self.append_budget_bytes,
                 DEFAULT_APPEND_BUDGET,
             )?,
+            connections: crate::connections::Limits {
+                max_connections: at_least_one(
+                    "max_connections",
+                    self.max_connections,
+                    crate::connections::Limits::default_max_connections(),
+                )?,
+                handshake: match self.handshake_timeout_ms {
+                    Some(0) => bail!("handshake_timeout_ms: must be at least 1"),
+                    Some(ms) => Duration::from_millis(ms),
+                    None => crate::connections::Limits::DEFAULT_HANDSHAKE,
+                },
+            },
             members,
             advertise: self.advertise,
             cluster: crate::membership::ClusterOptions {

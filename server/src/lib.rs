@@ -12,6 +12,7 @@ mod cluster;
 /// The client library (its own crate, `ringfeed-client`, which does not build the engine).
 pub use ringfeed_client as client;
 pub mod config;
+pub mod connections;
 pub mod http;
 pub mod membership;
 pub mod metrics;
@@ -49,16 +50,15 @@ pub fn transport(limits: &sender::SubscriberLimits) -> ringfeed_proto::tonic::tr
         .http2_max_send_buf_size(Some(limits.send_buffer_bytes))
 }
 
-/// Accepted connections of `listener` with Nagle's algorithm off: small
-/// responses (acks, live events) would otherwise wait for the peer's delayed
-/// ACK, about 40 ms on Linux (measured: batch-64 append acks at p50 44 ms).
+/// Accepted connections of `listener` as `serve` takes them
+/// ([`connections::incoming`]), with the default limits and metrics of
+/// their own: for tests and benchmarks that serve through the same path.
 pub fn incoming(
     listener: tokio::net::TcpListener,
-) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    use tokio_stream::StreamExt;
-    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
-        let conn = conn?;
-        conn.set_nodelay(true)?;
-        Ok(conn)
-    })
+) -> impl tokio_stream::Stream<Item = std::io::Result<connections::Guarded>> {
+    let metrics = std::sync::Arc::new(metrics::ServerMetrics::default());
+    connections::incoming(
+        listener,
+        connections::Gate::new(connections::Limits::default(), metrics),
+    )
 }

@@ -388,7 +388,7 @@ async fn bind(config: &ServerConfig, clustered: bool) -> Result<Bound> {
         );
     }
     let tls = config.tls.as_ref().map(|t| t.config()).transpose()?;
-    let listener = tokio::net::TcpListener::bind(&config.listen)
+    let listener = ringfeed_server::connections::bind(&config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let addr = listener.local_addr()?;
@@ -515,6 +515,7 @@ fn serve(config: ServerConfig) -> Result<()> {
         .with_membership(membership)
         .with_auth(auth.clone());
         let service = service.with_data_dir(data_dir.display().to_string());
+        let service_metrics = service.metrics().clone();
         let board = service.board().clone();
         tokio::spawn(board.clone().sample_every_second(stop_rx.clone()));
         let access = ringfeed_server::http::Access {
@@ -581,6 +582,10 @@ fn serve(config: ServerConfig) -> Result<()> {
             tracing::info!("stopping: no new connections; ending streams, then flush and sync");
             let _ = stop_tx.send(true);
         };
+        let gate = ringfeed_server::connections::Gate::new(
+            config.connections,
+            service_metrics.clone(),
+        );
         let mut transport = ringfeed_server::transport(&config.subscribers);
         if let Some(tls) = tls {
             transport = transport.tls_config(tls).context("TLS")?;
@@ -590,7 +595,10 @@ fn serve(config: ServerConfig) -> Result<()> {
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
             .add_service(ringfeed)
-            .serve_with_incoming_shutdown(ringfeed_server::incoming(listener), signal);
+            .serve_with_incoming_shutdown(
+                ringfeed_server::connections::incoming(listener, gate),
+                signal,
+            );
         let node = match engine_node {
             Some(id) => format!(" as node {id}"),
             None => String::new(),

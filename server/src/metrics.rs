@@ -56,6 +56,13 @@ pub struct ServerMetrics {
     /// How far behind the newest event a subscriber was when a response went
     /// out: wall clock minus the subscription's merged watermark.
     lag_at_send: Histogram,
+    /// Connections to the gRPC port open now (`crate::connections`), those
+    /// closed before they completed their HTTP/2 handshake (silent past the
+    /// handshake timeout, or made room for at the cap), and those refused at
+    /// the cap.
+    connections_open: Gauge,
+    connections_closed_silent: Counter,
+    connections_refused: Counter,
 }
 
 impl Default for ServerMetrics {
@@ -75,6 +82,9 @@ impl Default for ServerMetrics {
             shared_responses_reused: Counter::default(),
             // 1 ms to about 17 min: live tails sit at the bottom, catch-ups climb.
             lag_at_send: Histogram::new(exponential_buckets(0.001, 4.0, 11)),
+            connections_open: Gauge::default(),
+            connections_closed_silent: Counter::default(),
+            connections_refused: Counter::default(),
         }
     }
 }
@@ -141,6 +151,22 @@ impl ServerMetrics {
         self.heartbeats_sent.inc();
     }
 
+    pub fn connection_opened(&self) {
+        self.connections_open.inc();
+    }
+
+    pub fn connection_closed(&self) {
+        self.connections_open.dec();
+    }
+
+    pub fn connection_closed_silent(&self) {
+        self.connections_closed_silent.inc();
+    }
+
+    pub fn connection_refused(&self) {
+        self.connections_refused.inc();
+    }
+
     pub fn shared_response_built(&self) {
         self.shared_responses_built.inc();
     }
@@ -180,6 +206,21 @@ impl ServerMetrics {
             "subscribers_stalled_given_back",
             "Streams ended UNAVAILABLE because their client read nothing for stall_timeout_secs",
             self.subscribers_stalled_given_back.clone(),
+        );
+        r.register(
+            "connections_open",
+            "Connections to the gRPC port open now",
+            self.connections_open.clone(),
+        );
+        r.register(
+            "connections_closed_silent",
+            "Connections closed before they completed their HTTP/2 handshake: silent past the handshake timeout, or closed to make room at max_connections",
+            self.connections_closed_silent.clone(),
+        );
+        r.register(
+            "connections_refused",
+            "Connections refused at max_connections, every open one having completed its handshake",
+            self.connections_refused.clone(),
         );
         r.register(
             "shared_responses_built",

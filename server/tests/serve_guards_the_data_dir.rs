@@ -358,3 +358,89 @@ async fn a_full_disk_refuses_appends_and_takes_them_again_once_space_is_freed() 
     drop(stream);
     server.stop();
 }
+
+/// A metric's value in a Prometheus text page (0 when absent).
+fn metric(page: &str, name: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Connections that never speak do not stay (issue 36): 3,000 TCP
+/// connections to the gRPC port that send nothing or only the HTTP/2
+/// preface, against a cap of 500 and a 1 s handshake timeout. Each is
+/// closed (the oldest silent ones at once to make room, the rest after the
+/// timeout); meanwhile and after, `ringfeed status` and an append succeed.
+/// (Before, all 3,000 were still open 20 s later, and a few thousand more
+/// would have taken every file descriptor.)
+#[test]
+fn connections_that_never_speak_are_closed_and_real_clients_go_on() {
+    use std::io::{Read, Write};
+    let _watchdog = ringfeed_watchdog::arm();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("ringfeed.toml");
+    std::fs::write(
+        &config,
+        "max_connections = 500\nhandshake_timeout_ms = 1000\n",
+    )
+    .unwrap();
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        1,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let mut silent = Vec::new();
+    for i in 0..3_000 {
+        let mut conn = std::net::TcpStream::connect(&server.addr).expect("connect");
+        if i % 2 == 1 {
+            conn.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
+        }
+        silent.push(conn);
+    }
+    // A real client at the cap, while the silent ones are still open.
+    let status = run_bounded(
+        ringfeed(&["status", "--server", &server.addr]),
+        None,
+        Duration::from_secs(30),
+    );
+    assert_eq!(status.code(), Some(0), "status while flooded: {status}");
+    serve_binary::append_creates(&server.addr, &["/flood"], ["a"], Duration::from_secs(30));
+    // Every silent connection is closed: its read ends (EOF or reset).
+    for (i, conn) in silent.iter_mut().enumerate() {
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut buf = [0u8; 256];
+        loop {
+            match conn.read(&mut buf) {
+                Ok(0) => break,
+                // The server's SETTINGS frame may come before the close.
+                Ok(_) => continue,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+                    ) =>
+                {
+                    break
+                }
+                Err(e) => panic!("silent connection {i} still open after 10 s: {e}"),
+            }
+        }
+    }
+    let (code, _, page) = serve_binary::http_request(
+        server.metrics.as_deref().expect("metrics address"),
+        "GET",
+        "/metrics",
+        None,
+    );
+    assert_eq!(code, 200);
+    let closed = metric(&page, "ringfeed_connections_closed_silent_total");
+    assert!(closed >= 3_000.0, "{closed} closed silent:\n{page}");
+    assert!(metric(&page, "ringfeed_connections_open") <= 2.0, "{page}");
+    server.stop();
+}
