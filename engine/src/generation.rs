@@ -134,7 +134,8 @@ impl Generations {
         }
     }
 
-    fn encode(&self, alignment: usize) -> Vec<u8> {
+    /// The file's bytes, padded to `alignment`.
+    pub fn encode(&self, alignment: usize) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER + ENTRY * self.entries.len() + 4);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&VERSION.to_le_bytes());

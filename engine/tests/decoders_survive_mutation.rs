@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use ringfeed_engine::chunk::{self, ChunkBuilder, ChunkHeader, CHUNK_HEADER_LEN};
 use ringfeed_engine::record::{self, Kind, ProducerStamp, Record, Signatures};
 use ringfeed_engine::segment::SegmentHeader;
-use ringfeed_engine::Cursor;
+use ringfeed_engine::{Cursor, GenerationStart, Generations};
 
 mod mutation;
 use mutation::{apply, edits};
@@ -166,6 +166,52 @@ proptest! {
         header.encode(&mut bytes);
         apply(&mut bytes, &e);
         let _ = SegmentHeader::decode(&bytes);
+    }
+}
+
+/// A generations file (`DATA/shard-NNN/generations`, read at every open)
+/// of `count` entries.
+fn encode_generations(count: u32) -> Vec<u8> {
+    let entries = (0..count)
+        .map(|g| GenerationStart {
+            generation: g + 1,
+            first_offset: u64::from(g) * 1000,
+        })
+        .collect();
+    Generations::from_entries(entries).unwrap().encode(512)
+}
+
+/// Re-stamps a generations file's checksum over what its count says it holds.
+fn rechecksum_generations(bytes: &mut [u8]) {
+    let Some(count) = bytes.get(8..12) else {
+        return;
+    };
+    let end = 12 + u32::from_le_bytes(count.try_into().unwrap()) as usize * 12;
+    if end + 4 <= bytes.len() {
+        let crc = crc32c::crc32c(&bytes[..end]);
+        bytes[end..end + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
+proptest! {
+    /// Issue 36: every decoder of bytes found on disk, the generations file
+    /// too. What decodes keeps its invariant (ordered entries).
+    #[test]
+    fn a_mutated_generations_file_decodes_or_is_refused(count in 1u32..40, e in edits(), recrc in any::<bool>()) {
+        let mut bytes = encode_generations(count);
+        apply(&mut bytes, &e);
+        if recrc {
+            rechecksum_generations(&mut bytes);
+        }
+        if let Ok(generations) = Generations::decode(&bytes) {
+            let entries = generations.entries();
+            prop_assert!(entries.windows(2).all(|w| w[0].generation < w[1].generation));
+        }
+    }
+
+    #[test]
+    fn arbitrary_bytes_as_a_generations_file(bytes in prop::collection::vec(any::<u8>(), 0..600)) {
+        let _ = Generations::decode(&bytes);
     }
 }
 

@@ -436,4 +436,80 @@ mod tests {
         assert!(walk(rules, entry, &[], &mut path, MAX_DEPTH + 1).is_err());
         assert!(walk(rules, entry, &[], &mut path, MAX_DEPTH).is_ok());
     }
+
+    mod fuzz {
+        //! The check under property-based fuzzing (issue 36): arbitrary
+        //! bytes, and valid events with bytes set, flipped, inserted or cut.
+        //! It never panics, and what it accepts prost decodes, and prost's
+        //! encoding of that passes again: the check is never looser than
+        //! the decoder the server reads events with. CI runs proptest's
+        //! default cases; long mode: `PROPTEST_CASES=1000000 cargo test
+        //! --release -p ringfeed-proto --lib strict`.
+        use super::super::*;
+        use crate::v1;
+        use proptest::collection::vec;
+        use proptest::prelude::*;
+        use prost::Message as _;
+
+        fn event(i: u8, extended: bool) -> Vec<u8> {
+            v1::Event {
+                directory: format!("/d/{i}"),
+                old_entry: (i % 3 == 0).then(|| v1::Entry {
+                    name: "old".into(),
+                    ..Default::default()
+                }),
+                new_entry: Some(v1::Entry {
+                    name: format!("n{i}é"),
+                    size: u64::from(i) << 40,
+                    mtime_ns: -i64::from(i),
+                    attributes: vec![i; usize::from(i % 9)].into(),
+                    extended: if extended {
+                        [("user.a".to_owned(), vec![i].into())].into()
+                    } else {
+                        Default::default()
+                    },
+                    ..Default::default()
+                }),
+                signatures: vec![i32::from(i), -1],
+                ..Default::default()
+            }
+            .encode_to_vec()
+        }
+
+        fn accepted_means_decodable(bytes: &[u8]) -> Result<(), TestCaseError> {
+            if check_event(bytes).is_ok() {
+                let decoded = v1::Event::decode(bytes);
+                prop_assert!(decoded.is_ok(), "accepted, but prost refuses: {decoded:?}");
+                let again = decoded.unwrap().encode_to_vec();
+                prop_assert!(check_event(&again).is_ok(), "prost's own encoding refused");
+            }
+            Ok(())
+        }
+
+        proptest! {
+            #[test]
+            fn arbitrary_bytes(bytes in vec(any::<u8>(), 0..256)) {
+                accepted_means_decodable(&bytes)?;
+            }
+
+            #[test]
+            fn mutated_events(
+                i in any::<u8>(),
+                extended in any::<bool>(),
+                edits in vec((any::<usize>(), any::<u8>(), 0u8..4), 1..4),
+            ) {
+                let mut bytes = event(i, extended);
+                for (at, value, how) in edits {
+                    let at = at % (bytes.len() + 1);
+                    match how {
+                        0 if at < bytes.len() => bytes[at] = value,
+                        1 if at < bytes.len() => bytes[at] ^= value | 1,
+                        2 => bytes.insert(at, value),
+                        _ => bytes.truncate(at),
+                    }
+                }
+                accepted_means_decodable(&bytes)?;
+            }
+        }
+    }
 }

@@ -492,6 +492,34 @@ mod tests {
         MetadataMap::from_headers(headers)
     }
 
+    proptest::proptest! {
+        /// The token file is read from disk (issue 36): a valid table with
+        /// bytes set, flipped, inserted or cut, and arbitrary text, parse
+        /// to tokens or an error, never a panic; what parses answers checks.
+        #[test]
+        fn any_token_file_parses_or_is_refused(
+            edits in proptest::collection::vec((0usize..4096, proptest::prelude::any::<u8>(), 0u8..4), 0..4),
+            text in ".{0,200}",
+        ) {
+            let (_, table) = new_token(&["/a/".into()], &["/".into()], true).unwrap();
+            let mut bytes = table.into_bytes();
+            for (at, value, how) in edits {
+                let at = at % (bytes.len() + 1);
+                match how {
+                    0 if at < bytes.len() => bytes[at] = value,
+                    1 if at < bytes.len() => bytes[at] ^= value | 1,
+                    2 => bytes.insert(at, value),
+                    _ => bytes.truncate(at),
+                }
+            }
+            for text in [String::from_utf8_lossy(&bytes).into_owned(), text] {
+                if let Ok(tokens) = Tokens::parse(&text) {
+                    let _ = tokens.check(&with(b"Bearer rf_x"));
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_new_token_is_known_by_its_table_and_nothing_else_is() {
         let (token, table) = new_token(&["/a/".into()], &["/".into()], true).unwrap();

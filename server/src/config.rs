@@ -320,6 +320,38 @@ impl FileConfig {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// A config file is read from disk, where anything can be (issue
+        /// 36): valid files with bytes set, flipped, inserted or cut, and
+        /// arbitrary text, parse and resolve to a value or an error, never
+        /// a panic.
+        #[test]
+        fn any_config_text_parses_or_is_refused(
+            edits in proptest::collection::vec((0usize..4096, proptest::prelude::any::<u8>(), 0u8..4), 0..4),
+            text in ".{0,200}",
+        ) {
+            let mut bytes = "shards = 2\nio_threads = 1\nwindow_bytes = 262144\nsegment_bytes = 2097152\n\
+                 max_event_bytes = 65536\nretention_max_bytes = 10\npeers = [\"1=127.0.0.1:1\"]\n\
+                 listen = \"127.0.0.1:0\"\nmax_connections = 7\nhandshake_timeout_ms = 9\n"
+                .as_bytes()
+                .to_vec();
+            for (at, value, how) in edits {
+                let at = at % (bytes.len() + 1);
+                match how {
+                    0 if at < bytes.len() => bytes[at] = value,
+                    1 if at < bytes.len() => bytes[at] ^= value | 1,
+                    2 => bytes.insert(at, value),
+                    _ => bytes.truncate(at),
+                }
+            }
+            for text in [String::from_utf8_lossy(&bytes).into_owned(), text] {
+                if let Ok(config) = FileConfig::parse(&text) {
+                    let _ = config.resolve();
+                }
+            }
+        }
+    }
+
     #[test]
     fn unknown_and_mistyped_keys_are_named() {
         let err = FileConfig::parse("windw_bytes = 4096\n").unwrap_err();
