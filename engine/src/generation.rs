@@ -134,6 +134,22 @@ impl Generations {
         }
     }
 
+    /// The history of a log cut at offset `end` (by a repair): a generation
+    /// that started past `end` starts at `end` instead, having kept nothing,
+    /// so a cursor past `end` of any generation is truncated there, and no
+    /// generation number is handed out again.
+    pub fn cut_at(&self, end: u64) -> Generations {
+        let entries = self
+            .entries
+            .iter()
+            .map(|e| GenerationStart {
+                generation: e.generation,
+                first_offset: e.first_offset.min(end),
+            })
+            .collect();
+        Generations::from_entries(entries).expect("clamping keeps the order")
+    }
+
     /// The file's bytes, padded to `alignment`.
     pub fn encode(&self, alignment: usize) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER + ENTRY * self.entries.len() + 4);

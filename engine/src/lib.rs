@@ -26,6 +26,7 @@ mod rate_limit;
 pub use ringfeed_core::record;
 pub use ringfeed_core::{cluster_cursor, merge, ClusterCursor, FeedId};
 mod raw;
+pub mod repair;
 mod retention;
 mod ring;
 pub mod segment;

@@ -180,7 +180,16 @@ impl<S: Storage> Log<S> {
         storage: S,
         config: LogConfig,
     ) -> Result<(Log<S>, RecoveryReport), RecoveryError> {
-        Log::open_mode(storage, config, false).await
+        Log::open_mode(storage, config, false, false).await
+    }
+
+    /// [`Log::open`] of a shard a repair is mending (its marker is there):
+    /// for the repair only.
+    pub(crate) async fn open_repairing(
+        storage: S,
+        config: LogConfig,
+    ) -> Result<(Log<S>, RecoveryReport), RecoveryError> {
+        Log::open_mode(storage, config, false, true).await
     }
 
     /// Reads the log as [`Log::open`] would recover it, changing nothing: no
@@ -191,13 +200,14 @@ impl<S: Storage> Log<S> {
         storage: S,
         config: LogConfig,
     ) -> Result<(Log<S>, RecoveryReport), RecoveryError> {
-        Log::open_mode(storage, config, true).await
+        Log::open_mode(storage, config, true, false).await
     }
 
     async fn open_mode(
         storage: S,
         config: LogConfig,
         read_only: bool,
+        repairing: bool,
     ) -> Result<(Log<S>, RecoveryReport), RecoveryError> {
         let mut report = RecoveryReport {
             read_only,
@@ -209,6 +219,9 @@ impl<S: Storage> Log<S> {
             .await
             .map_err(recovery_io("the segment directory"))?
         {
+            if name == crate::repair::MARKER && !read_only && !repairing {
+                return Err(RecoveryError::InterruptedRepair);
+            }
             if name.ends_with(TEMP_SUFFIX) {
                 // A segment creation that did not finish: it never held data.
                 if !read_only {

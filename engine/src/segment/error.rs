@@ -24,6 +24,11 @@ pub enum RecoveryError {
         reason: ChunkError,
         evidence: String,
     },
+    #[error(
+        "a repair of this shard was interrupted (its repair.next marker is here): run \
+         `ringfeed repair` on the data dir again to finish it before serving"
+    )]
+    InterruptedRepair,
     #[error("segment {segment} has a bad header: {reason}")]
     BadSegmentHeader {
         segment: String,

@@ -54,7 +54,8 @@ pub struct TornTail {
     pub dirty_end: u64,
 }
 
-struct Reader<'f, F: StorageFile> {
+/// Reads a segment file in large blocks, and verifies chunks in it.
+pub(crate) struct Reader<'f, F: StorageFile> {
     file: &'f F,
     what: &'f str,
     file_len: u64,
@@ -62,9 +63,20 @@ struct Reader<'f, F: StorageFile> {
     buf_pos: u64,
 }
 
-impl<F: StorageFile> Reader<'_, F> {
+impl<'f, F: StorageFile> Reader<'f, F> {
+    /// A reader of `file` (`what` names it in errors) of `file_len` bytes.
+    pub(crate) fn new(file: &'f F, what: &'f str, file_len: u64) -> Reader<'f, F> {
+        Reader {
+            file,
+            what,
+            file_len,
+            buf: None,
+            buf_pos: 0,
+        }
+    }
+
     /// Up to `len` bytes at `pos`; fewer only at the end of the file.
-    async fn get(&mut self, pos: u64, len: usize) -> Result<&[u8], RecoveryError> {
+    pub(crate) async fn get(&mut self, pos: u64, len: usize) -> Result<&[u8], RecoveryError> {
         let end = (pos + len as u64).min(self.file_len.max(pos));
         let covered = self
             .buf
@@ -93,7 +105,7 @@ impl<F: StorageFile> Reader<'_, F> {
 
     /// The verified chunk at `pos`, with its length on disk. The producer
     /// stamps of its records, as `(stamp, offset, ts)`, replace `stamps`.
-    async fn chunk(
+    pub(crate) async fn chunk(
         &mut self,
         pos: u64,
         shard: u32,
