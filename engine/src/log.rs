@@ -318,11 +318,7 @@ impl<S: Storage> Log<S> {
             log.write_pos = scanned.write_pos;
             report.clean_close = scanned.clean_close;
             if let Some(torn) = scanned.torn {
-                if !read_only {
-                    zero_range(&file, torn.position, torn.dirty_end)
-                        .await
-                        .map_err(recovery_io(name.clone()))?;
-                }
+                // Zeroed below, once the history has shown it is no damage.
                 report.truncated = Some((name.clone(), torn));
             }
             log.segments.push(Segment {
@@ -333,6 +329,43 @@ impl<S: Storage> Log<S> {
             });
         }
         report.removed.sort();
+        // The log ended at the newest generation's start when it was last
+        // opened, and the open had synced everything below it: a log that
+        // ends below it now lost durable events at its end, which the scan
+        // alone takes for a torn tail (nothing valid follows to prove it).
+        if let Some(history) = Generations::load(&log.storage, true)
+            .await
+            .map_err(recovery_io("the generation history"))?
+        {
+            let newest = history.entries().last().expect("a history has an entry");
+            if log.next_offset < newest.first_offset {
+                let segment = log
+                    .segments
+                    .last()
+                    .map_or_else(String::new, |s| s.name.clone());
+                return Err(RecoveryError::Corruption {
+                    segment,
+                    position: report
+                        .truncated
+                        .as_ref()
+                        .map_or(log.write_pos, |t| t.1.position),
+                    reason: crate::chunk::ChunkError::Inconsistent(
+                        "durable events are missing at the end of the log",
+                    ),
+                    evidence: format!(
+                        "the log ended at offset {} when it was last opened (generation {} \
+                         started there, after everything below it was synced); it ends at {} now",
+                        newest.first_offset, newest.generation, log.next_offset
+                    ),
+                });
+            }
+        }
+        if let (Some((name, torn)), false) = (&report.truncated, read_only) {
+            let active = log.segments.last().expect("a torn tail is in a segment");
+            zero_range(&*active.file, torn.position, torn.dirty_end)
+                .await
+                .map_err(recovery_io(name.clone()))?;
+        }
         report.producers = log.producers.len();
         if read_only {
             log.generations = log.load_generations(true).await?;

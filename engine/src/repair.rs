@@ -126,27 +126,52 @@ pub async fn repair_shard<S: Storage + Clone>(
         }
         return resume(storage, shard).await.map(Some);
     }
-    let (damage, segment) = match Log::open_read_only(storage.clone(), LogConfig::new(shard)).await {
-        Ok(_) => return Ok(None),
-        Err(e) => match &e {
-            RecoveryError::Corruption { segment, .. } => (e.to_string(), segment.clone()),
-            _ => return Err(RepairError::Recovery { shard, source: e }),
-        },
-    };
     let mut segments: Vec<(u64, String)> = names
         .iter()
         .filter_map(|n| parse_segment_name(n).map(|first| (first, n.clone())))
         .collect();
     segments.sort();
-    let from = segments
-        .iter()
-        .position(|(_, n)| *n == segment)
-        .expect("the damaged segment is listed");
+    let index = |name: &str| {
+        segments
+            .iter()
+            .position(|(_, n)| n == name)
+            .expect("a segment an open names is listed")
+    };
+    let (damage, from) = match Log::open_read_only(storage.clone(), LogConfig::new(shard)).await {
+        Ok(_) => return Ok(None),
+        Err(e) => match &e {
+            RecoveryError::Corruption { segment, .. } => (e.to_string(), index(segment)),
+            // A segment that ends early (its last chunks lost: zeroed in a
+            // segment synced in full) shows as the next one's gap.
+            RecoveryError::Gap { segment, .. } if index(segment) > 0 => {
+                (e.to_string(), index(segment) - 1)
+            }
+            _ => return Err(RepairError::Recovery { shard, source: e }),
+        },
+    };
     let walked: Vec<String> = segments[from..].iter().map(|(_, n)| n.clone()).collect();
     let first = segments[from].0;
     let header = read_header(&storage, shard, &walked[0]).await?;
     let mut walk = Walk::new(shard, first, &walked);
     walk.run(&storage, &walked, |_, _| Ok(())).await?;
+    // Offsets below where the log ended at its last open were durable:
+    // missing at the end, they are a hole too.
+    let durable_end = Generations::load(&storage, true)
+        .await
+        .map_err(io("the generation history"))?
+        .and_then(|h| h.entries().last().map(|e| e.first_offset))
+        .unwrap_or(0);
+    if walk.expected < durable_end {
+        let last = walked.last().expect("walked segments").clone();
+        let (segment, at, end) = walk.tail.clone().unwrap_or((last, u64::MAX, u64::MAX));
+        walk.holes.push(Hole {
+            segment,
+            bytes: at..end,
+            offsets: walk.expected..durable_end,
+            after_ts: walk.last_ts,
+            before_ts: None,
+        });
+    }
     let Some(hole) = walk.holes.first().cloned() else {
         return Err(RepairError::Unrepairable {
             shard,
@@ -239,13 +264,24 @@ async fn apply<S: Storage + Clone>(
             storage.rename(name, &aside).await.map_err(io(name))?;
         }
     }
-    storage.sync_dir().await.map_err(io("the shard directory"))?;
+    storage
+        .sync_dir()
+        .await
+        .map_err(io("the shard directory"))?;
     match Log::open_read_only(storage.clone(), LogConfig::new(shard)).await {
         Ok(_) => {}
-        Err(RecoveryError::Corruption { .. }) => cut(storage, shard, damaged, marker.cut_at).await?,
+        Err(RecoveryError::Corruption { .. }) => {
+            cut(storage, shard, damaged, marker.cut_at).await?
+        }
         Err(source) => return Err(RepairError::Recovery { shard, source }),
     }
-    let result = append_survivors(storage.clone(), config, &marker.segments, marker.renumber_from).await?;
+    let result = append_survivors(
+        storage.clone(),
+        config,
+        &marker.segments,
+        marker.renumber_from,
+    )
+    .await?;
     finish(storage, shard, &marker.segments).await?;
     Ok(result)
 }
@@ -260,7 +296,11 @@ async fn resume<S: Storage + Clone>(storage: S, shard: u32) -> Result<ShardRepai
         what: "listing the shard".into(),
         source,
     })?;
-    let source = if names.iter().any(|n| *n == copy) { copy } else { first.clone() };
+    let source = if names.iter().any(|n| *n == copy) {
+        copy
+    } else {
+        first.clone()
+    };
     let header = read_header_of(&storage, shard, &source).await?;
     let config = LogConfig {
         shard,
@@ -299,22 +339,27 @@ async fn append_survivors<S: Storage + Clone>(
         source,
     };
     if let Some(history) = Generations::load(&storage, false).await.map_err(io)? {
-        history.cut_at(renumber_from).store(&storage).await.map_err(io)?;
+        history
+            .cut_at(renumber_from)
+            .store(&storage)
+            .await
+            .map_err(io)?;
     }
     let (mut log, _) = Log::open_repairing(storage.clone(), config.clone())
         .await
         .map_err(|source| RepairError::Recovery { shard, source })?;
     let generation = log.generations().current();
-    let mut skip = log.next_offset().checked_sub(renumber_from).ok_or_else(|| {
-        RepairError::Unrepairable {
+    let mut skip = log
+        .next_offset()
+        .checked_sub(renumber_from)
+        .ok_or_else(|| RepairError::Unrepairable {
             shard,
             reason: format!(
                 "the cut log ends at offset {}, below the first lost offset {}",
                 log.next_offset(),
                 renumber_from
             ),
-        }
-    })?;
+        })?;
     let mut appended = 0u64;
     let mut builder: Option<chunk::ChunkBuilder<_>> = None;
     // As large as the log takes: within the unsynced bound and a segment.
@@ -382,14 +427,26 @@ async fn append_survivors<S: Storage + Clone>(
 
 /// Removes what the repair set aside, then its marker.
 async fn finish<S: Storage>(storage: &S, shard: u32, walked: &[String]) -> Result<(), RepairError> {
-    let io = |what: String| move |source| RepairError::Io { shard, what, source };
+    let io = |what: String| {
+        move |source| RepairError::Io {
+            shard,
+            what,
+            source,
+        }
+    };
     for name in walked {
         let aside = format!("{name}{ASIDE_SUFFIX}");
         storage.remove(&aside).await.map_err(io(aside.clone()))?;
     }
-    storage.sync_dir().await.map_err(io("the shard directory".into()))?;
+    storage
+        .sync_dir()
+        .await
+        .map_err(io("the shard directory".into()))?;
     storage.remove(MARKER).await.map_err(io(MARKER.into()))?;
-    storage.sync_dir().await.map_err(io("the shard directory".into()))
+    storage
+        .sync_dir()
+        .await
+        .map_err(io("the shard directory".into()))
 }
 
 /// The tolerant walk over segments (see the module docs).
@@ -406,6 +463,8 @@ struct Walk {
     holes: Vec<Hole>,
     /// (first offset, events) of each chunk visited.
     chunks: Vec<(u64, u64)>,
+    /// Where bytes started failing to the end of the walk, if they did.
+    tail: Option<(String, u64, u64)>,
 }
 
 impl Walk {
@@ -419,6 +478,7 @@ impl Walk {
             failing: None,
             holes: Vec::new(),
             chunks: Vec::new(),
+            tail: None,
         }
     }
 
@@ -495,9 +555,10 @@ impl Walk {
                             }
                         }
                         if h.record_count > 0 {
-                            let bytes = reader.get(pos, disk_len).await.map_err(|source| {
-                                RepairError::Recovery { shard, source }
-                            })?;
+                            let bytes = reader
+                                .get(pos, disk_len)
+                                .await
+                                .map_err(|source| RepairError::Recovery { shard, source })?;
                             visit(&h, bytes).map_err(|e| RepairError::Unrepairable {
                                 shard,
                                 reason: format!("a verified chunk does not verify again: {e}"),
@@ -517,14 +578,19 @@ impl Walk {
             }
         }
         if names.last() == Some(&self.last) {
-            // What fails to the end is a tail (never-written or torn), not a hole.
-            self.failing = None;
+            // What fails to the end is a tail (never-written or torn), not a
+            // hole, unless the log was known to reach further (see `durable_end`).
+            self.tail = self.failing.take();
         }
         Ok(())
     }
 }
 
-async fn read_header<S: Storage>(storage: &S, shard: u32, name: &str) -> Result<SegmentHeader, RepairError> {
+async fn read_header<S: Storage>(
+    storage: &S,
+    shard: u32,
+    name: &str,
+) -> Result<SegmentHeader, RepairError> {
     read_header_of(storage, shard, name).await
 }
 
@@ -547,15 +613,30 @@ async fn read_header_of<S: Storage>(
 }
 
 /// Writes `file` (a new file) as a copy of `from`, and syncs it.
-async fn copy_file<S: Storage>(storage: &S, shard: u32, from: &str, to: &str) -> Result<(), RepairError> {
+async fn copy_file<S: Storage>(
+    storage: &S,
+    shard: u32,
+    from: &str,
+    to: &str,
+) -> Result<(), RepairError> {
     const STEP: usize = 4 << 20;
     let io = |what: &str| {
         let what = what.to_owned();
-        move |source| RepairError::Io { shard, what, source }
+        move |source| RepairError::Io {
+            shard,
+            what,
+            source,
+        }
     };
     let source = storage.open(from).await.map_err(io(from))?;
     let len = source.len().await.map_err(io(from))?;
-    if storage.list().await.map_err(io(to))?.iter().any(|n| n == to) {
+    if storage
+        .list()
+        .await
+        .map_err(io(to))?
+        .iter()
+        .any(|n| n == to)
+    {
         storage.remove(to).await.map_err(io(to))?;
     }
     let copy = storage.create(to).await.map_err(io(to))?;
@@ -595,7 +676,11 @@ async fn cut<S: Storage>(storage: &S, shard: u32, name: &str, at: u64) -> Result
 
 /// Writes the marker (whole aligned blocks, zero padded) and syncs it and
 /// the directory.
-async fn write_marker<S: Storage>(storage: &S, shard: u32, marker: &Marker) -> Result<(), RepairError> {
+async fn write_marker<S: Storage>(
+    storage: &S,
+    shard: u32,
+    marker: &Marker,
+) -> Result<(), RepairError> {
     let io = |source| RepairError::Io {
         shard,
         what: MARKER.into(),
@@ -639,10 +724,19 @@ async fn read_marker<S: Storage>(storage: &S, shard: u32) -> Result<Marker, Repa
         reason: format!("{MARKER} is damaged: restore the shard from a backup"),
     };
     let marker = Marker {
-        renumber_from: field("renumber_from").and_then(|v| v.parse().ok()).ok_or_else(bad)?,
-        cut_at: field("cut_at").and_then(|v| v.parse().ok()).ok_or_else(bad)?,
+        renumber_from: field("renumber_from")
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(bad)?,
+        cut_at: field("cut_at")
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(bad)?,
         segments: field("segments")
-            .map(|v| v.split(',').filter(|s| !s.is_empty()).map(str::to_owned).collect::<Vec<_>>())
+            .map(|v| {
+                v.split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
             .filter(|s| !s.is_empty())
             .ok_or_else(bad)?,
     };

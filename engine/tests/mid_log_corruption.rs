@@ -179,12 +179,20 @@ fn repair_keeps_every_event_but_the_damaged_chunks() {
                 at..at + n
             }
         };
-        storage.set_file_bytes(segment, bytes);
+        // The chunks the damage broke: it touched them and they no longer
+        // verify (bytes in a chunk's alignment padding are not its data).
         let lost: Vec<u64> = chunks
             .iter()
-            .filter(|(s, p, l, _)| s == segment && *p < damaged.end && damaged.start < p + l)
+            .filter(|(s, p, l, _)| {
+                s == segment
+                    && *p < damaged.end
+                    && damaged.start < p + l
+                    && ringfeed_engine::chunk::verify(&bytes[*p as usize..(p + l) as usize])
+                        .is_err()
+            })
             .flat_map(|c| c.3.clone())
             .collect();
+        storage.set_file_bytes(segment, bytes);
         if open_mem(&storage, small_config()).is_ok() {
             // The damage changed nothing a chunk holds (e.g. the same bit
             // set twice by random bytes, or zero padding).
@@ -195,13 +203,19 @@ fn repair_keeps_every_event_but_the_damaged_chunks() {
         let dry = block_on(repair_shard(storage.clone(), 0, true))
             .unwrap()
             .expect("damage to repair");
-        assert!(snapshot(&storage) == before, "round {round}: the dry run changed files");
+        assert!(
+            snapshot(&storage) == before,
+            "round {round}: the dry run changed files"
+        );
         let done = block_on(repair_shard(storage.clone(), 0, false))
             .unwrap()
             .expect("damage to repair");
         assert_eq!(dry.holes, done.holes, "round {round}");
         let holes: Vec<u64> = done.holes.iter().flat_map(|h| h.offsets.clone()).collect();
-        assert_eq!(holes, lost, "round {round}: lost exactly the damaged chunks' events");
+        assert_eq!(
+            holes, lost,
+            "round {round}: lost exactly the damaged chunks' events"
+        );
         let (log, _) = open_mem(&storage, small_config()).expect("a repaired log opens");
         let read = block_on(map_records(&log, |r| (r.offset, r.ts, r.payload.to_vec())));
         let expected: Vec<(i64, Vec<u8>)> = (0..total)
@@ -209,22 +223,37 @@ fn repair_keeps_every_event_but_the_damaged_chunks() {
             .map(|o| (stamp_for(o), payload_for(o)))
             .collect();
         let offsets: Vec<u64> = read.iter().map(|r| r.0).collect();
-        assert_eq!(offsets, (0..expected.len() as u64).collect::<Vec<_>>(), "round {round}: dense");
+        assert_eq!(
+            offsets,
+            (0..expected.len() as u64).collect::<Vec<_>>(),
+            "round {round}: dense"
+        );
         let kept: Vec<(i64, Vec<u8>)> = read.into_iter().map(|r| (r.1, r.2)).collect();
-        assert!(kept == expected, "round {round}: every other event, in order, once");
+        assert!(
+            kept == expected,
+            "round {round}: every other event, in order, once"
+        );
         let generation = done.generation.expect("a repair names its generation");
         assert!(
-            log.generations().entries().iter().any(|e| e.generation == generation
-                && e.first_offset == done.renumbered_from),
+            log.generations()
+                .entries()
+                .iter()
+                .any(|e| e.generation == generation && e.first_offset == done.renumbered_from),
             "round {round}: the survivors' generation starts at the first lost offset: {}",
             log.generations()
         );
         drop(log);
-        assert_eq!(block_on(repair_shard(storage.clone(), 0, false)).unwrap(), None);
+        assert_eq!(
+            block_on(repair_shard(storage.clone(), 0, false)).unwrap(),
+            None
+        );
         repaired += 1;
     }
     eprintln!("{repaired} repaired, {harmless} harmless damage");
-    assert!(repaired > rounds / 2, "{repaired} of {rounds} rounds damaged anything");
+    assert!(
+        repaired > rounds / 2,
+        "{repaired} of {rounds} rounds damaged anything"
+    );
 }
 
 /// A repair cut short (the process dies while it appends the survivors)
@@ -242,7 +271,9 @@ fn an_interrupted_repair_is_finished_by_the_next() {
         whole.set_file_bytes(&name, storage.file_bytes(&name).unwrap());
     }
     whole.set_faults(Faults::default());
-    block_on(repair_shard(whole.clone(), 0, false)).unwrap().unwrap();
+    block_on(repair_shard(whole.clone(), 0, false))
+        .unwrap()
+        .unwrap();
     // Cut short at every tenth of the operations a whole repair takes.
     let ops = whole.ops();
     let read = |s: &MemStorage| {
@@ -266,7 +297,11 @@ fn an_interrupted_repair_is_finished_by_the_next() {
         cut += 1;
         trial.process_crash();
         trial.set_faults(Faults::default());
-        if trial.names().iter().any(|n| n == ringfeed_engine::repair::MARKER) {
+        if trial
+            .names()
+            .iter()
+            .any(|n| n == ringfeed_engine::repair::MARKER)
+        {
             assert!(matches!(
                 open_mem(&trial, small_config()),
                 Err(RecoveryError::InterruptedRepair)
