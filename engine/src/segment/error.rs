@@ -16,7 +16,8 @@ pub enum RecoveryError {
     #[error(
         "corruption in segment {segment} at byte {position}: {reason}; \
          later valid data exists ({evidence}), so this is not a torn tail. \
-         Restore the segment from a replica or backup, or move it aside to accept the loss"
+         `ringfeed repair --data-dir DIR` (the data dir named above) keeps every event \
+         but the damaged chunk's; with --dry-run it only says what it would do"
     )]
     Corruption {
         segment: String,
