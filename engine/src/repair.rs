@@ -296,7 +296,7 @@ async fn resume<S: Storage + Clone>(storage: S, shard: u32) -> Result<ShardRepai
         what: "listing the shard".into(),
         source,
     })?;
-    let source = if names.iter().any(|n| *n == copy) {
+    let source = if names.contains(&copy) {
         copy
     } else {
         first.clone()
