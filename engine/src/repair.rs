@@ -108,14 +108,7 @@ pub async fn repair_shard<S: Storage + Clone>(
     shard: u32,
     dry_run: bool,
 ) -> Result<Option<ShardRepair>, RepairError> {
-    let io = |what: &str| {
-        let what = what.to_owned();
-        move |source| RepairError::Io {
-            shard,
-            what,
-            source,
-        }
-    };
+    let io = |what: &str| io_error(shard, what);
     let names = storage.list().await.map_err(io("listing the shard"))?;
     if names.iter().any(|n| n == MARKER) {
         if dry_run {
@@ -238,14 +231,7 @@ async fn apply<S: Storage + Clone>(
     marker: &Marker,
     config: LogConfig,
 ) -> Result<(u32, u64), RepairError> {
-    let io = |what: &str| {
-        let what = what.to_owned();
-        move |source| RepairError::Io {
-            shard,
-            what,
-            source,
-        }
-    };
+    let io = |what: &str| io_error(shard, what);
     let names = storage.list().await.map_err(io("listing the shard"))?;
     let has = |name: &str| names.iter().any(|n| n == name);
     let damaged = &marker.segments[0];
@@ -333,11 +319,7 @@ async fn append_survivors<S: Storage + Clone>(
     let log_err = |source| RepairError::Log { shard, source };
     // The history of the cut log: generations that started past the cut
     // start there, so their cursors are truncated there.
-    let io = |source| RepairError::Io {
-        shard,
-        what: "the generation history".into(),
-        source,
-    };
+    let io = |source| io_error(shard, "the generation history")(source);
     if let Some(history) = Generations::load(&storage, false).await.map_err(io)? {
         history
             .cut_at(renumber_from)
@@ -427,13 +409,7 @@ async fn append_survivors<S: Storage + Clone>(
 
 /// Removes what the repair set aside, then its marker.
 async fn finish<S: Storage>(storage: &S, shard: u32, walked: &[String]) -> Result<(), RepairError> {
-    let io = |what: String| {
-        move |source| RepairError::Io {
-            shard,
-            what,
-            source,
-        }
-    };
+    let io = |what: String| io_error(shard, &what);
     for name in walked {
         let aside = format!("{name}{ASIDE_SUFFIX}");
         storage.remove(&aside).await.map_err(io(aside.clone()))?;
@@ -447,6 +423,16 @@ async fn finish<S: Storage>(storage: &S, shard: u32, walked: &[String]) -> Resul
         .sync_dir()
         .await
         .map_err(io("the shard directory".into()))
+}
+
+/// `RepairError::Io` of `what` in shard `shard`.
+fn io_error(shard: u32, what: &str) -> impl FnOnce(std::io::Error) -> RepairError {
+    let what = what.to_owned();
+    move |source| RepairError::Io {
+        shard,
+        what,
+        source,
+    }
 }
 
 /// The tolerant walk over segments (see the module docs).
@@ -505,11 +491,7 @@ impl Walk {
             } else {
                 name.clone()
             };
-            let io = |source| RepairError::Io {
-                shard,
-                what: file_name.clone(),
-                source,
-            };
+            let io = |source| io_error(shard, &file_name)(source);
             let file = storage.open(&file_name).await.map_err(io)?;
             let file_len = file.len().await.map_err(io)?;
             let header = match file.read_at(0, SEGMENT_HEADER_BLOCK).await {
@@ -599,11 +581,7 @@ async fn read_header_of<S: Storage>(
     shard: u32,
     name: &str,
 ) -> Result<SegmentHeader, RepairError> {
-    let io = |source| RepairError::Io {
-        shard,
-        what: name.to_owned(),
-        source,
-    };
+    let io = |source| io_error(shard, name)(source);
     let file = storage.open(name).await.map_err(io)?;
     let block = file.read_at(0, SEGMENT_HEADER_BLOCK).await.map_err(io)?;
     SegmentHeader::decode(&block).map_err(|e| RepairError::Unrepairable {
@@ -620,14 +598,7 @@ async fn copy_file<S: Storage>(
     to: &str,
 ) -> Result<(), RepairError> {
     const STEP: usize = 4 << 20;
-    let io = |what: &str| {
-        let what = what.to_owned();
-        move |source| RepairError::Io {
-            shard,
-            what,
-            source,
-        }
-    };
+    let io = |what: &str| io_error(shard, what);
     let source = storage.open(from).await.map_err(io(from))?;
     let len = source.len().await.map_err(io(from))?;
     if storage
@@ -656,11 +627,7 @@ async fn copy_file<S: Storage>(
 /// Zeros `name` from byte `at` (aligned) to its end, and syncs it.
 async fn cut<S: Storage>(storage: &S, shard: u32, name: &str, at: u64) -> Result<(), RepairError> {
     const STEP: usize = 1 << 20;
-    let io = |source| RepairError::Io {
-        shard,
-        what: name.to_owned(),
-        source,
-    };
+    let io = |source| io_error(shard, name)(source);
     let file = storage.open(name).await.map_err(io)?;
     let len = file.len().await.map_err(io)?;
     let mut pos = at;
@@ -681,11 +648,7 @@ async fn write_marker<S: Storage>(
     shard: u32,
     marker: &Marker,
 ) -> Result<(), RepairError> {
-    let io = |source| RepairError::Io {
-        shard,
-        what: MARKER.into(),
-        source,
-    };
+    let io = |source| io_error(shard, MARKER)(source);
     let text = format!(
         "renumber_from={}\ncut_at={}\nsegments={}\n",
         marker.renumber_from,
@@ -704,11 +667,7 @@ async fn write_marker<S: Storage>(
 }
 
 async fn read_marker<S: Storage>(storage: &S, shard: u32) -> Result<Marker, RepairError> {
-    let io = |source| RepairError::Io {
-        shard,
-        what: MARKER.into(),
-        source,
-    };
+    let io = |source| io_error(shard, MARKER)(source);
     let file = storage.open(MARKER).await.map_err(io)?;
     let len = file.len().await.map_err(io)?;
     let bytes = file.read_at(0, len as usize).await.map_err(io)?;

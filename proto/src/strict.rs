@@ -342,6 +342,11 @@ fn take<'a>(bytes: &mut &'a [u8], len: usize) -> Result<&'a [u8], String> {
     Ok(value)
 }
 
+/// Edits of valid encodings shared by the fuzzing tests (engine/tests/mutation).
+#[cfg(test)]
+#[path = "../../engine/tests/mutation/mod.rs"]
+mod mutation;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -496,18 +501,10 @@ mod tests {
             fn mutated_events(
                 i in any::<u8>(),
                 extended in any::<bool>(),
-                edits in vec((any::<usize>(), any::<u8>(), 0u8..4), 1..4),
+                edits in crate::strict::mutation::edits(),
             ) {
                 let mut bytes = event(i, extended);
-                for (at, value, how) in edits {
-                    let at = at % (bytes.len() + 1);
-                    match how {
-                        0 if at < bytes.len() => bytes[at] = value,
-                        1 if at < bytes.len() => bytes[at] ^= value | 1,
-                        2 => bytes.insert(at, value),
-                        _ => bytes.truncate(at),
-                    }
-                }
+                crate::strict::mutation::apply(&mut bytes, &edits);
                 accepted_means_decodable(&bytes)?;
             }
         }

@@ -477,6 +477,11 @@ pub fn new_token(append: &[String], read: &[String], admin: bool) -> Result<(Str
     Ok((token, table))
 }
 
+/// Edits of valid encodings shared by the fuzzing tests (engine/tests/mutation).
+#[cfg(test)]
+#[path = "../../engine/tests/mutation/mod.rs"]
+mod mutation;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -498,20 +503,12 @@ mod tests {
         /// to tokens or an error, never a panic; what parses answers checks.
         #[test]
         fn any_token_file_parses_or_is_refused(
-            edits in proptest::collection::vec((0usize..4096, proptest::prelude::any::<u8>(), 0u8..4), 0..4),
+            edits in super::mutation::edits(),
             text in ".{0,200}",
         ) {
             let (_, table) = new_token(&["/a/".into()], &["/".into()], true).unwrap();
             let mut bytes = table.into_bytes();
-            for (at, value, how) in edits {
-                let at = at % (bytes.len() + 1);
-                match how {
-                    0 if at < bytes.len() => bytes[at] = value,
-                    1 if at < bytes.len() => bytes[at] ^= value | 1,
-                    2 => bytes.insert(at, value),
-                    _ => bytes.truncate(at),
-                }
-            }
+            super::mutation::apply(&mut bytes, &edits);
             for text in [String::from_utf8_lossy(&bytes).into_owned(), text] {
                 if let Ok(tokens) = Tokens::parse(&text) {
                     let _ = tokens.check(&with(b"Bearer rf_x"));

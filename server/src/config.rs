@@ -316,6 +316,11 @@ impl FileConfig {
     }
 }
 
+/// Edits of valid encodings shared by the fuzzing tests (engine/tests/mutation).
+#[cfg(test)]
+#[path = "../../engine/tests/mutation/mod.rs"]
+mod mutation;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,7 +332,7 @@ mod tests {
         /// a panic.
         #[test]
         fn any_config_text_parses_or_is_refused(
-            edits in proptest::collection::vec((0usize..4096, proptest::prelude::any::<u8>(), 0u8..4), 0..4),
+            edits in super::mutation::edits(),
             text in ".{0,200}",
         ) {
             let mut bytes = "shards = 2\nio_threads = 1\nwindow_bytes = 262144\nsegment_bytes = 2097152\n\
@@ -335,15 +340,7 @@ mod tests {
                  listen = \"127.0.0.1:0\"\nmax_connections = 7\nhandshake_timeout_ms = 9\n"
                 .as_bytes()
                 .to_vec();
-            for (at, value, how) in edits {
-                let at = at % (bytes.len() + 1);
-                match how {
-                    0 if at < bytes.len() => bytes[at] = value,
-                    1 if at < bytes.len() => bytes[at] ^= value | 1,
-                    2 => bytes.insert(at, value),
-                    _ => bytes.truncate(at),
-                }
-            }
+            super::mutation::apply(&mut bytes, &edits);
             for text in [String::from_utf8_lossy(&bytes).into_owned(), text] {
                 if let Ok(config) = FileConfig::parse(&text) {
                     let _ = config.resolve();
