@@ -784,6 +784,43 @@ fn validate(config: &EngineConfig) -> Result<(), EngineError> {
     Ok(())
 }
 
+/// The lines of `DATA/ringfeed.meta` as read, before they are checked.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct MetaLines {
+    version: Option<u16>,
+    shards: Option<u32>,
+    node: Option<u32>,
+    feed: Option<u64>,
+}
+
+impl MetaLines {
+    /// Reads `key=value` lines; unknown lines are skipped. A `node=` or
+    /// `feed=` line that is not a number (a nonzero hex one for the feed)
+    /// is refused, naming the line.
+    fn parse(text: &str) -> Result<MetaLines, &'static str> {
+        let mut lines = MetaLines::default();
+        for line in text.lines() {
+            match line.split_once('=') {
+                Some(("format", v)) => lines.version = v.trim().parse::<u16>().ok(),
+                Some(("shards", v)) => lines.shards = v.trim().parse::<u32>().ok(),
+                Some(("node", v)) => {
+                    lines.node = Some(v.trim().parse::<u32>().map_err(|_| "bad node= line")?)
+                }
+                Some(("feed", v)) => {
+                    lines.feed = Some(
+                        u64::from_str_radix(v.trim(), 16)
+                            .ok()
+                            .filter(|&id| id != 0)
+                            .ok_or("bad feed= line")?,
+                    )
+                }
+                _ => {}
+            }
+        }
+        Ok(lines)
+    }
+}
+
 /// What `DATA/ringfeed.meta` says of the data dir beyond its format.
 struct Meta {
     node_id: Option<u32>,
@@ -804,28 +841,12 @@ fn check_meta(data_dir: &Path, shards: u32, node_id: Option<u32>) -> Result<Meta
                 path: path.clone(),
                 reason: reason.into(),
             };
-            let mut version = None;
-            let mut found = None;
-            let mut recorded = None;
-            let mut feed = None;
-            for line in text.lines() {
-                match line.split_once('=') {
-                    Some(("format", v)) => version = v.trim().parse::<u16>().ok(),
-                    Some(("shards", v)) => found = v.trim().parse::<u32>().ok(),
-                    Some(("node", v)) => {
-                        recorded = Some(v.trim().parse::<u32>().map_err(|_| bad("bad node= line"))?)
-                    }
-                    Some(("feed", v)) => {
-                        feed = Some(
-                            u64::from_str_radix(v.trim(), 16)
-                                .ok()
-                                .filter(|&id| id != 0)
-                                .ok_or_else(|| bad("bad feed= line"))?,
-                        )
-                    }
-                    _ => {}
-                }
-            }
+            let MetaLines {
+                version,
+                shards: found,
+                node: recorded,
+                feed,
+            } = MetaLines::parse(&text).map_err(|reason| bad(reason))?;
             let version = version.ok_or_else(|| bad("no format= line"))?;
             if version != FORMAT_VERSION {
                 return Err(bad(&format!(
@@ -924,8 +945,47 @@ fn write_meta(
     Ok(())
 }
 
+/// Edits of valid encodings shared by the fuzzing tests (engine/tests/mutation).
+#[cfg(test)]
+#[path = "../tests/mutation/mod.rs"]
+mod mutation;
+
 #[cfg(test)]
 mod tests {
+    proptest::proptest! {
+        /// The meta file is read from disk (issue 36): a valid one with
+        /// bytes set, flipped, inserted or cut, and arbitrary text, parse to
+        /// lines or a refusal, never a panic.
+        #[test]
+        fn any_meta_text_parses_or_is_refused(
+            edits in super::mutation::edits(),
+            text in ".{0,200}",
+        ) {
+            let mut bytes = b"# ringfeed data dir; do not edit\nformat=1\nshards=2\nfeed=00ab12cd34ef5678\nnode=3\n".to_vec();
+            super::mutation::apply(&mut bytes, &edits);
+            for text in [String::from_utf8_lossy(&bytes).into_owned(), text] {
+                let _ = super::MetaLines::parse(&text);
+            }
+        }
+    }
+
+    #[test]
+    fn the_meta_lines_are_read() {
+        let lines =
+            super::MetaLines::parse("format=1\nshards=2\nnode=3\nfeed=ab\nother=x\n").unwrap();
+        assert_eq!(
+            lines,
+            super::MetaLines {
+                version: Some(1),
+                shards: Some(2),
+                node: Some(3),
+                feed: Some(0xab)
+            }
+        );
+        assert_eq!(super::MetaLines::parse("feed=0\n"), Err("bad feed= line"));
+        assert_eq!(super::MetaLines::parse("node=x\n"), Err("bad node= line"));
+    }
+
     use super::*;
 
     #[test]
