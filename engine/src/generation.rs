@@ -134,6 +134,13 @@ impl Generations {
         }
     }
 
+    /// Where the log ended when it was last opened: the newest generation
+    /// starts there, and the open had synced every event below it first. A
+    /// log that ends below it now lost durable events at its end.
+    pub fn durable_end(&self) -> u64 {
+        self.entries.last().map_or(0, |e| e.first_offset)
+    }
+
     /// The history of a log cut at offset `end` (by a repair): a generation
     /// that started past `end` starts at `end` instead, having kept nothing,
     /// so a cursor past `end` of any generation is truncated there, and no

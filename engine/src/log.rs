@@ -337,8 +337,7 @@ impl<S: Storage> Log<S> {
             .await
             .map_err(recovery_io("the generation history"))?
         {
-            let newest = history.entries().last().expect("a history has an entry");
-            if log.next_offset < newest.first_offset {
+            if log.next_offset < history.durable_end() {
                 let segment = log
                     .segments
                     .last()
@@ -355,7 +354,9 @@ impl<S: Storage> Log<S> {
                     evidence: format!(
                         "the log ended at offset {} when it was last opened (generation {} \
                          started there, after everything below it was synced); it ends at {} now",
-                        newest.first_offset, newest.generation, log.next_offset
+                        history.durable_end(),
+                        history.current(),
+                        log.next_offset
                     ),
                 });
             }

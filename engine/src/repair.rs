@@ -71,8 +71,6 @@ pub struct ShardRepair {
     pub renumbered_from: u64,
     /// The generation they were appended under (`None` in a dry run).
     pub generation: Option<u32>,
-    /// The survivors an interrupted repair had already appended.
-    pub resumed_after: u64,
 }
 
 #[derive(Debug, Error)]
@@ -144,7 +142,7 @@ pub async fn repair_shard<S: Storage + Clone>(
     };
     let walked: Vec<String> = segments[from..].iter().map(|(_, n)| n.clone()).collect();
     let first = segments[from].0;
-    let header = read_header(&storage, shard, &walked[0]).await?;
+    let header = read_header_of(&storage, shard, &walked[0]).await?;
     let mut walk = Walk::new(shard, first, &walked);
     walk.run(&storage, &walked, |_, _| Ok(())).await?;
     // Offsets below where the log ended at its last open were durable:
@@ -152,8 +150,7 @@ pub async fn repair_shard<S: Storage + Clone>(
     let durable_end = Generations::load(&storage, true)
         .await
         .map_err(io("the generation history"))?
-        .and_then(|h| h.entries().last().map(|e| e.first_offset))
-        .unwrap_or(0);
+        .map_or(0, |h| h.durable_end());
     if walk.expected < durable_end {
         let last = walked.last().expect("walked segments").clone();
         let (segment, at, end) = walk.tail.clone().unwrap_or((last, u64::MAX, u64::MAX));
@@ -181,7 +178,6 @@ pub async fn repair_shard<S: Storage + Clone>(
         survivors: walk.events_after(hole.offsets.end),
         renumbered_from: hole.offsets.start,
         generation: None,
-        resumed_after: 0,
     };
     if dry_run {
         return Ok(Some(report));
@@ -301,7 +297,6 @@ async fn resume<S: Storage + Clone>(storage: S, shard: u32) -> Result<ShardRepai
         survivors: appended,
         renumbered_from: marker.renumber_from,
         generation: Some(generation),
-        resumed_after: 0,
     })
 }
 
@@ -566,14 +561,6 @@ impl Walk {
         }
         Ok(())
     }
-}
-
-async fn read_header<S: Storage>(
-    storage: &S,
-    shard: u32,
-    name: &str,
-) -> Result<SegmentHeader, RepairError> {
-    read_header_of(storage, shard, name).await
 }
 
 async fn read_header_of<S: Storage>(
