@@ -54,7 +54,7 @@ use crate::client::{Backoff, FollowError, Follower};
 use crate::membership::{KnownPeer, Membership};
 use crate::peer_feed::{Gone, PeerFeed, PeerItem, Stepper, READ_AT_ONCE};
 use crate::registry::Registered;
-use crate::sender::Admission;
+use crate::sender::{budget_units, Admission};
 use crate::sender::{Outbox, Responses, SubscriberLimits};
 
 /// How often a quiet peer sends a heartbeat to a cluster stream (its
@@ -75,6 +75,13 @@ const MAX_QUEUED: usize = 65_536;
 /// What an event queued in the merge counts against the response budget
 /// besides its payload (its cursor and bookkeeping).
 const EVENT_OVERHEAD: usize = 96;
+
+/// What an event in the merge counts against the response budget, in whole
+/// units: at least what the response that sends it will hold for it.
+fn event_units(payload: &[u8]) -> usize {
+    budget_units(payload.len() + EVENT_OVERHEAD)
+}
+
 /// Reconnecting to a peer: soon, so a restarted peer's late events come
 /// soon after it is back (gRPC's defaults grow to two minutes).
 const PEER_BACKOFF: Backoff = Backoff {
@@ -226,7 +233,7 @@ pub(crate) fn start(
         events_sent: 0,
         admission,
         budget: None,
-        queued_bytes: 0,
+        queued_units: 0,
         scope,
     };
     for peer in &peers {
@@ -303,11 +310,15 @@ struct ClusterStream {
     registered: Arc<Registered>,
     events_sent: u64,
     /// The server's response budget: the merge's queued events count
-    /// against it (`budget` covers `queued_bytes`), so many cluster streams
+    /// against it (`budget` covers `queued_units`), so many cluster streams
     /// held at once do not pull more than it into memory.
     admission: Arc<Admission>,
     budget: Option<tokio::sync::OwnedSemaphorePermit>,
-    queued_bytes: usize,
+    /// The budget units of the events the merge holds, counted per event:
+    /// a response charges whole units, so a merge that covered only its
+    /// bytes in sum ran out of cover after a ninth of its small events, and
+    /// its stream went on sending responses that held no budget.
+    queued_units: usize,
     /// A token's read scope: events are shown as it shows them.
     scope: Option<crate::auth::ReadScope>,
 }
@@ -448,7 +459,7 @@ impl ClusterStream {
         loop {
             // Listen before looking, so news in between is not missed.
             let changed = self.local.changed();
-            self.pull_local()?;
+            let more_local = self.pull_local()?;
             while !self.full(false) {
                 let Ok(item) = self.peer_rx.try_recv() else {
                     break;
@@ -457,7 +468,14 @@ impl ClusterStream {
             }
             self.pull_shared()?;
             let full = self.full(false);
+            let short = self.short_of_budget();
+            let admission = self.admission.clone();
             if self.send_ready(shutdown).await? {
+                continue;
+            }
+            // The local pull stopped short and could go on now (budget came
+            // back meanwhile): no news of events would wake it.
+            if more_local && !self.full(true) {
                 continue;
             }
             // until_ns: once every node (skipped ones too) is past it and
@@ -489,6 +507,12 @@ impl ClusterStream {
                 }
                 _ = self.outbox.closed() => return Ok(()),
                 _ = changed => {}
+                // The stream's own responses may hold the budget it waits
+                // for: once the transport has written them nothing else
+                // need happen, so it listens for budget coming back. (It
+                // waited for news of events instead, and a stream that had
+                // read everything stood still until the next append.)
+                _ = admission.unit_freed(), if short => {}
                 _ = self.changes.changed() => self.join_new_peers()?,
                 item = self.peer_rx.recv(), if !full => match item {
                     Some(item) => self.from_peer(item)?,
@@ -503,42 +527,54 @@ impl ClusterStream {
         }
     }
 
-    /// Whether the merge holds [`MAX_QUEUED`] events or more bytes than the
-    /// response budget lets it cover, and neither this node (`local`) nor
-    /// the peers (`!local`) hold it: a source that holds the merge has
-    /// nothing queued, and taking its events is what moves it (a held merge
-    /// moves at the latest after `peer_hold`, so a stream over budget never
+    /// Whether the merge holds [`MAX_QUEUED`] events or is short of budget
+    /// ([`Self::short_of_budget`]), and neither this node (`local`) nor the
+    /// peers (`!local`) hold it: a source that holds the merge has nothing
+    /// queued, and taking its events is what moves it (a held merge moves
+    /// at the latest after `peer_hold`, so a stream over budget never
     /// stalls for good).
     fn full(&mut self, local: bool) -> bool {
         let this = self.nodes[0].id;
-        let over = self.merge.queued() >= MAX_QUEUED
-            || !self
-                .admission
-                .try_cover(&mut self.budget, self.queued_bytes);
+        let over = self.merge.queued() >= MAX_QUEUED || self.short_of_budget();
         over && !self.merge.holding().any(|s| (s.node == this) == local)
     }
 
+    /// Whether the response budget cannot cover what the merge holds and a
+    /// unit more for the next event. (Covering only what it held, an empty
+    /// merge always looked covered, so with no budget free it still took
+    /// one event at a time and sent each in a response that held none. An
+    /// event larger than a unit, or a unit another stream took first, is
+    /// covered short until the next look: the most a stream's merge holds
+    /// beyond the budget is one event.)
+    fn short_of_budget(&mut self) -> bool {
+        !self
+            .admission
+            .try_cover(&mut self.budget, self.queued_units)
+            || self.admission.free_units() == 0
+    }
+
     /// Takes what the local subscription has ready; when it has nothing
-    /// more, its watermark bounds every local shard.
-    fn pull_local(&mut self) -> Result<(), Status> {
+    /// more, its watermark bounds every local shard. True if it stopped
+    /// with more perhaps ready (the merge full, or [`LOCAL_PULL`] taken).
+    fn pull_local(&mut self) -> Result<bool, Status> {
         for _ in 0..LOCAL_PULL {
             if self.full(true) {
-                return Ok(());
+                return Ok(true);
             }
             match self.local.poll().map_err(crate::status::subscribe_status)? {
                 Step::Event(d) => self.push_local(d),
                 Step::Pending => {
                     self.bound_node(0, self.local.watermark());
-                    return Ok(());
+                    return Ok(false);
                 }
                 Step::End => {
                     // Past until_ns: no more local events.
                     self.bound_node(0, i64::MAX);
-                    return Ok(());
+                    return Ok(false);
                 }
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Node `node` (index in `nodes`) will push nothing more stamped at or
@@ -561,7 +597,7 @@ impl ClusterStream {
             next: after.next_offset(d.shard),
             generation: after.generation(d.shard),
         };
-        self.queued_bytes += pending.payload.len() + EVENT_OVERHEAD;
+        self.queued_units += event_units(&pending.payload);
         self.merge.push(source, d.ts, pending);
     }
 
@@ -643,7 +679,7 @@ impl ClusterStream {
                 generation,
             } => {
                 let source = n.first_source + shard as usize;
-                self.queued_bytes += payload.len() + EVENT_OVERHEAD;
+                self.queued_units += event_units(&payload);
                 let pending = Pending {
                     node,
                     shard,
@@ -754,7 +790,7 @@ impl ClusterStream {
         let now = self.now();
         let mut events = Vec::new();
         // What the popped events counted against the budget in the merge.
-        let mut popped_bytes = 0;
+        let mut popped_units = 0;
         // Events of at most `batch_max_bytes` a response, as a node stream's
         // (what a response holds of the budget until the transport has
         // written it, and a size every gRPC client takes: their default limit
@@ -765,10 +801,10 @@ impl ClusterStream {
                 break;
             };
             let p = popped.event;
-            let counted = p.payload.len() + EVENT_OVERHEAD;
+            let counted = event_units(&p.payload);
             payload_bytes += p.payload.len();
-            popped_bytes += counted;
-            self.queued_bytes -= counted;
+            popped_units += counted;
+            self.queued_units -= counted;
             let node = &mut self.nodes[p.node];
             let payload = match self.scope.as_ref().map(|s| s.show(&p.payload)) {
                 None | Some(crate::auth::Shown::Same) => Some(p.payload),
@@ -797,12 +833,12 @@ impl ClusterStream {
         // holds it, at most MAX_QUEUED events). Never waits for budget: a
         // stream waiting for it while its merge holds some could wait on
         // streams that wait on it.
-        let permit = Admission::carve(&mut self.budget, popped_bytes);
-        Admission::trim(&mut self.budget, self.queued_bytes);
+        let permit = Admission::carve(&mut self.budget, popped_units);
+        Admission::trim(&mut self.budget, self.queued_units);
         if events.is_empty() {
             // Popped events the read scope hides move the stream too: more
             // may be ready behind them.
-            return Ok(popped_bytes > 0);
+            return Ok(popped_units > 0);
         }
         let item = if events.len() == 1 {
             RawItem::Event(events.pop().expect("one"))
@@ -932,7 +968,8 @@ fn peer_follower(
 /// What a cluster stream's client is told when following a peer with the
 /// stream's own follower fails. A refusal of what the client asked for (its
 /// cursor's part for that node was made by another data dir, is below the
-/// node's retention or was truncated by a crash; a filter the node refuses)
+/// node's retention or was truncated by a crash; a filter the node refuses;
+/// an event of the node lost there, or one this node does not forward)
 /// keeps its code, so the client does not retry what cannot succeed (as
 /// UNAVAILABLE, it was retried forever, and the peer's reason was lost);
 /// anything else is UNAVAILABLE, which a retry may cure.
@@ -942,7 +979,10 @@ fn peer_failure(node: u32, address: &str, e: FollowError) -> Status {
         FollowError::Refused(status)
             if matches!(
                 status.code(),
-                Code::InvalidArgument | Code::OutOfRange | Code::FailedPrecondition
+                Code::InvalidArgument
+                    | Code::OutOfRange
+                    | Code::FailedPrecondition
+                    | Code::DataLoss
             ) =>
         {
             Status::new(

@@ -107,6 +107,12 @@ static STALLED_WARNINGS: RateLimit = RateLimit::new(Duration::from_secs(10));
 /// Budget units are KiB, so a u32 permit count covers any budget.
 const UNIT: usize = 1024;
 
+/// The budget units that cover `bytes`: whole units, so a part of the
+/// budget held for each of many small things counts more than their sum.
+pub(crate) fn budget_units(bytes: usize) -> usize {
+    bytes.div_ceil(UNIT)
+}
+
 /// The shared admission state of backlog readers.
 pub(crate) struct Admission {
     readers: Arc<Semaphore>,
@@ -154,11 +160,10 @@ impl Admission {
         self.bytes.clone().try_acquire_many_owned(units as u32).ok()
     }
 
-    /// Grows `held` to cover `bytes` of the budget if that many are free
+    /// Grows `held` to `want` units of the budget if that many are free
     /// now (never waits); false if not. For what a stream holds outside its
     /// response queue (a cluster stream's merge).
-    pub(crate) fn try_cover(&self, held: &mut Option<OwnedSemaphorePermit>, bytes: usize) -> bool {
-        let want = bytes.div_ceil(UNIT);
+    pub(crate) fn try_cover(&self, held: &mut Option<OwnedSemaphorePermit>, want: usize) -> bool {
         let have = held.as_ref().map_or(0, |p| p.num_permits());
         if want <= have {
             return true;
@@ -177,14 +182,24 @@ impl Admission {
         true
     }
 
-    /// Splits off the part of `held` that covers `bytes` (all of it if it
-    /// covers less), for a response to hold until the transport takes the
-    /// next: what a cluster stream's merge held for the events it sends.
+    /// Budget units free now.
+    pub(crate) fn free_units(&self) -> usize {
+        self.bytes.available_permits()
+    }
+
+    /// Returns once a unit of the budget is free (and leaves it free), in
+    /// turn with the readers waiting for budget.
+    pub(crate) async fn unit_freed(&self) {
+        let _unit = self.bytes.acquire().await;
+    }
+
+    /// Splits `want` units off `held` (all of it if it holds fewer), for a
+    /// response to hold until the transport has written it: what a cluster
+    /// stream's merge held for the events it sends.
     pub(crate) fn carve(
         held: &mut Option<OwnedSemaphorePermit>,
-        bytes: usize,
+        want: usize,
     ) -> Option<OwnedSemaphorePermit> {
-        let want = bytes.div_ceil(UNIT);
         let permit = held.as_mut()?;
         if permit.num_permits() <= want {
             return held.take();
@@ -197,9 +212,8 @@ impl Admission {
         &self.metrics
     }
 
-    /// Gives back what `held` covers beyond `bytes`.
-    pub(crate) fn trim(held: &mut Option<OwnedSemaphorePermit>, bytes: usize) {
-        let want = bytes.div_ceil(UNIT);
+    /// Gives back what `held` holds beyond `want` units.
+    pub(crate) fn trim(held: &mut Option<OwnedSemaphorePermit>, want: usize) {
         if let Some(permit) = held {
             let have = permit.num_permits();
             if have > want {

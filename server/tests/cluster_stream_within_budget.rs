@@ -72,8 +72,8 @@ async fn a_stalled_cluster_subscriber_gives_its_budget_back() {
     let stall_timeout = Duration::from_secs(3);
     let config = config_file(
         dir.path(),
-        "response_budget_bytes = 32768\nsubscriber_send_buffer_bytes = 8192\n\
-         stall_timeout_secs = 3\nsubscriber_queue = 64\n",
+        "response_budget_bytes = 16384\nsubscriber_send_buffer_bytes = 8192\n\
+         stall_timeout_secs = 3\n",
     );
     let data = dir.path().join("data");
     // A cluster of one (a cluster stream needs a node id, not peers), with
@@ -85,14 +85,16 @@ async fn a_stalled_cluster_subscriber_gives_its_budget_back() {
     append(&server.addr, 1, 0, EVENTS, true).await;
     // A client that never reads, with an 8 KiB stream window: its transport
     // fills at once, then its queue (an event a response), then its merge
-    // up to the budget. The queue has room for more responses than the
-    // budget covers (64 of at least 1 KiB each against 32 KiB), so the
-    // stream stops only once it holds the whole budget. (With the default
-    // queue of 8 it stopped when its queue was full, holding what the
-    // timing left it: the budget of frames its transport wrote after its
-    // last pull came back and stayed free, and in one run in four or five
-    // it held no more than half, the most one response asks for, so the
-    // reader below went on while it was stalled.)
+    // up to the budget. Once its queue is full it holds at least the queue's
+    // 8 units and the one its sender holds for the next: more than the half
+    // of this 16-unit budget a reader asks for, wherever the rest went.
+    // (With a budget of 32 units, what it held beyond that depended on
+    // when its connection wrote its frames: frames written after the
+    // stream stopped gave units back that it never took again, and in about
+    // one run in a hundred the reader below went on. Before each event in
+    // the merge counted a whole unit, as its response does, it was one run
+    // in six: the merge's cover ran out after a ninth of its events, and
+    // the rest went out holding no budget.)
     let subscribed = Instant::now();
     let channel = Endpoint::from_shared(format!("http://{}", server.addr))
         .unwrap()
@@ -217,5 +219,46 @@ async fn a_cluster_batch_stops_at_batch_max_bytes() {
     // a few bytes of framing, the response its cursor.
     assert!(largest < (64 << 10) + 4096, "a response of {largest} bytes");
     assert!(largest > 32 << 10, "no batching at all: {largest} bytes");
+    server.stop();
+}
+
+/// A cluster stream whose own responses hold the whole budget goes on once
+/// the transport has written them, with no new event to wake it: it listens
+/// for budget coming back. (It waited for news of events instead: a cluster
+/// subscriber catching up on a quiet feed stood still after its first
+/// budget's worth until the next append.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_stream_goes_on_when_its_own_responses_give_budget_back() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let dir = tempfile::tempdir().unwrap();
+    // 4 KiB: four one-event responses hold all of it.
+    let config = config_file(dir.path(), "response_budget_bytes = 4096\n");
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        1,
+        &["--node-id", "1", "--config", &config],
+    );
+    const EVENTS: usize = 2_000;
+    append(&server.addr, 1, 0, EVENTS, true).await;
+    let mut stream = client(&server.addr)
+        .await
+        .subscribe(v1::SubscribeRequest {
+            start: Some(Start::Beginning(true)),
+            scope: v1::Scope::Cluster as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = 0;
+    while seen < EVENTS {
+        let response = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .unwrap_or_else(|_| panic!("the stream stood still after {seen} events"))
+            .unwrap()
+            .expect("a response");
+        seen += events_of(response).len();
+    }
+    assert_eq!(seen, EVENTS);
     server.stop();
 }
