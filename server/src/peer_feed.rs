@@ -120,17 +120,29 @@ impl Stepper {
         loop {
             let step = self.follower.next_step().await?;
             let end = matches!(step, FollowStep::End);
-            self.push(step, out);
+            self.push(step, out)?;
             if end || !self.follower.has_buffered() {
                 return Ok(());
             }
         }
     }
 
-    fn push(&mut self, step: FollowStep, out: &mut Vec<PeerItem>) {
+    fn push(&mut self, step: FollowStep, out: &mut Vec<PeerItem>) -> Result<(), FollowError> {
         let checkpoint = self.follower.checkpoint();
         match step {
             FollowStep::Event(e) => {
+                // A peer's bytes are checked as a producer's are: a peer of
+                // an older version, or a damaged one, may hold an event that
+                // decoders read differently, and forwarded it would stop
+                // every strict reader of the cluster stream at it. Nothing is
+                // skipped: the stream ends with DATA_LOSS at that event.
+                if let Err(refusal) = ringfeed_proto::strict::check_event(&e.event) {
+                    return Err(FollowError::Refused(Status::data_loss(format!(
+                        "its event at shard {} offset {} is not forwarded: {refusal} \
+                         (not bytes every protobuf decoder reads alike)",
+                        e.shard, e.offset
+                    ))));
+                }
                 let checkpoint = checkpoint.expect("a checkpoint once an event was handed out");
                 if !self.started {
                     // The checkpoint before the event: the same with its
@@ -159,6 +171,7 @@ impl Stepper {
             }
             FollowStep::End => out.push(PeerItem::End),
         }
+        Ok(())
     }
 }
 

@@ -172,3 +172,80 @@ async fn a_cluster_cursor_part_of_another_data_dir_is_refused() {
         "{refused:?}"
     );
 }
+
+/// A peer's event that protobuf decoders read differently (issue 36's
+/// poison: an unclosed group inside `new_entry.extended`) is not forwarded:
+/// a cluster stream reaching it ends with DATA_LOSS naming the node, the
+/// event and the field, as a node refuses such bytes from a producer. (It
+/// was forwarded as the peer held it, and every strict reader of the
+/// cluster stream failed there on every resume.) Node 2's data dir gets the
+/// event from the engine itself, as a node of an older version stored it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_event_strict_decoders_refuse_is_not_forwarded() {
+    let _watchdog = ringfeed_watchdog::arm();
+    let ports = free_ports(2);
+    let dirs = data_dirs(2, "cluster-poison-");
+    let poison: &[u8] = &[
+        0x0a, 0x03, 0x2f, 0x66, 0x7a, 0x1a, 0x11, 0x0a, 0x02, 0x6f, 0x6b, 0x3b, 0x0b, 0x0a, 0x06,
+        0x75, 0x73, 0x65, 0x72, 0x2e, 0x6b, 0x12, 0x01, 0x76,
+    ];
+    let engine = ringfeed_engine::Engine::open(ringfeed_engine::EngineConfig {
+        data_dir: dirs[1].path().into(),
+        shards: 1,
+        ..Default::default()
+    })
+    .unwrap();
+    engine
+        .append_blocking(
+            vec![ringfeed_engine::NewEvent {
+                directory: "/fz".into(),
+                old_name: String::new(),
+                new_name: "ok".into(),
+                new_parent: String::new(),
+                signatures: Vec::new(),
+                payload: poison.to_vec().into(),
+            }],
+            ringfeed_engine::Durability::Durable,
+        )
+        .unwrap();
+    engine.shutdown().unwrap();
+    let _nodes: Vec<_> = (0..2)
+        .map(|i| start_node(&ports, dirs[i].path(), i, 1, &[]))
+        .collect();
+    for addr in &ports {
+        wait_all_up(addr).await;
+    }
+    append(&ports[0], 1, 0, 3, true).await;
+    let mut stream = client(&ports[0])
+        .await
+        .subscribe(v1::SubscribeRequest {
+            start: Some(Start::Beginning(true)),
+            scope: v1::Scope::Cluster as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let status = loop {
+        match tokio::time::timeout(Duration::from_secs(20), stream.message())
+            .await
+            .expect("the cluster stream neither failed nor moved")
+        {
+            Ok(Some(response)) => assert!(
+                events_of(response).iter().all(|e| e.1 != 2),
+                "node 2's poison was forwarded"
+            ),
+            Ok(None) => panic!("the cluster stream ended OK past the poison"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(status.code(), tonic::Code::DataLoss, "{status:?}");
+    for part in [
+        "node 2",
+        "shard 0 offset 0",
+        "new_entry.extended",
+        "wire type 3",
+    ] {
+        assert!(status.message().contains(part), "{part:?} in {status:?}");
+    }
+}
