@@ -8,12 +8,14 @@
 //! cargo test --release -p ringfeed-engine --test decoders_survive_mutation`.
 
 use proptest::prelude::*;
-use ringfeed_engine::chunk::{self, ChunkBuilder, ChunkHeader, CHUNK_HEADER_LEN};
-use ringfeed_engine::record::{self, Kind, ProducerStamp, Record, Signatures};
+use ringfeed_engine::chunk::{self, ChunkBuilder, CHUNK_HEADER_LEN};
+use ringfeed_engine::record::{Kind, ProducerStamp, Record, Signatures};
 use ringfeed_engine::segment::SegmentHeader;
-use ringfeed_engine::{Cursor, GenerationStart, Generations};
+use ringfeed_engine::{ClusterCursor, Cursor, GenerationStart, Generations};
 
+mod fuzz_targets;
 mod mutation;
+use fuzz_targets::{read_verified, rechecksum_chunk};
 use mutation::{apply, edits};
 
 fn sample(i: u64, producer: bool) -> (String, String, Vec<u8>, Option<ProducerStamp>) {
@@ -70,86 +72,26 @@ fn encode_chunk(count: u64, producer: bool) -> Vec<u8> {
     buf[..disk_len].to_vec()
 }
 
-/// Re-checksums a record's header checksum (its first 8 bytes are the
-/// length and the CRC of what follows), so a mutation gets past it.
-fn rechecksum_record(bytes: &mut [u8]) {
-    if bytes.len() < 8 {
-        return;
-    }
-    let len = u32::from_le_bytes(bytes[0..4].try_into().unwrap()) as usize;
-    let end = len.clamp(8, bytes.len());
-    let crc = crc32c::crc32c(&bytes[8..end]);
-    bytes[4..8].copy_from_slice(&crc.to_le_bytes());
-}
-
-/// Re-checksums a chunk: the body CRC and the header's own, keeping the
-/// header's body length as mutated.
-fn rechecksum_chunk(bytes: &mut [u8]) {
-    if bytes.len() < CHUNK_HEADER_LEN {
-        return;
-    }
-    let body_len = u32::from_le_bytes(bytes[40..44].try_into().unwrap()) as usize;
-    let end = (CHUNK_HEADER_LEN + body_len).min(bytes.len());
-    let body_crc = crc32c::crc32c(&bytes[CHUNK_HEADER_LEN..end]);
-    bytes[44..48].copy_from_slice(&body_crc.to_le_bytes());
-    let crc = crc32c::crc32c(&bytes[..60]);
-    bytes[60..64].copy_from_slice(&crc.to_le_bytes());
-}
-
-/// What a reader does with a chunk that verified: every record's header,
-/// position and full decode.
-fn read_verified(bytes: &[u8]) {
-    let Ok(header) = chunk::verify(bytes) else {
-        return;
-    };
-    let Ok(body) = chunk::body_of(bytes, &header) else {
-        return;
-    };
-    let mut at = 0;
-    while at < body.len() {
-        let Ok(h) = record::peek_header(&body[at..]) else {
-            break;
-        };
-        let _ = record::peek_position(&body[at..]);
-        let _ = h.has_signature(1);
-        at += h.len.max(1);
-    }
-    for rec in chunk::records(body) {
-        let _ = rec;
-    }
-}
-
 proptest! {
     #[test]
     fn a_mutated_record_decodes_or_is_refused(i in 0u64..1000, producer in any::<bool>(), e in edits(), recrc in any::<bool>()) {
         let mut bytes = encode_record(i, producer);
         apply(&mut bytes, &e);
-        if recrc {
-            rechecksum_record(&mut bytes);
-        }
-        let _ = Record::decode(&bytes);
-        let _ = record::peek_len(&bytes);
-        let _ = record::peek_header(&bytes);
-        let _ = record::peek_position(&bytes);
-        let _ = record::has_producer_stamp(&bytes);
+        fuzz_targets::record(&stamped(recrc, bytes));
     }
 
     #[test]
     fn a_mutated_chunk_verifies_or_is_refused(count in 1u64..20, producer in any::<bool>(), e in edits(), recrc in any::<bool>()) {
         let mut bytes = encode_chunk(count, producer);
         apply(&mut bytes, &e);
-        if recrc {
-            rechecksum_chunk(&mut bytes);
-        }
-        let _ = ChunkHeader::decode(&bytes);
-        read_verified(&bytes);
+        fuzz_targets::chunk(&stamped(recrc, bytes));
     }
 
     #[test]
     fn a_mutated_cursor_parses_or_is_refused(next in prop::collection::vec(any::<u64>(), 0..40), e in edits()) {
         let mut bytes = Cursor::new(next).to_bytes();
         apply(&mut bytes, &e);
-        let _ = Cursor::from_bytes(&bytes);
+        fuzz_targets::cursor(&bytes);
     }
 
     #[test]
@@ -165,7 +107,7 @@ proptest! {
         let mut bytes = vec![0u8; 4096];
         header.encode(&mut bytes);
         apply(&mut bytes, &e);
-        let _ = SegmentHeader::decode(&bytes);
+        fuzz_targets::segment_header(&bytes);
     }
 }
 
@@ -181,18 +123,6 @@ fn encode_generations(count: u32) -> Vec<u8> {
     Generations::from_entries(entries).unwrap().encode(512)
 }
 
-/// Re-stamps a generations file's checksum over what its count says it holds.
-fn rechecksum_generations(bytes: &mut [u8]) {
-    let Some(count) = bytes.get(8..12) else {
-        return;
-    };
-    let end = 12 + u32::from_le_bytes(count.try_into().unwrap()) as usize * 12;
-    if end + 4 <= bytes.len() {
-        let crc = crc32c::crc32c(&bytes[..end]);
-        bytes[end..end + 4].copy_from_slice(&crc.to_le_bytes());
-    }
-}
-
 proptest! {
     /// Issue 36: every decoder of bytes found on disk, the generations file
     /// too. What decodes keeps its invariant (ordered entries).
@@ -200,18 +130,12 @@ proptest! {
     fn a_mutated_generations_file_decodes_or_is_refused(count in 1u32..40, e in edits(), recrc in any::<bool>()) {
         let mut bytes = encode_generations(count);
         apply(&mut bytes, &e);
-        if recrc {
-            rechecksum_generations(&mut bytes);
-        }
-        if let Ok(generations) = Generations::decode(&bytes) {
-            let entries = generations.entries();
-            prop_assert!(entries.windows(2).all(|w| w[0].generation < w[1].generation));
-        }
+        fuzz_targets::generations(&stamped(recrc, bytes));
     }
 
     #[test]
     fn arbitrary_bytes_as_a_generations_file(bytes in prop::collection::vec(any::<u8>(), 0..600)) {
-        let _ = Generations::decode(&bytes);
+        fuzz_targets::generations(&stamped(false, bytes));
     }
 }
 
@@ -240,4 +164,84 @@ fn mutations_reach_the_parsers_behind_the_checksums() {
         verified > 0 && refused > 0,
         "verified {verified}, refused {refused}"
     );
+}
+
+/// A target's input: the checksum choice (see `fuzz_targets`), then `bytes`.
+fn stamped(stamp: bool, bytes: Vec<u8>) -> Vec<u8> {
+    let mut input = vec![u8::from(stamp)];
+    input.extend(bytes);
+    input
+}
+
+/// The checked-in corpus (`engine/fuzz/corpus/TARGET/`), every file
+/// through its target: what the coverage-guided fuzzer found worth keeping
+/// stays passing.
+#[test]
+fn the_fuzz_corpus_passes_every_target() {
+    let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
+    for (name, target) in fuzz_targets::TARGETS {
+        let dir = corpus.join(name);
+        let mut files = 0;
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.unwrap().path();
+            target(&std::fs::read(&path).unwrap());
+            files += 1;
+        }
+        assert!(files > 0, "no corpus for {name} in {}", dir.display());
+    }
+}
+
+/// The allocation bound can fail: a count read from the bytes that sized
+/// an allocation before the bytes were checked would be caught.
+#[test]
+#[should_panic(expected = "allocated at the peak")]
+fn an_allocation_past_the_bound_fails_a_target() {
+    let counted = fuzz_targets::peak_allocated(|| drop(vec![0u8; 1 << 20]));
+    assert!(
+        counted >= 1 << 20,
+        "the allocator counts nothing: {counted}"
+    );
+    fuzz_targets::bounded_for_test(&[0u8; 16], |_| {
+        drop(std::hint::black_box(vec![0u8; 1 << 20]))
+    });
+}
+
+/// Writes the seed files of the corpus (valid encodings of each target),
+/// by hand when a format changes: `cargo test -p ringfeed-engine --test
+/// decoders_survive_mutation -- --ignored write_the_seed_corpus`. The
+/// fuzzer's own finds sit beside them.
+#[test]
+#[ignore = "writes engine/fuzz/corpus; run by hand"]
+fn write_the_seed_corpus() {
+    let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
+    let write = |target: &str, name: &str, bytes: Vec<u8>| {
+        let dir = corpus.join(target);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("seed-{name}")), bytes).unwrap();
+    };
+    write("record", "plain", stamped(true, encode_record(3, false)));
+    write("record", "producer", stamped(true, encode_record(17, true)));
+    write("chunk", "3", stamped(true, encode_chunk(3, true)));
+    write("chunk", "12", stamped(true, encode_chunk(12, false)));
+    write(
+        "cursor",
+        "node",
+        Cursor::new(vec![5, 0, 1 << 40]).to_bytes(),
+    );
+    let mut cluster = ClusterCursor::new();
+    cluster.set(1, Cursor::new(vec![7, 9]));
+    cluster.set(3, Cursor::new(vec![0]));
+    write("cursor", "cluster", cluster.to_bytes());
+    let header = SegmentHeader {
+        shard: 2,
+        alignment: 4096,
+        first_offset: 4096,
+        created_ns: 1,
+        segment_bytes: 1 << 20,
+        max_unsynced_bytes: 64 << 10,
+    };
+    let mut bytes = vec![0u8; 4096];
+    header.encode(&mut bytes);
+    write("segment_header", "plain", bytes);
+    write("generations", "3", stamped(true, encode_generations(3)));
 }

@@ -89,6 +89,23 @@ pub fn check_event(bytes: &[u8]) -> Result<(), Refusal> {
     check_at(rules, index, bytes)
 }
 
+/// The fuzz target of the check (`engine/fuzz`, target `strict_event`;
+/// CI runs its corpus in this module's tests): any bytes the check accepts
+/// prost decodes as an event, and prost's encoding of that event passes
+/// the check again. Panics otherwise.
+pub fn fuzz_event(bytes: &[u8]) {
+    use prost::Message;
+    if check_event(bytes).is_err() {
+        return;
+    }
+    let decoded = crate::v1::Event::decode(bytes)
+        .unwrap_or_else(|e| panic!("accepted, but prost refuses it: {e}"));
+    let again = decoded.encode_to_vec();
+    if let Err(refusal) = check_event(&again) {
+        panic!("prost's own encoding of an accepted event is refused: {refusal}");
+    }
+}
+
 fn check_at(rules: &Rules, index: usize, bytes: &[u8]) -> Result<(), Refusal> {
     // The path is kept as (message, field number) and named only for a
     // refusal: naming each field as it was walked cost more than the walk.
@@ -481,20 +498,36 @@ mod tests {
             .encode_to_vec()
         }
 
-        fn accepted_means_decodable(bytes: &[u8]) -> Result<(), TestCaseError> {
-            if check_event(bytes).is_ok() {
-                let decoded = v1::Event::decode(bytes);
-                prop_assert!(decoded.is_ok(), "accepted, but prost refuses: {decoded:?}");
-                let again = decoded.unwrap().encode_to_vec();
-                prop_assert!(check_event(&again).is_ok(), "prost's own encoding refused");
+        /// The checked-in corpus of the fuzz target, every file.
+        #[test]
+        fn the_fuzz_corpus_passes() {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../engine/fuzz/corpus/strict_event");
+            let mut files = 0;
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                fuzz_event(&std::fs::read(entry.unwrap().path()).unwrap());
+                files += 1;
             }
-            Ok(())
+            assert!(files > 0, "no corpus in {}", dir.display());
+        }
+
+        /// Writes the corpus's seed files (valid events), by hand:
+        /// `cargo test -p ringfeed-proto -- --ignored write_the_seed_corpus`.
+        #[test]
+        #[ignore = "writes engine/fuzz/corpus; run by hand"]
+        fn write_the_seed_corpus() {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../engine/fuzz/corpus/strict_event");
+            std::fs::create_dir_all(&dir).unwrap();
+            for (i, extended) in [(3, false), (200, true)] {
+                std::fs::write(dir.join(format!("seed-{i}")), event(i, extended)).unwrap();
+            }
         }
 
         proptest! {
             #[test]
             fn arbitrary_bytes(bytes in vec(any::<u8>(), 0..256)) {
-                accepted_means_decodable(&bytes)?;
+                fuzz_event(&bytes);
             }
 
             #[test]
@@ -505,7 +538,7 @@ mod tests {
             ) {
                 let mut bytes = event(i, extended);
                 crate::strict::mutation::apply(&mut bytes, &edits);
-                accepted_means_decodable(&bytes)?;
+                fuzz_event(&bytes);
             }
         }
     }
