@@ -8,7 +8,11 @@
 //!
 //! - A connection has [`Limits::handshake`] to send the first
 //!   [`HANDSHAKE_BYTES`] (the HTTP/2 client preface and a SETTINGS frame's
-//!   header; over TLS, the first bytes of its handshake), else it is closed.
+//!   header), else it is closed. Over TLS those bytes count only once the
+//!   server has written (its handshake flight): a client has spoken when it
+//!   answered it, which completes the TLS handshake. (Counted from the
+//!   first byte, a client that sent a ClientHello and then nothing had
+//!   spoken, and held its connection and a TLS accept task for ever.)
 //! - At most [`Limits::max_connections`] are open. At the cap, a new
 //!   connection makes room by closing the oldest one that has not finished
 //!   its handshake yet, so a flood of silent connections cannot keep a real
@@ -89,6 +93,8 @@ pub fn open_files_limit() -> Option<u64> {
 /// The connections open now, shared by the accept loop and each connection.
 pub struct Gate {
     limits: Limits,
+    /// The listener speaks TLS: see the module's doc.
+    tls: bool,
     metrics: Arc<ServerMetrics>,
     state: Mutex<State>,
 }
@@ -114,9 +120,10 @@ static CAP_WARNINGS: RateLimit = RateLimit::new(Duration::from_secs(10));
 static ACCEPT_WARNINGS: RateLimit = RateLimit::new(Duration::from_secs(10));
 
 impl Gate {
-    pub fn new(limits: Limits, metrics: Arc<ServerMetrics>) -> Arc<Gate> {
+    pub fn new(limits: Limits, metrics: Arc<ServerMetrics>, tls: bool) -> Arc<Gate> {
         Arc::new(Gate {
             limits,
+            tls,
             metrics,
             state: Mutex::new(State::default()),
         })
@@ -181,6 +188,7 @@ impl Gate {
             id,
             silent: Some(silent),
             read: 0,
+            counting: !self.tls,
             deadline: Some(Box::pin(tokio::time::sleep(self.limits.handshake))),
         })
     }
@@ -272,8 +280,21 @@ pub struct Guarded {
     id: u64,
     /// Until it has spoken.
     silent: Option<Arc<Silent>>,
+    /// Bytes read while `counting`.
     read: usize,
+    /// Whether bytes read count towards speaking: at once in plain text,
+    /// over TLS once the server has written.
+    counting: bool,
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Guarded {
+    /// Bytes read from now on count, once the server has written any.
+    fn wrote(&mut self, written: &Poll<io::Result<usize>>) {
+        if matches!(written, Poll::Ready(Ok(n)) if *n > 0) {
+            self.counting = true;
+        }
+    }
 }
 
 impl Drop for Guarded {
@@ -317,7 +338,7 @@ impl AsyncRead for Guarded {
         }
         let before = buf.filled().len();
         let read = Pin::new(&mut this.io).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = read {
+        if let (Poll::Ready(Ok(())), true) = (&read, this.counting) {
             this.read += buf.filled().len() - before;
             if this.silent.is_some() && this.read >= HANDSHAKE_BYTES {
                 this.silent = None;
@@ -335,7 +356,9 @@ impl AsyncWrite for Guarded {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+        let written = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.wrote(&written);
+        written
     }
 
     fn poll_write_vectored(
@@ -343,7 +366,9 @@ impl AsyncWrite for Guarded {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        let written = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.wrote(&written);
+        written
     }
 
     fn is_write_vectored(&self) -> bool {

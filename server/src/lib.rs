@@ -59,6 +59,6 @@ pub fn incoming(
     let metrics = std::sync::Arc::new(metrics::ServerMetrics::default());
     connections::incoming(
         listener,
-        connections::Gate::new(connections::Limits::default(), metrics),
+        connections::Gate::new(connections::Limits::default(), metrics, false),
     )
 }

@@ -601,6 +601,7 @@ fn serve(config: ServerConfig) -> Result<()> {
         let gate = ringfeed_server::connections::Gate::new(
             config.connections,
             service_metrics.clone(),
+            tls.is_some(),
         );
         let mut transport = ringfeed_server::transport(&config.subscribers);
         if let Some(tls) = tls {

@@ -621,3 +621,70 @@ fn cluster_nodes_over_tls() {
         out.stdout
     );
 }
+
+/// Over TLS a connection has spoken only once it answered the server's
+/// handshake flight: 20 connections that send a real ClientHello and then
+/// nothing are each closed after `handshake_timeout_ms`, and a real client
+/// is served meanwhile. (The ClientHello's bytes counted as speaking: such
+/// a connection, and the TLS accept task it held, stayed for ever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_client_silent_after_its_hello_is_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _watchdog = ringfeed_watchdog::arm();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let pki = make_pki(dir.path());
+    let config = write(dir.path(), "ringfeed.toml", "handshake_timeout_ms = 1000\n");
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        1,
+        &pki.serve_flags(&["--config", p(&config)]),
+    );
+    let hello = client_hello(&pki.ca);
+    let mut silent = Vec::new();
+    for _ in 0..20 {
+        let mut tcp = tokio::net::TcpStream::connect(&server.addr).await.unwrap();
+        tcp.write_all(&hello).await.unwrap();
+        silent.push(tcp);
+    }
+    let (out, _) = ringfeed(&["status", "--server", &server.addr, "--tls-ca", p(&pki.ca)]);
+    assert!(ok(&out), "a real client meanwhile: {}", out.stderr);
+    let started = Instant::now();
+    for (i, tcp) in silent.iter_mut().enumerate() {
+        let mut flight = 0;
+        let closed = tokio::time::timeout(Duration::from_secs(10), async {
+            let mut buf = vec![0u8; 16 << 10];
+            while let Ok(n @ 1..) = tcp.read(&mut buf).await {
+                flight += n;
+            }
+        })
+        .await;
+        assert!(
+            closed.is_ok(),
+            "connection {i} still open {:?} after its ClientHello",
+            started.elapsed()
+        );
+        assert!(flight > 0, "connection {i} got no handshake flight");
+    }
+}
+
+/// The first flight of a rustls client trusting `ca`: its ClientHello.
+fn client_hello(ca: &Path) -> Vec<u8> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
+    use tokio_rustls::rustls;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = ServerName::try_from("127.0.0.1").unwrap();
+    let mut client = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+    let mut hello = Vec::new();
+    client.write_tls(&mut hello).unwrap();
+    assert!(hello.len() > 33, "a ClientHello of {} bytes", hello.len());
+    hello
+}
