@@ -32,7 +32,7 @@ pub(crate) fn map_segment(file: &File) -> std::io::Result<Mmap> {
     // contract), and a chunk is written once, with one write, before that
     // watermark covers it; the shard writes only past it afterwards. The
     // kernel keeps the mapping coherent with those O_DIRECT writes
-    // (DESIGN.md section 9: checked over 1,000 write+fdatasync cycles).
+    // (docs/design.md section 9: checked over 1,000 write+fdatasync cycles).
     unsafe { Mmap::map(file) }
 }
 

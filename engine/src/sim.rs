@@ -9,7 +9,7 @@
 //! loss that keeps an arbitrary subset of unsynced blocks, failed and torn
 //! writes, failed and stalled syncs, clock steps both ways, producer retries
 //! with the same producer id and sequence, callers that give up on queued
-//! appends. After every step an oracle checks the invariants of DESIGN.md
+//! appends. After every step an oracle checks the invariants of docs/design.md
 //! section 2 that the shards keep; after every restart it checks what
 //! recovery kept against every acknowledgement given. The same seed replays
 //! the same run: each run's [`SimOutcome::digest`] is a hash of everything
@@ -17,7 +17,7 @@
 //! its own: the server's stream simulation (`ringfeed_server::sim`) checks
 //! 2.10 through the server's real stream code that way.
 //!
-//! Each check's message starts with the number of the DESIGN.md section 2
+//! Each check's message starts with the number of the docs/design.md section 2
 //! invariant it holds the shards to, and a comment beside it says why:
 //! - 2.1 dense offsets, increasing stamps, at staging and after recovery;
 //! - 2.2 flush before evict; unflushed bytes bounded;
@@ -196,7 +196,7 @@ pub struct SimFailure {
     pub seed: u64,
     /// The step it broke at (0-based).
     pub step: u64,
-    /// The invariant, as DESIGN.md section 2 names it.
+    /// The invariant, as docs/design.md section 2 names it.
     pub invariant: &'static str,
     pub detail: String,
     /// Every step up to the failure, one line each.
@@ -331,7 +331,7 @@ impl Sim {
     }
 }
 
-/// A broken invariant: its DESIGN.md name and what was seen.
+/// A broken invariant: its docs/design.md name and what was seen.
 pub type Broken = (&'static str, String);
 
 /// xorshift64*: small, fast, and the same on every machine.

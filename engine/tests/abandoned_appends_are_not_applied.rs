@@ -1,6 +1,6 @@
 //! An append whose caller has gone away (its future dropped: a cancelled
 //! stream, a passed deadline) before its shard could take it is never applied
-//! later (DESIGN.md invariant 11). Before, a caller that gave up while the
+//! later (docs/design.md 2.11). Before, a caller that gave up while the
 //! shard was back-pressured still had its events appended once room came:
 //! events nobody was told about, which a retry would then duplicate.
 

@@ -1,4 +1,4 @@
-//! Offsets are never silently reused (DESIGN.md invariant 6): a subscriber
+//! Offsets are never silently reused (docs/design.md 2.6): a subscriber
 //! that saw memory-acknowledged events which a crash then destroyed resumes
 //! its cursor into a typed truncation error naming the surviving end, not
 //! into the new events that took those offsets, and not into a false "not

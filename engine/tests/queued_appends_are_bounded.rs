@@ -1,5 +1,5 @@
-//! The commands queued for a shard are bounded in bytes (DESIGN.md invariant
-//! 11): while a shard is stuck (here: its disk hangs and it waits for room),
+//! The commands queued for a shard are bounded in bytes (docs/design.md
+//! 2.11): while a shard is stuck (here: its disk hangs and it waits for room),
 //! further appends are refused at once with `QueueFull`, nothing of them
 //! appended, instead of piling up in its command queue without limit.
 

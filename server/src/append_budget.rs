@@ -1,4 +1,4 @@
-//! The server-wide budget of append bytes in flight (DESIGN.md invariant 11).
+//! The server-wide budget of append bytes in flight (docs/design.md 2.11).
 //!
 //! Every `Append` and `AppendStream` request body passes through
 //! [`BudgetBody`], which reads each gRPC message's 5-byte length prefix and

@@ -1,4 +1,4 @@
-//! Cluster subscriptions (issue 20, first version; DESIGN.md 7): this node's
+//! Cluster subscriptions (issue 20, first version; docs/design.md 7): this node's
 //! shards merged with its peers' feeds.
 //!
 //! Sources are `(node, shard)`. This node's events come from an engine

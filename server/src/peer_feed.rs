@@ -1,5 +1,5 @@
 //! One live stream per peer, shared by every cluster stream of this node
-//! that is at that peer's live edge (issue 20; DESIGN.md 7): not one peer
+//! that is at that peer's live edge (issue 20; docs/design.md 7): not one peer
 //! stream per subscriber.
 //!
 //! A [`PeerFeed`] follows one peer from now (node scope, heartbeats, the

@@ -316,7 +316,7 @@ pub(crate) struct Streams {
 }
 
 /// What a subscriber reads: its queued responses, then the final error if
-/// the stream failed (DESIGN.md 2.10).
+/// the stream failed (docs/design.md 2.10).
 pub(crate) type Responses =
     std::pin::Pin<Box<dyn Stream<Item = Result<RawSubscribeResponse, Status>> + Send>>;
 

@@ -1,5 +1,5 @@
 //! Deterministic simulation of subscription streams: the server's side of
-//! DESIGN.md 2.10, with 2.5, 2.6 and 2.7 as a client sees them.
+//! docs/design.md 2.10, with 2.5, 2.6 and 2.7 as a client sees them.
 //!
 //! One thread, one seed: the engine's simulated shards
 //! ([`ringfeed_engine::sim::Sim`], with its own oracle) take appends,

@@ -1,4 +1,4 @@
-//! The stream simulation (issue 17, DESIGN.md 2.10) in CI's short mode:
+//! The stream simulation (issue 17, docs/design.md 2.10) in CI's short mode:
 //! clients follow simulated shards through the server's real stream code,
 //! reading fast, slowly or not at all, disconnecting, superseded and shut
 //! down; the oracle checks every response they read and how each stream

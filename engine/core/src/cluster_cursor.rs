@@ -1,5 +1,5 @@
 //! Cluster cursors: the resume token of a feed merged from several nodes
-//! (DESIGN.md 7). For every node it covers, that node's own [`Cursor`] (its
+//! (docs/design.md 7). For every node it covers, that node's own [`Cursor`] (its
 //! shards' next offsets and generations), so it is exact per source and
 //! portable: any node can resume it, asking each node for what follows its
 //! part. A node not in the cursor is followed from its beginning, or, in a

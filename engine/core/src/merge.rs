@@ -1,5 +1,5 @@
 //! Merging the feeds of several sources (a cluster's `(node, shard)`s) into
-//! one, late but never lost (DESIGN.md 7).
+//! one, late but never lost (docs/design.md 7).
 //!
 //! Each source hands over its events in its own order, each stamped higher
 //! than the one before, and a *bound*: a stamp at or below which it will

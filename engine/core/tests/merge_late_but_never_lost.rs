@@ -1,4 +1,4 @@
-//! The cluster merge (DESIGN.md 7), against a model of peers: each source
+//! The cluster merge (docs/design.md 7), against a model of peers: each source
 //! sends its events (stamped at send time) and heartbeats (its clock as a
 //! bound) down one ordered channel with a delay, and some channels stall for
 //! a while and then deliver everything at once; in some runs the last source

@@ -9,7 +9,7 @@
 //! (`crate::sim`) drives the same core on one thread from a seed, over the
 //! in-memory storage, so every rule here runs under its faults too.
 //!
-//! The order the invariants of DESIGN.md section 2 need is kept here, not in
+//! The order the invariants of docs/design.md section 2 need is kept here, not in
 //! the drivers: a flush round is written, then synced, and only a completed
 //! sync moves the flushed watermark and answers durable waiters; a window is
 //! evicted only after the flushed watermark covering it is published; a
@@ -303,7 +303,7 @@ impl<R> ShardCore<R> {
         Ok(judged)
     }
 
-    /// Whether the shard takes a judged append now (DESIGN.md 2.11, 2.2): an
+    /// Whether the shard takes a judged append now (docs/design.md 2.11, 2.2): an
     /// append whose caller is gone is not applied (and counted); a latched
     /// shard refuses it; else it is staged if its new bytes fit under the
     /// unflushed bound ([`ShardCore::room`]), or waits for a flush. Decided in
@@ -514,7 +514,7 @@ impl<R> ShardCore<R> {
     }
 
     /// A durable waiter with no flush round under way or due: the flusher
-    /// would sleep while someone waits for it (DESIGN.md 2.13). Never true
+    /// would sleep while someone waits for it (docs/design.md 2.13). Never true
     /// unless a rule here is broken; the simulator checks it after every step.
     pub fn parked_with_waiters(&self) -> bool {
         !self.waiters.is_empty()

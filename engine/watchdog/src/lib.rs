@@ -1,7 +1,7 @@
 //! A liveness guard for tests that start an engine or a server.
 //!
-//! A hang is a bug to find, never one to retry or wait out (DESIGN.md,
-//! invariant 13). A test arms the watchdog first thing and keeps the guard for
+//! A hang is a bug to find, never one to retry or wait out (docs/design.md
+//! 2.13). A test arms the watchdog first thing and keeps the guard for
 //! its whole run. If any guard is still armed after its bound (60 s;
 //! `RINGFEED_WATCHDOG_SECS` sets another), the watchdog prints the test's name
 //! and the state of every thread of this process and of the child processes
