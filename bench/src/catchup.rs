@@ -50,7 +50,7 @@ pub fn subscribe_catchup(
         let batch: Vec<NewEvent> = (0..1024.min(events - n))
             .map(|_| {
                 n += 1;
-                let hot = n % 100 == 0;
+                let hot = n.is_multiple_of(100);
                 NewEvent {
                     directory: format!("/{}/d{}", if hot { "hot" } else { "cold" }, n % 64),
                     new_name: format!("f{n}"),
@@ -160,11 +160,7 @@ fn catch_up(engine: &Engine, start: Start, filter: &Filter, until: i64) -> Resul
     let scanned = sub.cursor().offsets().iter().sum::<u64>() - from;
     // Scanned bytes: delivered bytes scaled by the scanned/delivered ratio
     // (every event here has the same size).
-    let bytes = if delivered > 0 {
-        bytes * scanned / delivered
-    } else {
-        0
-    };
+    let bytes = (bytes * scanned).checked_div(delivered).unwrap_or(0);
     Ok(Pass {
         delivered,
         scanned,

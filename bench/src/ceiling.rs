@@ -231,8 +231,7 @@ impl pb::ceiling_server::Ceiling for Streamer {
         Ok(tonic::Response::new(request.into_inner()))
     }
 
-    type StreamStream =
-        tokio_stream::Iter<std::iter::Take<std::iter::Repeat<Result<pb::Empty, tonic::Status>>>>;
+    type StreamStream = tokio_stream::Iter<std::iter::RepeatN<Result<pb::Empty, tonic::Status>>>;
 
     async fn stream(
         &self,
@@ -240,7 +239,7 @@ impl pb::ceiling_server::Ceiling for Streamer {
     ) -> Result<tonic::Response<Self::StreamStream>, tonic::Status> {
         let n = request.into_inner().messages as usize;
         Ok(tonic::Response::new(tokio_stream::iter(
-            std::iter::repeat(Ok(pb::Empty {})).take(n),
+            std::iter::repeat_n(Ok(pb::Empty {}), n),
         )))
     }
 }

@@ -318,7 +318,7 @@ fn validate(s: &Scenario) -> Result<()> {
             *events > 0
                 && !producers.is_empty()
                 && !producers.contains(&0)
-                && !(batches.is_empty() && pipeline.is_empty())
+                && (!batches.is_empty() || !pipeline.is_empty())
                 && !event_bytes.is_empty()
                 && !durable.is_empty()
         }

@@ -846,7 +846,7 @@ fn check_meta(data_dir: &Path, shards: u32, node_id: Option<u32>) -> Result<Meta
                 shards: found,
                 node: recorded,
                 feed,
-            } = MetaLines::parse(&text).map_err(|reason| bad(reason))?;
+            } = MetaLines::parse(&text).map_err(&bad)?;
             let version = version.ok_or_else(|| bad("no format= line"))?;
             if version != FORMAT_VERSION {
                 return Err(bad(&format!(

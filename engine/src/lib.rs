@@ -37,6 +37,24 @@ mod subscribe;
 mod watermark;
 mod window;
 
+pub use engine::{shard_dir, Engine, EngineConfig, EngineError, ShardStatus};
+pub use event::{AppendError, Durability, Limits, NewEvent, Position, Producer, Stored};
+pub use generation::{CursorCheck, GenerationStart, Generations};
+pub use latency::{LatencyHistogram, LatencySnapshot};
+pub use log::{ChunkImage, ChunkLocation, Log, LogConfig, RecoveryReport};
+pub use producer::ProducerTable;
+pub use rate_limit::RateLimit;
+pub use record::{Kind, ProducerStamp, Record, Signatures};
+pub use retention::{RetentionOutcome, RetentionPolicy};
+pub use ring::RingView;
+pub use segment::error::{LogError, RecoveryError};
+pub use shard::{Readers, ShardShared, ShardStats, Waiter};
+pub use subscribe::{
+    Cursor, CursorError, Delivered, Filter, Ordering, Progress, RawChunk, Start, Step,
+    SubscribeError, SubscribeRequest, Subscription,
+};
+pub use watermark::{WatermarkSnapshot, Watermarks};
+
 /// Helpers for the crate's unit tests.
 #[cfg(test)]
 pub(crate) mod testing {
@@ -58,21 +76,3 @@ pub(crate) mod testing {
         }
     }
 }
-
-pub use engine::{shard_dir, Engine, EngineConfig, EngineError, ShardStatus};
-pub use event::{AppendError, Durability, Limits, NewEvent, Position, Producer, Stored};
-pub use generation::{CursorCheck, GenerationStart, Generations};
-pub use latency::{LatencyHistogram, LatencySnapshot};
-pub use log::{ChunkImage, ChunkLocation, Log, LogConfig, RecoveryReport};
-pub use producer::ProducerTable;
-pub use rate_limit::RateLimit;
-pub use record::{Kind, ProducerStamp, Record, Signatures};
-pub use retention::{RetentionOutcome, RetentionPolicy};
-pub use ring::RingView;
-pub use segment::error::{LogError, RecoveryError};
-pub use shard::{Readers, ShardShared, ShardStats, Waiter};
-pub use subscribe::{
-    Cursor, CursorError, Delivered, Filter, Ordering, Progress, RawChunk, Start, Step,
-    SubscribeError, SubscribeRequest, Subscription,
-};
-pub use watermark::{WatermarkSnapshot, Watermarks};

@@ -1666,9 +1666,8 @@ impl World {
                 })?;
                 let cursor = reopened.cursor();
                 let sub = &mut self.subs[i];
-                for s in 0..self.shards as usize {
-                    let next = cursor.offsets()[s];
-                    if next != sub.next[s] && !lost[s] {
+                for (s, (&next, &lost)) in cursor.offsets().iter().zip(&lost).enumerate() {
+                    if next != sub.next[s] && !lost {
                         return Err((
                             "2.6 resuming a truncated cursor moves only the truncated shards",
                             format!("subscriber {i} shard {s}: {} became {next}", sub.next[s]),

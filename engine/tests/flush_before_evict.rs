@@ -21,7 +21,7 @@ fn stalled_flush_bounds_memory_then_drains() {
         config.window_bytes,
         config.max_unflushed_bytes,
     );
-    let engine = mem_engine(config, &[storage.clone()]);
+    let engine = mem_engine(config, std::slice::from_ref(&storage));
     let shard = engine.shard(0).clone();
 
     // Some flushed history first, so eviction has something it may evict.

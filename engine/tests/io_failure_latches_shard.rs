@@ -13,7 +13,7 @@ use ringfeed_engine::{AppendError, Durability, Start, Step, SubscribeError, Subs
 
 fn latches_after(faults: Faults) {
     let storage = MemStorage::new();
-    let engine = mem_engine(small_engine_config(1), &[storage.clone()]);
+    let engine = mem_engine(small_engine_config(1), std::slice::from_ref(&storage));
     engine
         .append_blocking(vec![event("/a", 0)], Durability::Durable)
         .unwrap();
@@ -33,7 +33,7 @@ fn latches_after(faults: Faults) {
     }
     drop(engine);
     storage.process_crash();
-    let engine = mem_engine(small_engine_config(1), &[storage.clone()]);
+    let engine = mem_engine(small_engine_config(1), std::slice::from_ref(&storage));
     engine
         .append_blocking(vec![event("/a", 3)], Durability::Durable)
         .expect("a reopened engine works");
@@ -65,7 +65,7 @@ fn a_durable_only_subscriber_is_told_when_a_latch_stops_the_flushes() {
         flush_interval: Duration::from_secs(3600),
         ..small_engine_config(1)
     };
-    let engine = mem_engine(config, &[storage.clone()]);
+    let engine = mem_engine(config, std::slice::from_ref(&storage));
     engine
         .append_blocking(vec![event("/a", 0)], Durability::Durable)
         .unwrap();
@@ -131,7 +131,7 @@ fn stored_ids(storage: &MemStorage) -> Vec<u64> {
 fn a_full_disk_refuses_appends_until_space_returns() {
     let _watchdog = ringfeed_watchdog::arm();
     let storage = MemStorage::new();
-    let engine = mem_engine(small_engine_config(1), &[storage.clone()]);
+    let engine = mem_engine(small_engine_config(1), std::slice::from_ref(&storage));
     storage.fill_disk(true);
     let mut acked = Vec::new();
     let mut refusal = None;
@@ -186,7 +186,7 @@ fn a_round_refused_for_a_full_disk_is_written_once_space_returns() {
         flush_interval: Duration::from_secs(3600),
         ..small_engine_config(1)
     };
-    let engine = std::sync::Arc::new(mem_engine(config, &[storage.clone()]));
+    let engine = std::sync::Arc::new(mem_engine(config, std::slice::from_ref(&storage)));
     // 70 × 8 KiB durable: below the point where the next segment is made.
     let mut acked: Vec<u64> = (0..70).collect();
     for &id in &acked {

@@ -68,12 +68,7 @@ fn bit_flip_in_an_older_segment_is_corruption() {
     assert!(segments.len() >= 3, "the workload rotates");
     let first = segments.iter().next().unwrap();
     // The last chunk of the first segment: only the successor proves it was synced.
-    let (segment, position) = chunks
-        .iter()
-        .filter(|c| &c.0 == first)
-        .last()
-        .unwrap()
-        .clone();
+    let (segment, position) = chunks.iter().rfind(|c| &c.0 == first).unwrap().clone();
     storage.flip_bit(&segment, position as usize + 80, 0);
     assert_corruption_at(&storage, &segment, position);
 }

@@ -48,7 +48,7 @@ fn workload(storage: &MemStorage, rng: &mut Rng, steps: u32, halt_after: Option<
 
 /// Zeros written ahead by `seed`'s runs: 4 KiB (small rounds get them) or none.
 fn zero_ahead(seed: u64) -> usize {
-    if seed % 2 == 0 {
+    if seed.is_multiple_of(2) {
         4 << 10
     } else {
         0

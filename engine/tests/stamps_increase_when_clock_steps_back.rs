@@ -17,7 +17,7 @@ fn stamps_never_go_backwards() {
     let clock = ManualClock::new(1_000_000);
     let engine = mem_engine_with_clock(
         small_engine_config(1),
-        &[storage.clone()],
+        std::slice::from_ref(&storage),
         Arc::new(clock.clone()),
     );
     let mut stamps = Vec::new();

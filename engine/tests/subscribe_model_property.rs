@@ -51,7 +51,7 @@ fn delivered_streams_equal_the_model() {
                 } else {
                     Ordering::PerShard
                 },
-                filter: if i < 2 || i >= 4 {
+                filter: if !(2..4).contains(&i) {
                     Filter::default()
                 } else {
                     Filter::prefix("/p1")

@@ -476,7 +476,7 @@ mod tests {
         fn event(i: u8, extended: bool) -> Vec<u8> {
             v1::Event {
                 directory: format!("/d/{i}"),
-                old_entry: (i % 3 == 0).then(|| v1::Entry {
+                old_entry: i.is_multiple_of(3).then(|| v1::Entry {
                     name: "old".into(),
                     ..Default::default()
                 }),

@@ -477,11 +477,6 @@ pub fn new_token(append: &[String], read: &[String], admin: bool) -> Result<(Str
     Ok((token, table))
 }
 
-/// Edits of valid encodings shared by the fuzzing tests (engine/tests/mutation).
-#[cfg(test)]
-#[path = "../../engine/tests/mutation/mod.rs"]
-mod mutation;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -503,12 +498,12 @@ mod tests {
         /// to tokens or an error, never a panic; what parses answers checks.
         #[test]
         fn any_token_file_parses_or_is_refused(
-            edits in super::mutation::edits(),
+            edits in crate::mutation::edits(),
             text in ".{0,200}",
         ) {
             let (_, table) = new_token(&["/a/".into()], &["/".into()], true).unwrap();
             let mut bytes = table.into_bytes();
-            super::mutation::apply(&mut bytes, &edits);
+            crate::mutation::apply(&mut bytes, &edits);
             for text in [String::from_utf8_lossy(&bytes).into_owned(), text] {
                 if let Ok(tokens) = Tokens::parse(&text) {
                     let _ = tokens.check(&with(b"Bearer rf_x"));

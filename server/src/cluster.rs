@@ -149,6 +149,7 @@ enum Source {
 /// Starts a cluster stream for `r` and returns what its client reads, and
 /// the cursor of where it starts (for the start-cursor metadata: a client
 /// cut off before its first response resumes from it exactly).
+#[allow(clippy::too_many_arguments)] // each is the stream's own, from the service
 pub(crate) fn start(
     engine: &Arc<Engine>,
     membership: &Arc<Membership>,
@@ -464,7 +465,7 @@ impl ClusterStream {
                 let Ok(item) = self.peer_rx.try_recv() else {
                     break;
                 };
-                self.from_peer(item)?;
+                self.take_from_peer(item)?;
             }
             self.pull_shared()?;
             let full = self.full(false);
@@ -515,7 +516,7 @@ impl ClusterStream {
                 _ = admission.unit_freed(), if short => {}
                 _ = self.changes.changed() => self.join_new_peers()?,
                 item = self.peer_rx.recv(), if !full => match item {
-                    Some(item) => self.from_peer(item)?,
+                    Some(item) => self.take_from_peer(item)?,
                     None => return Err(Status::internal("the peers' tasks ended")),
                 },
                 _ = self.wake.notified(), if !full => {}
@@ -603,7 +604,7 @@ impl ClusterStream {
 
     /// An item of a peer's own follower (dropped if the stream has left
     /// that follower).
-    fn from_peer(&mut self, from: FromPeer) -> Result<(), Status> {
+    fn take_from_peer(&mut self, from: FromPeer) -> Result<(), Status> {
         let node = &mut self.nodes[from.node];
         let Source::Own { id, unchecked, .. } = &mut node.source else {
             return Ok(());

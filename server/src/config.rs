@@ -316,11 +316,6 @@ impl FileConfig {
     }
 }
 
-/// Edits of valid encodings shared by the fuzzing tests (engine/tests/mutation).
-#[cfg(test)]
-#[path = "../../engine/tests/mutation/mod.rs"]
-mod mutation;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,7 +327,7 @@ mod tests {
         /// a panic.
         #[test]
         fn any_config_text_parses_or_is_refused(
-            edits in super::mutation::edits(),
+            edits in crate::mutation::edits(),
             text in ".{0,200}",
         ) {
             let mut bytes = "shards = 2\nio_threads = 1\nwindow_bytes = 262144\nsegment_bytes = 2097152\n\
@@ -340,7 +335,7 @@ mod tests {
                  listen = \"127.0.0.1:0\"\nmax_connections = 7\nhandshake_timeout_ms = 9\n"
                 .as_bytes()
                 .to_vec();
-            super::mutation::apply(&mut bytes, &edits);
+            crate::mutation::apply(&mut bytes, &edits);
             for text in [String::from_utf8_lossy(&bytes).into_owned(), text] {
                 if let Ok(config) = FileConfig::parse(&text) {
                     let _ = config.resolve();

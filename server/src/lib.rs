@@ -62,3 +62,8 @@ pub fn incoming(
         connections::Gate::new(connections::Limits::default(), metrics, false),
     )
 }
+
+/// Edits of valid encodings shared by the fuzzing tests (engine/tests/mutation).
+#[cfg(test)]
+#[path = "../../engine/tests/mutation/mod.rs"]
+mod mutation;

@@ -190,6 +190,10 @@ impl Registry {
         self.lock().streams.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The streams' entries, so each is then locked without the registry's lock.
     fn entries(&self) -> Vec<Arc<Entry>> {
         self.lock()

@@ -2,7 +2,6 @@
 //! with what clients did, its label sets stay bounded whatever clients call
 //! themselves, and `--log-format json` writes JSON lines to stderr.
 
-#[allow(dead_code)]
 mod common;
 mod serve_binary;
 

@@ -455,7 +455,7 @@ const DIRS: &[&str] = &["/", "/a", "/a/b", "/data/x y", "/é/ü"];
 fn event(i: u64) -> v1::Event {
     let entry = |name: String| v1::Entry {
         name,
-        is_directory: i % 5 == 0,
+        is_directory: i.is_multiple_of(5),
         size: i,
         mtime_ns: i as i64,
         mode: 0o644,
@@ -478,7 +478,11 @@ fn event(i: u64) -> v1::Event {
         old_entry: old,
         new_entry: new,
         new_parent_path: parent.into(),
-        signatures: if i % 3 == 0 { vec![7, -1] } else { vec![] },
+        signatures: if i.is_multiple_of(3) {
+            vec![7, -1]
+        } else {
+            vec![]
+        },
     }
 }
 
@@ -527,9 +531,9 @@ fn events_of(message: &[u8]) -> Option<usize> {
 fn subscribe_request(i: u64, start: u8, cursor: &[u8]) -> v1::SubscribeRequest {
     v1::SubscribeRequest {
         client_name: format!("client-{}", i % 4),
-        client_id: if i % 3 == 0 { 0 } else { i % 5 },
+        client_id: if i.is_multiple_of(3) { 0 } else { i % 5 },
         client_epoch: i,
-        path_prefix: if i % 2 == 0 {
+        path_prefix: if i.is_multiple_of(2) {
             "/a".into()
         } else {
             String::new()
@@ -548,10 +552,10 @@ fn subscribe_request(i: u64, start: u8, cursor: &[u8]) -> v1::SubscribeRequest {
             2 => Start::SinceNs(1_000 * i as i64),
             _ => Start::Cursor(cursor.to_vec().into()),
         }),
-        until_ns: if i % 5 == 0 { 1 } else { 0 },
+        until_ns: if i.is_multiple_of(5) { 1 } else { 0 },
         ordering: (i % 3) as i32,
-        batching: i % 2 == 0,
-        heartbeats: i % 3 == 0,
+        batching: i.is_multiple_of(2),
+        heartbeats: i.is_multiple_of(3),
         heartbeat_interval_ms: (i % 7) as u32 * 10,
         chunk_mode: i % 4 == 1,
         durable_only: i % 5 == 2,

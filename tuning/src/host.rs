@@ -232,33 +232,6 @@ pub fn read_trimmed(path: impl AsRef<Path>) -> Option<String> {
     fs::read_to_string(path).ok().map(|s| s.trim().to_string())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cpu_lists_round_trip() {
-        assert_eq!(
-            parse_cpu_list("0-3,8,10-11").unwrap(),
-            vec![0, 1, 2, 3, 8, 10, 11]
-        );
-        assert_eq!(parse_cpu_list("0\n").unwrap(), vec![0]);
-        assert_eq!(parse_cpu_list("").unwrap(), Vec::<u32>::new());
-        assert!(parse_cpu_list("3-1").is_none());
-        assert!(parse_cpu_list("x").is_none());
-        assert_eq!(format_cpu_list(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
-        assert_eq!(format_cpu_list(&[5]), "5");
-    }
-
-    #[test]
-    fn kernel_versions_parse() {
-        assert_eq!(parse_kernel_version("6.18.44-fc-v782"), Some((6, 18)));
-        assert_eq!(parse_kernel_version("5.4.0-150-generic"), Some((5, 4)));
-        assert_eq!(parse_kernel_version("5.12"), Some((5, 12)));
-        assert_eq!(parse_kernel_version("weird"), None);
-    }
-}
-
 /// How `usable` CPUs split into shard executors and tokio network threads.
 /// 1-2 CPUs: 1 + 1 (one network thread is the least that keeps gRPC off the
 /// shard's core when there are two). 3: 2 + 1. 4 and more: three quarters
@@ -306,5 +279,32 @@ pub fn existing_dir(dir: &Path) -> Result<(PathBuf, bool), TuneError> {
                 })
             }
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_round_trip() {
+        assert_eq!(
+            parse_cpu_list("0-3,8,10-11").unwrap(),
+            vec![0, 1, 2, 3, 8, 10, 11]
+        );
+        assert_eq!(parse_cpu_list("0\n").unwrap(), vec![0]);
+        assert_eq!(parse_cpu_list("").unwrap(), Vec::<u32>::new());
+        assert!(parse_cpu_list("3-1").is_none());
+        assert!(parse_cpu_list("x").is_none());
+        assert_eq!(format_cpu_list(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
+        assert_eq!(format_cpu_list(&[5]), "5");
+    }
+
+    #[test]
+    fn kernel_versions_parse() {
+        assert_eq!(parse_kernel_version("6.18.44-fc-v782"), Some((6, 18)));
+        assert_eq!(parse_kernel_version("5.4.0-150-generic"), Some((5, 4)));
+        assert_eq!(parse_kernel_version("5.12"), Some((5, 12)));
+        assert_eq!(parse_kernel_version("weird"), None);
     }
 }

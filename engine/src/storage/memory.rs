@@ -432,7 +432,10 @@ impl StorageFile for MemFile {
     async fn write_at(&self, buf: Vec<u8>, len: usize, pos: u64) -> io::Result<()> {
         let mut s = lock(&self.state);
         s.op()?;
-        if len % MEM_ALIGNMENT != 0 || pos % MEM_ALIGNMENT as u64 != 0 || len > buf.len() {
+        if !len.is_multiple_of(MEM_ALIGNMENT)
+            || !pos.is_multiple_of(MEM_ALIGNMENT as u64)
+            || len > buf.len()
+        {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("unaligned write: {len} bytes at {pos}"),

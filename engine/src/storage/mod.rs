@@ -58,6 +58,7 @@ pub trait Storage {
 }
 
 /// A file written with aligned, direct writes.
+#[allow(clippy::len_without_is_empty)] // a file's length, not a collection's
 pub trait StorageFile {
     /// A buffer suitable for [`StorageFile::write_at`] (aligned for direct I/O).
     type Buf: AsRef<[u8]> + AsMut<[u8]>;
