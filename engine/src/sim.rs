@@ -939,7 +939,7 @@ impl World {
             if let Some(stamp) = stamps[i] {
                 // Within the retained range: the table is rebuilt at open from
                 // the retained records, so after a restart a retry of an event
-                // that retention already removed is new again (README,
+                // that retention already removed is new again (docs/appends.md,
                 // "Idempotent producers"; the simulator found that edge).
                 let retained = self.nodes[shard as usize]
                     .core

@@ -185,7 +185,7 @@ struct ServeArgs {
     /// Where peers reach this node [default: the address it listens on].
     #[arg(long, value_name = "HOST:PORT")]
     advertise: Option<String>,
-    /// A TOML file with any engine and server setting (see README); flags override it.
+    /// A TOML file with any engine and server setting (docs/configuration.md); flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Tokens requests must carry: a TOML file of [[token]] tables (sha256, append, read,

@@ -251,7 +251,7 @@ fn openssl_here() -> bool {
     here
 }
 
-/// The README's certificate recipe, run as written with the real
+/// The certificate recipe in docs/security.md, run as written with the real
 /// `openssl`, serves the CLI; and the self-signed certificate everyone makes
 /// first (`openssl req -x509`, which marks it a CA) is accepted given as its
 /// own CA, still only for the names it holds. Before, rustls refused the
@@ -264,13 +264,14 @@ fn certificates_made_by_openssl_as_users_make_them() {
     }
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let pem = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("README.md");
-    let recipe = readme
+    let security =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/security.md"))
+            .expect("docs/security.md");
+    let recipe = security
         .split("<!-- tls-recipe -->\n```sh\n")
         .nth(1)
         .and_then(|rest| rest.split("```").next())
-        .expect("the README's TLS recipe, after <!-- tls-recipe -->");
+        .expect("the TLS recipe in docs/security.md, after <!-- tls-recipe -->");
     run_in(dir.path(), "sh", &["-ec", recipe]);
     let server = Server::start_with(
         &dir.path().join("data"),
@@ -288,7 +289,7 @@ fn certificates_made_by_openssl_as_users_make_them() {
     let (out, _) = ringfeed(&[&append[..], &to].concat());
     assert!(
         ok(&out),
-        "append with the README's certificates: {}",
+        "append with the certificates of docs/security.md: {}",
         out.stderr
     );
     let now = now_ns();
@@ -296,7 +297,7 @@ fn certificates_made_by_openssl_as_users_make_them() {
     let (out, _) = ringfeed(&[&tail[..], &to].concat());
     assert!(
         ok(&out),
-        "tail with the README's certificates: {}",
+        "tail with the certificates of docs/security.md: {}",
         out.stderr
     );
     assert!(out.stdout.contains("\"/r\""), "{}", out.stdout);
@@ -527,7 +528,7 @@ async fn metrics_and_page_over_tls_need_an_admin_token() {
     );
     let metrics = server.metrics.clone().expect("a metrics address");
     let page = server.page.clone().expect("a status page address");
-    // Both at 127.0.0.1:0: one listener serves both (as the README says
+    // Both at 127.0.0.1:0: one listener serves both (as docs/status-page.md says
     // of one address); a page on a listener of its own is served by the
     // same `http::serve` with the same TLS acceptor.
     for (at, path, expect) in [

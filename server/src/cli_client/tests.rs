@@ -57,20 +57,24 @@ fn entry(name: &str) -> Option<Entry> {
     })
 }
 
-/// The README's synopsis names every flag `--help` shows for append and
-/// tail (the access flags --token and --tls-* are described under Security).
+/// The synopsis in docs/commands.md names every flag `--help` shows for
+/// append and tail (the access flags --token and --tls-* are described
+/// under Security).
 #[test]
 fn the_readme_synopsis_lists_every_flag() {
     use clap::CommandFactory;
-    let readme = include_str!("../../../README.md");
+    let commands = include_str!("../../../docs/commands.md");
     for sub in ["append", "tail"] {
         let start = format!("ringfeed {sub} ");
-        let synopsis: String = readme
+        let synopsis: String = commands
             .lines()
             .skip_while(|line| !line.starts_with(&start))
             .take_while(|line| line.starts_with(&start) || line.starts_with("   "))
             .collect();
-        assert!(!synopsis.is_empty(), "no `{start}` synopsis in README.md");
+        assert!(
+            !synopsis.is_empty(),
+            "no `{start}` synopsis in docs/commands.md"
+        );
         let mut cmd = Cli::command();
         let cmd = cmd.find_subcommand_mut(sub).expect("subcommand");
         for arg in cmd.get_arguments() {
@@ -82,7 +86,7 @@ fn the_readme_synopsis_lists_every_flag() {
             }
             assert!(
                 synopsis.contains(&format!("--{long}")),
-                "README's `ringfeed {sub}` synopsis lacks --{long}"
+                "the `ringfeed {sub}` synopsis in docs/commands.md lacks --{long}"
             );
         }
     }
