@@ -1,5 +1,5 @@
 //! A stream's final error is never turned into a clean end (docs/design.md
-//! invariant 10). The sender used to queue the final status behind the
+//! 2.10). The sender used to queue the final status behind the
 //! stream's responses and drop it if no room came within 1 s: a subscriber
 //! that had stopped reading at that moment then saw its stream end with OK
 //! once it read on, which the client library took for "until reached", and
