@@ -31,6 +31,7 @@ mod retention;
 mod ring;
 pub mod segment;
 mod shard;
+#[cfg(feature = "sim")]
 pub mod sim;
 pub mod storage;
 mod subscribe;

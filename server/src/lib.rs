@@ -22,18 +22,19 @@ pub mod registry;
 pub mod sender;
 pub mod service;
 pub(crate) mod shared;
+#[cfg(feature = "sim")]
 pub mod sim;
 pub mod status;
 pub mod tls;
 
 /// The gRPC transport as `serve` runs it (tests serve through the same):
-/// HTTP/2 keepalives, stream limits and windows, and each stream's send
-/// buffer from `limits.send_buffer_bytes`.
+/// HTTP/2 keepalives and each stream's send buffer from `limits`, stream
+/// limits and windows.
 pub fn transport(limits: &sender::SubscriberLimits) -> ringfeed_proto::tonic::transport::Server {
     use std::time::Duration;
     ringfeed_proto::tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(Duration::from_secs(20)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .http2_keepalive_interval(Some(limits.keepalive_interval))
+        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
         .tcp_keepalive(Some(Duration::from_secs(60)))
         .max_concurrent_streams(Some(4096))
         // Append bodies waiting for the append budget keep what they
