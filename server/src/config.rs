@@ -93,6 +93,10 @@ pub struct FileConfig {
     pub subscriber_send_buffer_bytes: Option<usize>,
     /// A subscriber that reads nothing for this long gives its place back.
     pub stall_timeout_secs: Option<u64>,
+    /// HTTP/2 keepalive: a ping after this long without a frame...
+    pub keepalive_interval_secs: Option<u64>,
+    /// ... and the connection closed if its answer takes longer than this.
+    pub keepalive_timeout_secs: Option<u64>,
     /// Subscribers that may read backlog (below the ring) at once.
     pub backlog_readers: Option<usize>,
     /// Bytes of append requests all clients together may have in flight in
@@ -242,6 +246,16 @@ impl FileConfig {
                 Some(0) => bail!("stall_timeout_secs: must be at least 1"),
                 Some(secs) => Duration::from_secs(secs),
                 None => d.stall_timeout,
+            },
+            keepalive_interval: match self.keepalive_interval_secs {
+                Some(0) => bail!("keepalive_interval_secs: must be at least 1"),
+                Some(secs) => Duration::from_secs(secs),
+                None => d.keepalive_interval,
+            },
+            keepalive_timeout: match self.keepalive_timeout_secs {
+                Some(0) => bail!("keepalive_timeout_secs: must be at least 1"),
+                Some(secs) => Duration::from_secs(secs),
+                None => d.keepalive_timeout,
             },
             send_buffer_bytes: at_least_one(
                 "subscriber_send_buffer_bytes",

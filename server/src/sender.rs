@@ -83,6 +83,10 @@ pub struct SubscriberLimits {
     /// ends with UNAVAILABLE (after what its transport already holds); its
     /// client resumes from its cursor, exactly.
     pub stall_timeout: Duration,
+    /// HTTP/2 keepalive: a connection silent this long gets a ping, and
+    /// is closed if the answer takes longer than `keepalive_timeout`.
+    pub keepalive_interval: Duration,
+    pub keepalive_timeout: Duration,
 }
 
 impl Default for SubscriberLimits {
@@ -96,6 +100,8 @@ impl Default for SubscriberLimits {
             chunk_max_bytes: 64 << 10,
             send_buffer_bytes: 64 << 10,
             stall_timeout: Duration::from_secs(60),
+            keepalive_interval: Duration::from_secs(20),
+            keepalive_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -1,11 +1,13 @@
 //! `ringfeed tail | slow-program`: a tail whose stdout is not read keeps its
 //! one stream open, shown falling behind, past the server's HTTP/2
-//! keepalive (a ping 20 s after the last frame, 10 s for the answer), and
-//! prints every event once when the reader comes back. Written from the
-//! runtime, a blocked stdout kept the tail from answering the pings: the
-//! server closed the connection at 30 s and the tail reconnected from its
-//! cursor (no event lost, but the stream dropped out of the subscriber list
-//! and came back as a new one, every 30 s).
+//! keepalive (here a ping 2 s after the last frame, 1 s for the answer; 20 s
+//! and 10 s by default), and prints every event once when the reader comes
+//! back. Written from the runtime, a blocked stdout kept the tail from
+//! answering the pings: the server closed the connection after the
+//! keepalive and the tail reconnected from its cursor (no event lost, but
+//! the stream dropped out of the subscriber list and came back as a new
+//! one, every 30 s by default). The keepalive is shortened so the test
+//! waits 8 s, not 40.
 
 mod serve_binary;
 
@@ -17,15 +19,26 @@ use std::time::{Duration, Instant};
 use ringfeed_proto::{v1, RingFeedClient};
 use serve_binary::Server;
 
-/// Longer than the server's keepalive interval plus its timeout (30 s).
-const UNREAD_FOR: Duration = Duration::from_secs(40);
+/// Longer than the server's keepalive interval plus its timeout (3 s here),
+/// twice over.
+const UNREAD_FOR: Duration = Duration::from_secs(8);
 const EVENTS: usize = 2_000;
 
 #[test]
 fn a_tail_nobody_reads_keeps_its_stream_past_the_keepalive() {
     let _watchdog = ringfeed_watchdog::arm_for(Duration::from_secs(120));
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), 2);
+    let config = dir.path().join("ringfeed.toml");
+    std::fs::write(
+        &config,
+        "keepalive_interval_secs = 2\nkeepalive_timeout_secs = 1\n",
+    )
+    .unwrap();
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        2,
+        &["--config", config.to_str().unwrap()],
+    );
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut client = rt
         .block_on(RingFeedClient::connect(format!("http://{}", server.addr)))
@@ -75,7 +88,7 @@ fn a_tail_nobody_reads_keeps_its_stream_past_the_keepalive() {
     let unread_until = Instant::now() + UNREAD_FOR;
     let mut behind = 0;
     while Instant::now() < unread_until {
-        std::thread::sleep(Duration::from_secs(2));
+        std::thread::sleep(Duration::from_millis(500));
         let now = listed(&mut client);
         assert_eq!(
             now.len(),
