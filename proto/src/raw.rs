@@ -214,7 +214,7 @@ impl Message for RawSubscribeResponse {
 /// The generated server's codec: prost's, except that a response that is
 /// already a gRPC frame ([`RawSubscribeResponse::Framed`]) goes to the
 /// transport as it is (through the patched tonic's `Encoder::frame`, see
-/// `server/vendor/PATCHES.md`): not copied into tonic's encode buffer, and
+/// `engine/vendor/PATCHES.md`): not copied into tonic's encode buffer, and
 /// what its bytes keep (a stream's response budget) lasts until hyper has
 /// written them. A request that does not decode is INVALID_ARGUMENT
 /// ([`ServerDecoder`]).

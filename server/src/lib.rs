@@ -47,7 +47,7 @@ pub fn transport(limits: &sender::SubscriberLimits) -> ringfeed_proto::tonic::tr
         // client, and a storm of 2,000 resuming subscribers held ~800 MiB
         // there. The response budget (whose permits last until the transport
         // pulls the next response) is the backpressure; more here only adds
-        // memory. (A patched tonic: server/vendor/PATCHES.md.)
+        // memory. (A patched tonic: engine/vendor/PATCHES.md.)
         .http2_max_send_buf_size(Some(limits.send_buffer_bytes))
 }
 
