@@ -72,6 +72,21 @@ fn encode_chunk(count: u64, producer: bool) -> Vec<u8> {
     buf[..disk_len].to_vec()
 }
 
+/// A segment's first block, as a segment of shard 2 starts.
+fn encode_segment_header() -> Vec<u8> {
+    let header = SegmentHeader {
+        shard: 2,
+        alignment: 4096,
+        first_offset: 4096,
+        created_ns: 1,
+        segment_bytes: 1 << 20,
+        max_unsynced_bytes: 64 << 10,
+    };
+    let mut bytes = vec![0u8; 4096];
+    header.encode(&mut bytes);
+    bytes
+}
+
 proptest! {
     #[test]
     fn a_mutated_record_decodes_or_is_refused(i in 0u64..1000, producer in any::<bool>(), e in edits(), recrc in any::<bool>()) {
@@ -96,16 +111,7 @@ proptest! {
 
     #[test]
     fn a_mutated_segment_header_decodes_or_is_refused(e in edits()) {
-        let header = SegmentHeader {
-            shard: 2,
-            alignment: 4096,
-            first_offset: 4096,
-            created_ns: 1,
-            segment_bytes: 1 << 20,
-            max_unsynced_bytes: 64 << 10,
-        };
-        let mut bytes = vec![0u8; 4096];
-        header.encode(&mut bytes);
+        let mut bytes = encode_segment_header();
         apply(&mut bytes, &e);
         fuzz_targets::segment_header(&bytes);
     }
@@ -232,16 +238,6 @@ fn write_the_seed_corpus() {
     cluster.set(1, Cursor::new(vec![7, 9]));
     cluster.set(3, Cursor::new(vec![0]));
     write("cursor", "cluster", cluster.to_bytes());
-    let header = SegmentHeader {
-        shard: 2,
-        alignment: 4096,
-        first_offset: 4096,
-        created_ns: 1,
-        segment_bytes: 1 << 20,
-        max_unsynced_bytes: 64 << 10,
-    };
-    let mut bytes = vec![0u8; 4096];
-    header.encode(&mut bytes);
-    write("segment_header", "plain", bytes);
+    write("segment_header", "plain", encode_segment_header());
     write("generations", "3", stamped(true, encode_generations(3)));
 }

@@ -27,7 +27,7 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
 fn python_client_appends_and_subscribes() {
     let _watchdog = ringfeed_watchdog::arm();
     if let Err(missing) = python_grpc_tools() {
-        if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
+        if ringfeed_watchdog::under_ci() {
             panic!(
                 "python3 with grpcio and grpcio-tools is needed ({missing}); .ci/run installs grpcio-tools"
             );
@@ -69,7 +69,7 @@ fn python_client_calls_through_server_reflection() {
     if let Err(missing) =
         python_modules("import grpc, grpc_reflection.v1alpha.proto_reflection_descriptor_database")
     {
-        if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
+        if ringfeed_watchdog::under_ci() {
             panic!("python3 with grpcio-reflection is needed ({missing}); .ci/run installs it");
         }
         eprintln!("skipped: python3 with grpcio-reflection not available ({missing})");
@@ -137,7 +137,7 @@ fn mutated_appends_store_only_what_a_strict_decoder_reads() {
 
     let _watchdog = ringfeed_watchdog::arm();
     if let Err(missing) = python_grpc_tools() {
-        if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
+        if ringfeed_watchdog::under_ci() {
             panic!(
                 "python3 with grpcio and grpcio-tools is needed ({missing}); .ci/run installs them"
             );

@@ -243,7 +243,7 @@ fn openssl_here() -> bool {
     let here = Command::new("openssl").arg("version").output().is_ok();
     if !here {
         assert!(
-            std::env::var_os("CI").is_none_or(|v| v.is_empty()),
+            !ringfeed_watchdog::under_ci(),
             "openssl is missing: .ci/run installs it, so CI must have it"
         );
         eprintln!("skipped: openssl not installed");
@@ -420,7 +420,7 @@ fn python_client_over_tls_with_a_token() {
         .is_ok_and(|o| o.status.success());
     if !python_ok {
         assert!(
-            std::env::var_os("CI").is_none_or(|v| v.is_empty()),
+            !ringfeed_watchdog::under_ci(),
             "python3 with grpcio and grpcio-tools is needed; .ci/run installs them"
         );
         eprintln!("skipped: python3 with grpcio and grpcio-tools not available");
@@ -466,19 +466,10 @@ async fn https_get(
     ca: &Path,
     authorization: Option<&str>,
 ) -> (u16, String) {
-    use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
+    use rustls::pki_types::ServerName;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio_rustls::rustls;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let config = client_config(ca);
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let name = ServerName::try_from("127.0.0.1").unwrap();
     let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
@@ -670,22 +661,29 @@ async fn a_tls_client_silent_after_its_hello_is_closed() {
 
 /// The first flight of a rustls client trusting `ca`: its ClientHello.
 fn client_hello(ca: &Path) -> Vec<u8> {
-    use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
+    use rustls::pki_types::ServerName;
     use tokio_rustls::rustls;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let config = client_config(ca);
     let name = ServerName::try_from("127.0.0.1").unwrap();
     let mut client = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
     let mut hello = Vec::new();
     client.write_tls(&mut hello).unwrap();
     assert!(hello.len() > 33, "a ClientHello of {} bytes", hello.len());
     hello
+}
+
+/// A rustls client configuration trusting the certificates in `ca`.
+fn client_config(ca: &Path) -> tokio_rustls::rustls::ClientConfig {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    use tokio_rustls::rustls;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
 }

@@ -30,7 +30,7 @@ pub fn chromium() -> Option<String> {
     });
     match found {
         Some(path) => Some(path.display().to_string()),
-        None if std::env::var("CI").as_deref() == Ok("true") => {
+        None if ringfeed_watchdog::under_ci() => {
             panic!("chromium is not installed: .ci/run installs Debian's chromium package")
         }
         None => None,
