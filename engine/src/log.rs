@@ -154,6 +154,9 @@ struct Spare<F> {
 /// The name of the next segment's file until it becomes a segment. Open
 /// removes it with every other `.seg.tmp`: it never holds data.
 const SPARE: &str = "next.seg.tmp";
+/// What an interrupted repair leaves in a shard's directory: the shard does
+/// not open until `ringfeed repair` has run again (`crate::repair`).
+pub const REPAIR_MARKER: &str = "repair.next";
 
 /// The next segment is made once less than this share of the active one is
 /// left (a quarter: 64 MiB of 256), so a full disk is found while the
@@ -219,7 +222,7 @@ impl<S: Storage> Log<S> {
             .await
             .map_err(recovery_io("the segment directory"))?
         {
-            if name == crate::repair::MARKER && !read_only && !repairing {
+            if name == REPAIR_MARKER && !read_only && !repairing {
                 return Err(RecoveryError::InterruptedRepair);
             }
             if name.ends_with(TEMP_SUFFIX) {

@@ -40,8 +40,9 @@ use crate::segment::recovery::Reader;
 use crate::segment::{parse_segment_name, SegmentHeader, SEGMENT_HEADER_BLOCK};
 use crate::storage::{Storage, StorageFile};
 
-/// What an interrupted repair leaves in a shard's directory.
-pub const MARKER: &str = "repair.next";
+/// What an interrupted repair leaves in a shard's directory (kept in `log`,
+/// whose open refuses a shard that holds it).
+pub use crate::log::REPAIR_MARKER as MARKER;
 /// The suffix of a segment (or a copy of one) set aside by a repair.
 pub const ASIDE_SUFFIX: &str = ".repair";
 

@@ -228,7 +228,7 @@ pub(crate) fn start(
         batch_max_bytes: limits.batch_max_bytes.max(1),
         batching: r.batching,
         started: tokio::time::Instant::now(),
-        heartbeat: crate::service::heartbeat_interval(r),
+        heartbeat: crate::sender::heartbeat_interval(r),
         last_sent: tokio::time::Instant::now(),
         registered: Arc::new(registered),
         events_sent: 0,

@@ -106,6 +106,21 @@ impl Default for SubscriberLimits {
     }
 }
 
+/// Default and smallest heartbeat interval.
+const HEARTBEAT_DEFAULT: Duration = Duration::from_secs(1);
+const HEARTBEAT_MIN: Duration = Duration::from_millis(10);
+
+/// How often a subscription asked for heartbeats gets one while quiet.
+pub(crate) fn heartbeat_interval(r: &ringfeed_proto::v1::SubscribeRequest) -> Option<Duration> {
+    r.heartbeats.then(|| {
+        match r.heartbeat_interval_ms {
+            0 => HEARTBEAT_DEFAULT,
+            ms => Duration::from_millis(u64::from(ms)),
+        }
+        .max(HEARTBEAT_MIN)
+    })
+}
+
 /// A client that has read nothing for this long gets a warning in the log.
 const STALLED_AFTER: Duration = Duration::from_secs(10);
 static STALLED_WARNINGS: RateLimit = RateLimit::new(Duration::from_secs(10));

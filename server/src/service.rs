@@ -8,7 +8,6 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use ringfeed_engine::{
     AppendError, Cursor, Durability, Engine, Filter, NewEvent, Ordering, Producer, Start,
@@ -45,21 +44,6 @@ const APPEND_QUEUE: usize = 16;
 /// its requests appended one by one: correct, only slower.)
 const STREAM_GROUP_EVENTS: usize = 1024;
 const STREAM_GROUP_BYTES: usize = 1 << 20;
-/// Default and smallest heartbeat interval.
-const HEARTBEAT_DEFAULT: Duration = Duration::from_secs(1);
-const HEARTBEAT_MIN: Duration = Duration::from_millis(10);
-
-/// How often a subscription asked for heartbeats gets one while quiet.
-pub(crate) fn heartbeat_interval(r: &v1::SubscribeRequest) -> Option<Duration> {
-    r.heartbeats.then(|| {
-        match r.heartbeat_interval_ms {
-            0 => HEARTBEAT_DEFAULT,
-            ms => Duration::from_millis(u64::from(ms)),
-        }
-        .max(HEARTBEAT_MIN)
-    })
-}
-
 /// The ringfeed service over one engine. Clones share the engine and registry.
 #[derive(Clone)]
 pub struct Service {
@@ -586,7 +570,7 @@ impl RingFeed for Service {
             let registered = register(start.clone(), subscription.lag_events())?;
             let options = StreamOptions {
                 batching: r.batching,
-                heartbeat: heartbeat_interval(&r),
+                heartbeat: crate::sender::heartbeat_interval(&r),
                 chunk_mode: r.chunk_mode,
                 scope,
             };

@@ -19,12 +19,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::cursor::{Cursor, CursorError};
+use crate::cursor::{Cursor, CursorError, CLUSTER_VERSION, CLUSTER_VERSION_SINCE};
 
 const MAGIC: &[u8; 2] = b"RC";
-pub(crate) const CLUSTER_VERSION: u8 = 3;
-/// [`CLUSTER_VERSION`] with a start time.
-pub(crate) const CLUSTER_VERSION_SINCE: u8 = 4;
 const HEADER: usize = 5;
 const MAX_NODES: usize = 1024;
 

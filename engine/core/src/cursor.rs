@@ -32,6 +32,12 @@ const VERSION: u8 = 2;
 const VERSION_1: u8 = 1;
 /// [`VERSION`] with the feed's id.
 const VERSION_FEED: u8 = 5;
+/// The versions of a cluster cursor (`crate::cluster_cursor`), the same
+/// magic: all versions are numbered here, so a node cursor's reader can
+/// name a cluster cursor it is handed.
+pub(crate) const CLUSTER_VERSION: u8 = 3;
+/// [`CLUSTER_VERSION`] with a start time.
+pub(crate) const CLUSTER_VERSION_SINCE: u8 = 4;
 const HEADER: usize = 5;
 const MAX_SHARDS: usize = 1024;
 
@@ -213,8 +219,7 @@ impl Cursor {
             VERSION => (12, HEADER),
             VERSION_FEED => (12, HEADER + 8),
             VERSION_1 => (8, HEADER),
-            crate::cluster_cursor::CLUSTER_VERSION
-            | crate::cluster_cursor::CLUSTER_VERSION_SINCE => {
+            CLUSTER_VERSION | CLUSTER_VERSION_SINCE => {
                 return bad(
                     "a cluster cursor (several nodes): resume it with a cluster subscription",
                 )

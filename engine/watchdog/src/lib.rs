@@ -335,4 +335,3 @@ mod tests {
         assert!(!lock(shared()).armed.iter().any(|e| e.id == id));
     }
 }
-

@@ -112,10 +112,16 @@ fn endpoint_host(uri: &str) -> Option<(String, u16)> {
 /// Exit code and one-line message for an error from a client command:
 /// a gRPC status -> (its numeric code, "error: <CODE_NAME>: <message>");
 /// anything else -> (1, "error: ...").
+/// The tail was stopped by this signal (SIGINT or SIGTERM) after writing
+/// what it had taken: exit 128 + the signal's number, as shells report it.
+#[derive(Debug, thiserror::Error)]
+#[error("stopped by {}", if *.0 == signal_hook::consts::SIGINT { "SIGINT" } else { "SIGTERM" })]
+pub struct StoppedBy(pub i32);
+
 /// A tail stopped by a signal -> (128 + its number, "stopped by SIGINT").
 pub fn exit_code(err: &anyhow::Error) -> (i32, String) {
     let one_line = |s: &str| s.replace(['\n', '\r'], " ");
-    if let Some(stopped) = err.downcast_ref::<super::tail::StoppedBy>() {
+    if let Some(stopped) = err.downcast_ref::<StoppedBy>() {
         return (128 + stopped.0, stopped.to_string());
     }
     if let Some(status) = err.chain().find_map(|e| e.downcast_ref::<Status>()) {

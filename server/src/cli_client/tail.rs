@@ -17,7 +17,7 @@ use crate::client::{
     FollowedEvent, Follower, Step, CURSOR_TEXT,
 };
 
-use super::connection::{code_name, connect, Access};
+use super::connection::{code_name, connect, Access, StoppedBy};
 use super::output::write_out;
 use super::time::{parse_since, parse_when};
 
@@ -161,12 +161,6 @@ pub async fn tail(args: TailArgs) -> Result<()> {
         }
     }
 }
-
-/// The tail was stopped by this signal (SIGINT or SIGTERM) after writing
-/// what it had taken: exit 128 + the signal's number, as shells report it.
-#[derive(Debug, thiserror::Error)]
-#[error("stopped by {}", if *.0 == SIGINT { "SIGINT" } else { "SIGTERM" })]
-pub struct StoppedBy(pub i32);
 
 /// Resolves at the first SIGINT or SIGTERM; the second exits the process at
 /// once (a tail whose reader stopped reading cannot finish writing).
