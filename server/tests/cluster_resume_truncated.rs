@@ -216,16 +216,7 @@ async fn a_peer_event_strict_decoders_refuse_is_not_forwarded() {
         wait_all_up(addr).await;
     }
     append(&ports[0], 1, 0, 3, true).await;
-    let mut stream = client(&ports[0])
-        .await
-        .subscribe(v1::SubscribeRequest {
-            start: Some(Start::Beginning(true)),
-            scope: v1::Scope::Cluster as i32,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = cluster_stream(&ports[0]).await;
     let status = loop {
         match tokio::time::timeout(Duration::from_secs(20), stream.message())
             .await

@@ -240,16 +240,7 @@ async fn a_cluster_stream_goes_on_when_its_own_responses_give_budget_back() {
     );
     const EVENTS: usize = 2_000;
     append(&server.addr, 1, 0, EVENTS, true).await;
-    let mut stream = client(&server.addr)
-        .await
-        .subscribe(v1::SubscribeRequest {
-            start: Some(Start::Beginning(true)),
-            scope: v1::Scope::Cluster as i32,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = cluster_stream(&server.addr).await;
     let mut seen = 0;
     while seen < EVENTS {
         let response = tokio::time::timeout(Duration::from_secs(10), stream.message())

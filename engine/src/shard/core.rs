@@ -228,6 +228,8 @@ impl<R> ShardCore<R> {
         self.shared.clone()
     }
 
+    // The simulator's probes (`crate::sim`).
+    #[cfg(feature = "sim")]
     pub fn last_ts(&self) -> i64 {
         self.last_ts
     }
@@ -236,6 +238,8 @@ impl<R> ShardCore<R> {
         self.ring.unflushed_bytes()
     }
 
+    // The simulator's probes (`crate::sim`).
+    #[cfg(feature = "sim")]
     /// The offset below which the ring holds no records.
     pub fn evicted_below(&self) -> u64 {
         self.ring.evicted_below()
@@ -513,6 +517,8 @@ impl<R> ShardCore<R> {
             && (self.flush_wanted || self.closing || pending >= self.limits.window_bytes)
     }
 
+    // The simulator's probes (`crate::sim`).
+    #[cfg(feature = "sim")]
     /// A durable waiter with no flush round under way or due: the flusher
     /// would sleep while someone waits for it (docs/design.md 2.13). Never true
     /// unless a rule here is broken; the simulator checks it after every step.

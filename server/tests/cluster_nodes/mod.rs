@@ -60,6 +60,21 @@ pub async fn client(addr: &str) -> RingFeedClient<Channel> {
         .unwrap()
 }
 
+/// A cluster stream from the beginning of every node's feed, one event a
+/// response.
+pub async fn cluster_stream(addr: &str) -> ringfeed_proto::tonic::Streaming<v1::SubscribeResponse> {
+    client(addr)
+        .await
+        .subscribe(v1::SubscribeRequest {
+            start: Some(v1::subscribe_request::Start::Beginning(true)),
+            scope: v1::Scope::Cluster as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 /// Waits (at most 20 s) until `addr` has reached every peer (their ids known).
 pub async fn wait_all_up(addr: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
