@@ -928,7 +928,7 @@ impl ClusterStream {
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<(), Status> {
-        self.events_sent += match &item {
+        let events = match &item {
             RawItem::Event(_) => 1,
             RawItem::Batch(b) => b.events.len() as u64,
             _ => 0,
@@ -940,6 +940,8 @@ impl ClusterStream {
             _ = shutdown.changed() => Err(Status::unavailable("the server is shutting down")),
             sent = self.outbox.send(response, permit) => {
                 sent.map_err(|_| Status::cancelled("the client went away"))?;
+                // Counted once queued, as a node stream's.
+                self.events_sent += events;
                 self.last_sent = tokio::time::Instant::now();
                 self.show(cursor);
                 Ok(())

@@ -996,8 +996,6 @@ impl Sender {
         permit: Option<OwnedSemaphorePermit>,
         mode: &'static str,
     ) -> Result<(), Stop> {
-        let sent = self.sent.fetch_add(events, AtomicOrdering::Relaxed) + events;
-        show(&self.registered, sub, &cursor, mode, sent);
         let bytes = response.encoded_len();
         let lag = ((now_ns() - sub.watermark()).max(0) as f64 / 1e9).min(1e9);
         let mut send = std::pin::pin!(self.outbox.send(response, permit));
@@ -1011,6 +1009,10 @@ impl Sender {
             }
         };
         sent.map_err(|_| Stop::Gone)?;
+        // Counted and shown once queued: a response waiting for room, and
+        // dropped if the stream ends meanwhile, was shown as sent before.
+        let sent = self.sent.fetch_add(events, AtomicOrdering::Relaxed) + events;
+        show(&self.registered, sub, &cursor, mode, sent);
         if events > 0 {
             self.metrics.0.events_sent(events as usize, bytes, lag);
         }

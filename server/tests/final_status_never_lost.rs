@@ -79,7 +79,8 @@ async fn stalls_then_is_superseded(addr: &str, scope: v1::Scope) {
         .await
         .unwrap()
         .into_inner();
-    assert!(old.message().await.unwrap().is_some());
+    let first = old.message().await.unwrap().expect("a first response");
+    let mut received = events_in(&first);
     // Stop reading until the server can queue nothing more for it.
     let stuck_at = until_stuck(addr, |s| s.client_id == 7 && s.client_epoch == 1).await;
     assert!(
@@ -106,13 +107,36 @@ async fn stalls_then_is_superseded(addr: &str, scope: v1::Scope) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    // Reading on: what was queued, then the error, never a clean end.
-    let (responses, status) = final_status(&mut old).await;
+    // Reading on: every event queued before it, then the error, never a
+    // clean end.
+    let status = loop {
+        match tokio::time::timeout(WAIT, old.message())
+            .await
+            .expect("the stream stalled before its end")
+        {
+            Ok(Some(response)) => received += events_in(&response),
+            Ok(None) => panic!("the stream ended OK after {received} events"),
+            Err(status) => break status,
+        }
+    };
     assert_eq!(status.code(), Code::Cancelled, "{status:?}");
+    assert_eq!(
+        received, stuck_at,
+        "the events queued before the final error ({stuck_at}) all come before it"
+    );
     assert_eq!(
         ringfeed_proto::wire::superseded_by(&status),
         Some(2),
         "the typed supersession detail names the epoch that replaced it: {status:?}"
     );
-    assert!(responses < 10_000, "{responses} responses before the end");
+}
+
+/// The events a response carries.
+fn events_in(response: &v1::SubscribeResponse) -> u64 {
+    use v1::subscribe_response::Item;
+    match &response.item {
+        Some(Item::Event(_)) => 1,
+        Some(Item::Batch(batch)) => batch.events.len() as u64,
+        _ => 0,
+    }
 }
