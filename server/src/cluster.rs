@@ -468,8 +468,8 @@ impl ClusterStream {
                 self.take_from_peer(item)?;
             }
             self.pull_shared()?;
-            let full = self.full(false);
             let short = self.short_of_budget();
+            let full = self.full_when(short, false);
             let admission = self.admission.clone();
             if self.send_ready(shutdown).await? {
                 continue;
@@ -535,8 +535,14 @@ impl ClusterStream {
     /// at the latest after `peer_hold`, so a stream over budget never
     /// stalls for good).
     fn full(&mut self, local: bool) -> bool {
+        let short = self.short_of_budget();
+        self.full_when(short, local)
+    }
+
+    /// [`Self::full`], the budget already looked at (`short`).
+    fn full_when(&self, short: bool, local: bool) -> bool {
         let this = self.nodes[0].id;
-        let over = self.merge.queued() >= MAX_QUEUED || self.short_of_budget();
+        let over = self.merge.queued() >= MAX_QUEUED || short;
         over && !self.merge.holding().any(|s| (s.node == this) == local)
     }
 

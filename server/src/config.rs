@@ -228,6 +228,11 @@ impl FileConfig {
             Some(0) => bail!("{key}: must be at least 1"),
             v => Ok(v.unwrap_or(default)),
         };
+        let secs_at_least_one = |key: &str, value: Option<u64>, default: Duration| match value {
+            Some(0) => bail!("{key}: must be at least 1"),
+            Some(secs) => Ok(Duration::from_secs(secs)),
+            None => Ok(default),
+        };
         let subscribers = SubscriberLimits {
             queue_responses: at_least_one(
                 "subscriber_queue",
@@ -242,21 +247,21 @@ impl FileConfig {
                 Some(bytes) => bytes,
                 None => d.response_budget_bytes,
             },
-            stall_timeout: match self.stall_timeout_secs {
-                Some(0) => bail!("stall_timeout_secs: must be at least 1"),
-                Some(secs) => Duration::from_secs(secs),
-                None => d.stall_timeout,
-            },
-            keepalive_interval: match self.keepalive_interval_secs {
-                Some(0) => bail!("keepalive_interval_secs: must be at least 1"),
-                Some(secs) => Duration::from_secs(secs),
-                None => d.keepalive_interval,
-            },
-            keepalive_timeout: match self.keepalive_timeout_secs {
-                Some(0) => bail!("keepalive_timeout_secs: must be at least 1"),
-                Some(secs) => Duration::from_secs(secs),
-                None => d.keepalive_timeout,
-            },
+            stall_timeout: secs_at_least_one(
+                "stall_timeout_secs",
+                self.stall_timeout_secs,
+                d.stall_timeout,
+            )?,
+            keepalive_interval: secs_at_least_one(
+                "keepalive_interval_secs",
+                self.keepalive_interval_secs,
+                d.keepalive_interval,
+            )?,
+            keepalive_timeout: secs_at_least_one(
+                "keepalive_timeout_secs",
+                self.keepalive_timeout_secs,
+                d.keepalive_timeout,
+            )?,
             send_buffer_bytes: at_least_one(
                 "subscriber_send_buffer_bytes",
                 self.subscriber_send_buffer_bytes,

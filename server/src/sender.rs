@@ -145,7 +145,7 @@ pub(crate) struct Admission {
 
 impl Admission {
     pub fn new(limits: &SubscriberLimits, metrics: Arc<ServerMetrics>) -> Admission {
-        let budget_units = limits.response_budget_bytes.div_ceil(UNIT).max(1);
+        let budget_units = budget_units(limits.response_budget_bytes).max(1);
         Admission {
             readers: Arc::new(Semaphore::new(limits.backlog_readers.max(1))),
             bytes: Arc::new(Semaphore::new(budget_units)),
@@ -174,7 +174,7 @@ impl Admission {
     /// budget still free after them (what a cache may take without ever
     /// making a stream wait).
     fn try_spare(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
-        let units = bytes.div_ceil(UNIT).clamp(1, self.budget_units);
+        let units = budget_units(bytes).clamp(1, self.budget_units);
         if self.bytes.available_permits() < units + self.budget_units / 2 {
             return None;
         }
@@ -254,7 +254,7 @@ impl Admission {
     /// `server/tests/cluster_stream_within_budget.rs`.)
     async fn bytes(&self, bytes: usize) -> OwnedSemaphorePermit {
         let most = (self.budget_units / 2).max(1);
-        let units = bytes.div_ceil(UNIT).clamp(1, most) as u32;
+        let units = budget_units(bytes).clamp(1, most) as u32;
         let _waiting = Waiting::new(&self.metrics);
         self.bytes
             .clone()
@@ -1045,7 +1045,7 @@ impl Sender {
 
 /// Gives back the part of a byte reservation a response did not use.
 fn trim(mut permit: OwnedSemaphorePermit, used: usize) -> OwnedSemaphorePermit {
-    let keep = used.div_ceil(UNIT).max(1);
+    let keep = budget_units(used).max(1);
     if permit.num_permits() > keep {
         drop(permit.split(permit.num_permits() - keep));
     }
