@@ -118,16 +118,7 @@ async fn cluster_streams_share_one_live_stream_per_peer() {
     let paused = Arc::new(tokio::sync::RwLock::new(()));
     let slow = Arc::new(Mutex::new(Vec::<Seen>::new()));
     let cursors = Arc::new(Mutex::new(Vec::<Vec<u8>>::new()));
-    let mut stream = client(&ports[0])
-        .await
-        .subscribe(v1::SubscribeRequest {
-            start: Some(v1::subscribe_request::Start::Beginning(true)),
-            scope: v1::Scope::Cluster as i32,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = cluster_stream(&ports[0]).await;
     let slow_reader = {
         let (slow, cursors, paused) = (slow.clone(), cursors.clone(), paused.clone());
         tokio::spawn(async move {

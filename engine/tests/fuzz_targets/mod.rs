@@ -41,11 +41,7 @@ pub fn allocation_bound(input_len: usize) -> usize {
 }
 
 pub fn record(data: &[u8]) {
-    let (stamp, bytes) = split(data);
-    let mut bytes = bytes.to_vec();
-    if stamp {
-        rechecksum_record(&mut bytes);
-    }
+    let bytes = stamped(data, rechecksum_record);
     bounded("record", &bytes, |bytes| {
         let _ = Record::decode(bytes);
         let _ = record::peek_len(bytes);
@@ -56,11 +52,7 @@ pub fn record(data: &[u8]) {
 }
 
 pub fn chunk(data: &[u8]) {
-    let (stamp, bytes) = split(data);
-    let mut bytes = bytes.to_vec();
-    if stamp {
-        rechecksum_chunk(&mut bytes);
-    }
+    let bytes = stamped(data, rechecksum_chunk);
     bounded("chunk", &bytes, |bytes| {
         let _ = ChunkHeader::decode(bytes);
         read_verified(bytes);
@@ -81,11 +73,7 @@ pub fn segment_header(data: &[u8]) {
 }
 
 pub fn generations(data: &[u8]) {
-    let (stamp, bytes) = split(data);
-    let mut bytes = bytes.to_vec();
-    if stamp {
-        rechecksum_generations(&mut bytes);
-    }
+    let bytes = stamped(data, rechecksum_generations);
     bounded("generations", &bytes, |bytes| {
         if let Ok(generations) = Generations::decode(bytes) {
             let entries = generations.entries();
@@ -99,12 +87,17 @@ pub fn generations(data: &[u8]) {
     });
 }
 
-/// The checksum choice and the bytes after it.
-fn split(data: &[u8]) -> (bool, &[u8]) {
-    match data.split_first() {
-        Some((first, rest)) => (first & 1 == 1, rest),
-        None => (false, data),
+/// The bytes after the checksum choice (the first byte), with the right
+/// checksum stamped over them by `rechecksum` if the choice is odd.
+fn stamped(data: &[u8], rechecksum: fn(&mut [u8])) -> Vec<u8> {
+    let Some((first, rest)) = data.split_first() else {
+        return Vec::new();
+    };
+    let mut bytes = rest.to_vec();
+    if first & 1 == 1 {
+        rechecksum(&mut bytes);
     }
+    bytes
 }
 
 /// Runs `decode` on `bytes`, failing if it allocates past the bound.
