@@ -94,7 +94,7 @@ fn check_rows(doc: &Value, out: &Path, figure: &str) {
 
 #[test]
 fn every_scenario_runs_in_quick_mode_and_report_writes_benchmarks_md() {
-    let _watchdog = ringfeed_watchdog::arm_for(Duration::from_secs(300));
+    let _watchdog = ringfeed_testkit::arm_for(Duration::from_secs(300));
     let results = scratch("results");
     let cases: [(&str, &[&str], &str); 6] = [
         ("ceiling", &["ceiling", "--quick"], "MB/s"),
@@ -158,7 +158,7 @@ fn every_scenario_runs_in_quick_mode_and_report_writes_benchmarks_md() {
 fn compare_accounts_for_every_system() {
     // Starts etcd, NATS and SeaweedFS where installed (SeaweedFS alone takes
     // ~10 s to stop).
-    let _watchdog = ringfeed_watchdog::arm_for(Duration::from_secs(300));
+    let _watchdog = ringfeed_testkit::arm_for(Duration::from_secs(300));
     let results = scratch("compare");
     let out = results.join("catchup.json");
     let stdout = succeeds(
@@ -205,7 +205,7 @@ fn compare_accounts_for_every_system() {
 /// size, with the status pages' requests counted.
 #[test]
 fn page_cost_prints_a_row_per_batch_size() {
-    let _watchdog = ringfeed_watchdog::arm();
+    let _watchdog = ringfeed_testkit::arm();
     let dir = scratch("page-cost");
     let stdout = succeeds(
         bench()
@@ -252,7 +252,7 @@ fn page_cost_prints_a_row_per_batch_size() {
 
 #[test]
 fn help_explains_every_scenario_and_flag() {
-    let _watchdog = ringfeed_watchdog::arm();
+    let _watchdog = ringfeed_testkit::arm();
     let top = bench().arg("--help").output().unwrap();
     let top = String::from_utf8_lossy(&top.stdout);
     for scenario in [

@@ -945,10 +945,9 @@ fn write_meta(
     Ok(())
 }
 
-/// Edits of valid encodings shared by the fuzzing tests (engine/tests/mutation).
+/// Edits of valid encodings shared by the fuzzing tests.
 #[cfg(test)]
-#[path = "../tests/mutation/mod.rs"]
-mod mutation;
+use ringfeed_testkit::mutation;
 
 #[cfg(test)]
 mod tests {

@@ -49,7 +49,7 @@
 //! rarely read) poll, disconnect and resume; the run ends with faults
 //! stopped and every subscriber caught up (liveness). The server's part of
 //! 2.10 and the glommio runtime's part of 2.13 are checked elsewhere:
-//! `ringfeed_server::sim` and `engine/tests/executor_never_parks_with_work.rs`.
+//! `ringfeed_server::sim` and `engine/tests/it/executor_never_parks_with_work.rs`.
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};

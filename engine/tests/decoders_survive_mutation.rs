@@ -14,9 +14,8 @@ use ringfeed_engine::segment::SegmentHeader;
 use ringfeed_engine::{ClusterCursor, Cursor, GenerationStart, Generations};
 
 mod fuzz_targets;
-mod mutation;
 use fuzz_targets::{read_verified, rechecksum_chunk};
-use mutation::{apply, edits};
+use ringfeed_testkit::mutation::{apply, edits};
 
 fn sample(i: u64, producer: bool) -> (String, String, Vec<u8>, Option<ProducerStamp>) {
     (

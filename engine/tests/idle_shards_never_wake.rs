@@ -5,6 +5,7 @@
 //! so its count must not move while nothing happens; then one append must
 //! still be taken at once (the wake-up path works).
 
+#[path = "it/common.rs"]
 mod common;
 
 use std::time::Duration;
@@ -38,7 +39,7 @@ fn shard_switches() -> Vec<(u32, u64)> {
 
 #[test]
 fn idle_shards_sleep_until_an_append() {
-    let _watchdog = ringfeed_watchdog::arm();
+    let _watchdog = ringfeed_testkit::arm();
     let storages = [MemStorage::new(), MemStorage::new()];
     let engine = mem_engine(small_engine_config(2), &storages);
     // Some memory-acked appends, so the flush interval's timer runs once and

@@ -359,10 +359,9 @@ fn take<'a>(bytes: &mut &'a [u8], len: usize) -> Result<&'a [u8], String> {
     Ok(value)
 }
 
-/// Edits of valid encodings shared by the fuzzing tests (engine/tests/mutation).
+/// Edits of valid encodings shared by the fuzzing tests.
 #[cfg(test)]
-#[path = "../../engine/tests/mutation/mod.rs"]
-mod mutation;
+use ringfeed_testkit::mutation;
 
 #[cfg(test)]
 mod tests {

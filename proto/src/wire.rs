@@ -50,6 +50,10 @@ pub fn superseded_by(status: &tonic::Status) -> Option<u64> {
     status.message().starts_with(SUPERSEDED).then_some(0)
 }
 
+/// Subscribers a status overview lists when not told how many (the status
+/// page's `/api/status` and `ringfeed status --json`): the most lagging first.
+pub const OVERVIEW_SUBSCRIBERS: u32 = 1000;
+
 #[cfg(test)]
 mod tests {
     use super::*;

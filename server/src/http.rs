@@ -33,8 +33,8 @@ use crate::board::StatusBoard;
 use crate::metrics::Exporter;
 
 /// Subscribers `/api/status` lists when the request does not say
-/// (`?subscribers=N`): the most lagging first.
-pub const PAGE_SUBSCRIBERS: u32 = 1000;
+/// (`?subscribers=N`).
+use ringfeed_proto::wire::OVERVIEW_SUBSCRIBERS as PAGE_SUBSCRIBERS;
 
 const INDEX_HTML: &str = include_str!("page/index.html");
 const APP_JS: &str = include_str!("page/app.js");

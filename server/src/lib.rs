@@ -1,13 +1,14 @@
 //! The ringfeed server: the gRPC service over the engine, its configuration,
-//! its HTTP endpoints (metrics and the status page), and the command-line
-//! client.
+//! its cluster, and its HTTP endpoints (metrics and the status page).
+//! [`bootstrap::serve`] wires them as `ringfeed serve` runs them (the
+//! binary is the `ringfeed-cli` crate, server/cli).
 
 #![deny(unsafe_code)]
 
 pub mod append_budget;
 pub mod auth;
 pub mod board;
-pub mod cli_client;
+pub mod bootstrap;
 mod cluster;
 /// The client library (its own crate, `ringfeed-client`, which does not build the engine).
 pub use ringfeed_client as client;
@@ -64,7 +65,6 @@ pub fn incoming(
     )
 }
 
-/// Edits of valid encodings shared by the fuzzing tests (engine/tests/mutation).
+/// Edits of valid encodings shared by the fuzzing tests.
 #[cfg(test)]
-#[path = "../../engine/tests/mutation/mod.rs"]
-mod mutation;
+use ringfeed_testkit::mutation;

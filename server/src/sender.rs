@@ -251,7 +251,7 @@ impl Admission {
     /// also because a stream kept its last response's budget while its
     /// sender waited: with `response_budget_bytes` below `batch_max_bytes`
     /// every stream stalled after its first response, found by
-    /// `server/tests/cluster_stream_within_budget.rs`.)
+    /// `server/cli/tests/it/cluster_stream_within_budget.rs`.)
     async fn bytes(&self, bytes: usize) -> OwnedSemaphorePermit {
         let most = (self.budget_units / 2).max(1);
         let units = budget_units(bytes).clamp(1, most) as u32;

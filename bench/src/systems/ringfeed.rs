@@ -401,7 +401,7 @@ pub fn spawn_server_on(
     let binary = std::env::current_exe()?.with_file_name("ringfeed");
     if !binary.exists() {
         bail!(
-            "{} not found: build it with `cargo build --release -p ringfeed-server`",
+            "{} not found: build it with `cargo build --release -p ringfeed-cli`",
             binary.display()
         );
     }

@@ -38,6 +38,7 @@ use ringfeed_proto::v1::{self, subscribe_request::Start, SubscribeRequest};
 mod cursor_file;
 mod json;
 mod response;
+pub mod tls;
 mod view;
 
 pub use cursor_file::{cursor_text, parse_cursor_text, CursorFile, CURSOR_TEXT};
