@@ -67,6 +67,8 @@ use std::sync::Arc;
 
 use crate::log::{Log, LogConfig, SyncTicket};
 use crate::record::ProducerStamp;
+#[cfg(doc)]
+use crate::shard::core::FlushIo;
 use crate::shard::core::{CoreLimits, ShardCore};
 use crate::shard::ShardShared;
 use crate::storage::{MemFile, MemStorage};

@@ -3,6 +3,8 @@
 
 use bytes::Bytes;
 
+#[cfg(doc)]
+use super::Subscription;
 use crate::record::{self, Record, RecordError, RecordHeader};
 
 /// One delivered event: its position and its stored record (shared, not copied).

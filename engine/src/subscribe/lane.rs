@@ -6,6 +6,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::reader::ShardReader;
+#[cfg(doc)]
+use super::Subscription;
 use super::{Delivered, Filter, RawChunk, SubscribeError};
 use crate::record;
 use crate::shard::ShardShared;
