@@ -1,0 +1,237 @@
+//! One shard's side of a subscription: its reader, the current run of
+//! records, the next offset to deliver and the head that matches the filter.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::reader::ShardReader;
+#[cfg(doc)]
+use super::Subscription;
+use super::{Delivered, Filter, RawChunk, SubscribeError};
+use crate::record;
+use crate::shard::ShardShared;
+
+/// One shard's side of a subscription.
+pub(super) struct Lane {
+    pub(super) reader: ShardReader,
+    /// The current run of records; `at` is where its unconsumed part starts.
+    pub(super) run: Bytes,
+    pub(super) at: usize,
+    /// The run is sealed (see `reader::Run::sealed`): chunk mode may ship it.
+    pub(super) run_sealed: bool,
+    /// Next offset to deliver (the cursor): every earlier one was delivered or filtered out.
+    pub(super) next: u64,
+    /// The record at `at`, when it matches the filter.
+    pub(super) head: Option<Head>,
+    /// Stamp of the last record consumed (delivered or filtered out).
+    pub(super) seen_ts: i64,
+    /// Per-shard ordering with `until_ns`: this shard has nothing more to give.
+    pub(super) done: bool,
+}
+
+#[derive(Clone, Copy)]
+pub(super) struct Head {
+    pub(super) ts: i64,
+    pub(super) offset: u64,
+    pub(super) len: usize,
+}
+
+impl Lane {
+    pub(super) fn shard(&self) -> &Arc<ShardShared> {
+        self.reader.shard()
+    }
+
+    /// Makes sure `head` holds the next matching record if one is available,
+    /// consuming non-matching records on the way. Returns whether it does.
+    pub(super) fn fill(
+        &mut self,
+        filter: &Filter,
+        match_all: bool,
+    ) -> Result<bool, SubscribeError> {
+        if self.head.is_some() {
+            return Ok(true);
+        }
+        loop {
+            if !self.load()? {
+                return Ok(false);
+            }
+            let rest = &self.run[self.at..];
+            let bad = |source| SubscribeError::Record {
+                shard: self.shard().id,
+                source,
+            };
+            // Match-all needs only the framing; a filter reads the header's paths.
+            let (len, offset, ts, matched) = if match_all {
+                let (len, offset, ts) = record::peek_position(rest).map_err(bad)?;
+                (len, offset, ts, true)
+            } else {
+                let h = record::peek_header(rest).map_err(bad)?;
+                (h.len, h.offset, h.ts, filter.matches(&h))
+            };
+            if offset != self.next {
+                return Err(SubscribeError::Corrupt {
+                    shard: self.shard().id,
+                    segment: String::new(),
+                    position: self.at as u64,
+                    reason: format!("expected offset {}, found {offset}", self.next),
+                });
+            }
+            if matched {
+                self.head = Some(Head { ts, offset, len });
+                return Ok(true);
+            }
+            self.at += len;
+            self.next += 1;
+            self.seen_ts = self.seen_ts.max(ts);
+        }
+    }
+
+    /// [`Lane::fill`]; when no record is available, returns the stamp at or
+    /// below which this shard will never deliver another record.
+    ///
+    /// The claim is read first, then the committed watermark, then records
+    /// are looked for: anything stamped at or below the claim is committed by
+    /// the time the claim is published. Delivering only durable records, a
+    /// lane that stopped short of `committed` waits on a flush, and its bound
+    /// is the stamp of its last record: every later one is stamped above it.
+    pub(super) fn fill_or_bound(
+        &mut self,
+        filter: &Filter,
+        match_all: bool,
+        durable_only: bool,
+    ) -> Result<Option<(i64, bool)>, SubscribeError> {
+        let w = &self.shard().watermarks;
+        let claimed = w.claimed_ts();
+        let committed = w.committed_next();
+        if self.fill(filter, match_all)? {
+            return Ok(None);
+        }
+        // The second value: whether a claim can raise the bound. One that
+        // waits on a flush is raised by the flush alone (which wakes the
+        // subscription); asking for claims then would only make the shard
+        // and the subscriber wake each other until the flush.
+        let bound = if !durable_only || self.next >= committed {
+            (claimed, true)
+        } else {
+            (self.seen_ts, false)
+        };
+        self.seen_ts = self.seen_ts.max(bound.0);
+        Ok(Some(bound))
+    }
+
+    /// Makes sure the current run has unconsumed records if any are
+    /// available, without filtering. Returns whether it has.
+    pub(super) fn load(&mut self) -> Result<bool, SubscribeError> {
+        if self.at < self.run.len() {
+            return Ok(true);
+        }
+        match self.reader.read(self.next)? {
+            Some(run) => {
+                debug_assert_eq!(run.first_offset, self.next);
+                self.run = run.bytes;
+                self.at = 0;
+                self.run_sealed = run.sealed;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Consumes every record before `next` without delivering it (see
+    /// [`Subscription::skip_to`]); `seen_ts` is what the other subscription's
+    /// lane had seen there.
+    pub(super) fn skip_to(&mut self, next: u64, seen_ts: i64) -> Result<(), SubscribeError> {
+        self.head = None; // its record is at `at`: walked over below
+        let shard = self.shard().id;
+        while self.next < next {
+            if !self.load()? {
+                return Err(SubscribeError::Corrupt {
+                    shard,
+                    segment: String::new(),
+                    position: self.next,
+                    reason: format!("record {} to skip over is not available", self.next),
+                });
+            }
+            let bad = |source| SubscribeError::Record { shard, source };
+            let (len, offset, ts) = record::peek_position(&self.run[self.at..]).map_err(bad)?;
+            if offset != self.next {
+                return Err(SubscribeError::Corrupt {
+                    shard,
+                    segment: String::new(),
+                    position: self.at as u64,
+                    reason: format!("expected offset {}, found {offset}", self.next),
+                });
+            }
+            self.at += len;
+            self.next += 1;
+            self.seen_ts = self.seen_ts.max(ts);
+        }
+        self.seen_ts = self.seen_ts.max(seen_ts);
+        Ok(())
+    }
+
+    /// Consumes the current run's next records, at most `max_bytes` of them
+    /// (but at least one record), as one raw chunk, checking that they hold
+    /// the expected offsets densely.
+    pub(super) fn take_records(&mut self, max_bytes: usize) -> Result<RawChunk, SubscribeError> {
+        let rest = self.run.slice(self.at..);
+        let shard = self.shard().id;
+        let bad = |source| SubscribeError::Record { shard, source };
+        let (mut at, mut count, mut first_ts, mut last_ts) = (0, 0u64, 0, 0);
+        while at < rest.len() {
+            let (len, offset, ts) = record::peek_position(&rest[at..]).map_err(bad)?;
+            if count > 0 && at + len > max_bytes {
+                break;
+            }
+            if offset != self.next + count {
+                return Err(SubscribeError::Corrupt {
+                    shard,
+                    segment: String::new(),
+                    position: (self.at + at) as u64,
+                    reason: format!("expected offset {}, found {offset}", self.next + count),
+                });
+            }
+            if count == 0 {
+                first_ts = ts;
+            }
+            last_ts = ts;
+            at += len;
+            count += 1;
+        }
+        let chunk = RawChunk {
+            shard,
+            first_offset: self.next,
+            count,
+            first_ts,
+            last_ts,
+            records: rest.slice(..at),
+        };
+        self.at += at;
+        self.next += count;
+        self.head = None;
+        self.seen_ts = self.seen_ts.max(last_ts);
+        Ok(chunk)
+    }
+
+    /// Stamp of the first unconsumed record of the current run.
+    pub(super) fn run_ts(&self) -> Option<i64> {
+        record::peek_position(&self.run[self.at..])
+            .ok()
+            .map(|(_, _, ts)| ts)
+    }
+
+    pub(super) fn take(&mut self) -> Delivered {
+        let head = self.head.take().expect("take follows a successful fill");
+        let record = self.run.slice(self.at..self.at + head.len);
+        self.at += head.len;
+        self.next += 1;
+        self.seen_ts = self.seen_ts.max(head.ts);
+        Delivered {
+            shard: self.shard().id,
+            offset: head.offset,
+            ts: head.ts,
+            record,
+        }
+    }
+}
