@@ -1,0 +1,59 @@
+//! What a run costs, measured on the system's processes (CPU, memory) and
+//! on this one (the subscribers' side).
+
+use crate::results::Row;
+use crate::systems::System;
+
+/// CPU seconds of the system's processes so far (0 against a `--target`).
+pub(super) fn cpu(system: &dyn System) -> f64 {
+    system.processes().iter().map(|p| p.cpu_seconds()).sum()
+}
+
+/// Sum over the system's processes of a `/proc/PID/status` memory line, MiB.
+pub(super) fn memory_mib(system: &dyn System, key: &str) -> f64 {
+    system
+        .processes()
+        .iter()
+        .map(|p| p.memory(key) as f64)
+        .sum::<f64>()
+        / f64::from(1 << 20)
+}
+
+/// What the subscribers' side (this process: the system's client library
+/// and the bench's reading of each event) has used since `now`.
+pub(super) struct ClientCost {
+    cpu_ticks: u64,
+    allocations: usize,
+}
+
+impl ClientCost {
+    pub(super) fn now() -> ClientCost {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        ClientCost {
+            cpu_ticks: crate::util::stat_cpu_ticks(&stat),
+            allocations: crate::ALLOCATOR.stats().allocations
+                + crate::ALLOCATOR.stats().reallocations,
+        }
+    }
+
+    /// Client CPU (µs) and allocations per event delivered.
+    pub(super) fn figures(&self, row: &mut Row, delivered: u64) {
+        let now = ClientCost::now();
+        let events = delivered.max(1) as f64;
+        let cpu_s =
+            (now.cpu_ticks - self.cpu_ticks) as f64 / crate::util::CLOCK_TICKS_PER_SECOND as f64;
+        row.figure("client CPU µs/event", cpu_s * 1e6 / events);
+        row.figure(
+            "client allocs/event",
+            (now.allocations - self.allocations) as f64 / events,
+        );
+    }
+}
+
+/// Adds the server's CPU and memory figures, when the bench started it.
+pub(super) fn server_figures(row: &mut Row, system: &dyn System, cpu_s: f64) {
+    if !system.processes().is_empty() {
+        row.figure("server CPU s", cpu_s);
+        row.figure("server peak RSS MiB", memory_mib(system, "VmHWM"));
+    }
+}
