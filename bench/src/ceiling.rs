@@ -35,7 +35,7 @@ use hdrhistogram::Histogram;
 use serde_json::json;
 
 use ringfeed_proto::{v1, RingFeedClient, RingFeedServer};
-use ringfeed_server::service::Service;
+use ringfeed_server::Service;
 
 use crate::results::{Row, Run, Unit};
 use crate::systems::Kind;

@@ -12,9 +12,9 @@ use hdrhistogram::Histogram;
 use ringfeed_engine::{Engine, EngineConfig};
 use ringfeed_proto::tonic::transport::Channel;
 use ringfeed_proto::{v1, RingFeedClient, RingFeedServer};
-use ringfeed_server::http::Routes;
-use ringfeed_server::metrics::Exporter;
-use ringfeed_server::service::Service;
+use ringfeed_server::Exporter;
+use ringfeed_server::Routes;
+use ringfeed_server::Service;
 
 use crate::systems::ringfeed_event as event;
 use crate::util::{fresh_dir, machine};
@@ -99,7 +99,7 @@ async fn start_server(
                     page: Some(board),
                 },
             };
-            tokio::spawn(ringfeed_server::http::serve(
+            tokio::spawn(ringfeed_server::serve_http(
                 listener,
                 routes,
                 Default::default(),

@@ -27,7 +27,7 @@ pub(crate) fn profile_compare(
     event_bytes: usize,
 ) -> Result<()> {
     use ringfeed_engine::{Durability, Engine, EngineConfig};
-    use ringfeed_server::config::FileConfig;
+    use ringfeed_server::FileConfig;
     let data = dir.join("engine");
     let engine_config = |file: FileConfig| -> Result<EngineConfig> {
         Ok(EngineConfig {

@@ -102,6 +102,17 @@ impl Watermarks {
     /// Publishes a committed batch: everything up to `next` is visible and
     /// no later stamp will be at or below `ts`.
     pub(crate) fn publish_committed(&self, next: u64, ts: i64) {
+        // Only the shard's own thread publishes, so these loads are exact.
+        // Offsets only grow and stamps with them (docs/design.md 2.1).
+        debug_assert!(
+            next >= self.committed_next(),
+            "2.1: the committed watermark went back from {} to {next}",
+            self.committed_next()
+        );
+        debug_assert!(
+            ts >= self.committed_ts.load(Ordering::Acquire),
+            "2.1: the committed stamp went back to {ts}"
+        );
         self.committed_ts.store(ts, Ordering::Release);
         self.committed_next.store(next, Ordering::Release);
         self.claimed_ts.fetch_max(ts, Ordering::AcqRel);
@@ -114,11 +125,29 @@ impl Watermarks {
     }
 
     pub(crate) fn publish_flushed(&self, next: u64, ts: i64) {
+        // Durable is never ahead of visible, and never goes back (2.3).
+        debug_assert!(
+            next >= self.flushed_next(),
+            "2.3: the flushed watermark went back from {} to {next}",
+            self.flushed_next()
+        );
+        debug_assert!(
+            next <= self.committed_next(),
+            "2.3: flushed through {next}, past the committed {}",
+            self.committed_next()
+        );
         self.flushed_ts.store(ts, Ordering::Release);
         self.flushed_next.store(next, Ordering::Release);
     }
 
     pub(crate) fn publish_evicted(&self, below: u64) {
+        // Flush before evict (2.2): the ring lets go only of what the
+        // published flushed watermark covers.
+        debug_assert!(
+            below <= self.flushed_next(),
+            "2.2: evicted below {below}, past the flushed {}",
+            self.flushed_next()
+        );
         self.evicted_below.fetch_max(below, Ordering::AcqRel);
     }
 

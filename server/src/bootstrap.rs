@@ -256,7 +256,7 @@ pub fn serve(config: ServerConfig) -> Result<()> {
             service_metrics.clone(),
             tls.is_some(),
         );
-        let mut transport = crate::transport(&config.subscribers);
+        let mut transport = transport(&config.subscribers);
         if let Some(tls) = tls {
             transport = transport.tls_config(tls).context("TLS")?;
         }
@@ -369,5 +369,44 @@ pub fn producers_line(report: &ringfeed_engine::RecoveryReport) -> String {
         ", {} idempotent producer(s) (table rebuilt from the log in {:.1} ms)",
         report.producers,
         report.producer_rebuild.as_secs_f64() * 1e3
+    )
+}
+
+/// The gRPC transport as `serve` runs it (tests serve through the same):
+/// HTTP/2 keepalives and each stream's send buffer from `limits`, stream
+/// limits and windows.
+pub fn transport(
+    limits: &crate::sender::SubscriberLimits,
+) -> ringfeed_proto::tonic::transport::Server {
+    use std::time::Duration;
+    ringfeed_proto::tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(limits.keepalive_interval))
+        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
+        .tcp_keepalive(Some(Duration::from_secs(60)))
+        .max_concurrent_streams(Some(4096))
+        // Append bodies waiting for the append budget keep what they
+        // received in flow-control windows: small per stream, roomy per
+        // connection, so one waiting stream cannot block its neighbours.
+        .initial_stream_window_size(Some(1 << 20))
+        .initial_connection_window_size(Some(32 << 20))
+        // What a subscription stream holds encoded and not yet written:
+        // hyper's default (~400 KB) was held by every stream of a slow
+        // client, and a storm of 2,000 resuming subscribers held ~800 MiB
+        // there. The response budget (whose permits last until the transport
+        // pulls the next response) is the backpressure; more here only adds
+        // memory. (A patched tonic: engine/vendor/PATCHES.md.)
+        .http2_max_send_buf_size(Some(limits.send_buffer_bytes))
+}
+
+/// Accepted connections of `listener` as `serve` takes them
+/// ([`crate::connections::incoming`]), with the default limits and metrics of
+/// their own: for tests and benchmarks that serve through the same path.
+pub fn incoming(
+    listener: tokio::net::TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<crate::connections::Guarded>> {
+    let metrics = std::sync::Arc::new(crate::metrics::ServerMetrics::default());
+    crate::connections::incoming(
+        listener,
+        crate::connections::Gate::new(crate::connections::Limits::default(), metrics, false),
     )
 }

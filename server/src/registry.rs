@@ -105,8 +105,6 @@ impl Shown {
     }
 }
 
-pub use ringfeed_proto::wire::SUPERSEDED;
-
 /// A client's identity: whose token it presents (empty on an open server),
 /// its name and id. Only the same identity supersedes a stream, so a
 /// token cannot end (or learn the epoch of) another token's streams.

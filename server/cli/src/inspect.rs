@@ -7,7 +7,7 @@ use anyhow::{bail, Result};
 use glommio::{LocalExecutorBuilder, Placement};
 use ringfeed_engine::storage::DmaStorage;
 use ringfeed_engine::{Log, LogConfig};
-use ringfeed_server::bootstrap::producers_line;
+use ringfeed_server::producers_line;
 
 /// The `shard-NNN` directories of a data dir, by shard.
 pub(crate) fn shard_dirs(data_dir: &Path) -> Result<Vec<(u32, PathBuf)>> {

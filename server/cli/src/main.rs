@@ -1,5 +1,5 @@
 //! The `ringfeed` command line. `serve` runs the server over the engine
-//! (`ringfeed_server::bootstrap`); `token`, `tune`, `inspect` and `repair`
+//! (`ringfeed_server::serve`); `token`, `tune`, `inspect` and `repair`
 //! work on a server's files and machine; `append`, `tail`, `status`,
 //! `subscribers` and `nodes` are clients, each a clap `Args` struct and an
 //! async function that talks to a server through the client crate.
@@ -116,7 +116,7 @@ enum Command {
     Inspect {
         /// The data dir to read (a server's --data-dir); nothing in it is
         /// changed, and a running server may keep it.
-        #[arg(long, default_value = ringfeed_server::config::DEFAULT_DATA_DIR)]
+        #[arg(long, default_value = ringfeed_server::DEFAULT_DATA_DIR)]
         data_dir: PathBuf,
     },
     #[cfg(feature = "server")]
@@ -129,7 +129,7 @@ enum Command {
     /// a server holds the data dir. Safe to run again, also after it was cut short.
     Repair {
         /// The data dir to mend (a server's --data-dir, with the server stopped).
-        #[arg(long, default_value = ringfeed_server::config::DEFAULT_DATA_DIR)]
+        #[arg(long, default_value = ringfeed_server::DEFAULT_DATA_DIR)]
         data_dir: PathBuf,
         /// Say what would be lost and kept; change nothing.
         #[arg(long)]

@@ -1,10 +1,10 @@
 //! `ringfeed serve`: its flags over the config file's settings, the log
-//! output, then `ringfeed_server::bootstrap::serve`.
+//! output, then `ringfeed_server::serve`.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use ringfeed_server::config::FileConfig;
+use ringfeed_server::FileConfig;
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum LogFormat {
@@ -137,5 +137,5 @@ fn serve_command(args: ServeArgs) -> Result<()> {
     file.tls_key = args.tls_key.or(file.tls_key);
     file.tls_client_ca = args.tls_client_ca.or(file.tls_client_ca);
     file.peer_tls_ca = args.peer_tls_ca.or(file.peer_tls_ca);
-    ringfeed_server::bootstrap::serve(file.resolve()?)
+    ringfeed_server::serve(file.resolve()?)
 }

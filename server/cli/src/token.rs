@@ -27,7 +27,7 @@ pub fn run(what: TokenCommand) -> Result<()> {
         read,
         admin,
     } = what;
-    let (token, table) = ringfeed_server::auth::new_token(&append, &read, admin)?;
+    let (token, table) = ringfeed_server::new_token(&append, &read, admin)?;
     println!("{token}");
     print!("{table}");
     Ok(())

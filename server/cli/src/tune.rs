@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
-use ringfeed_server::config::DEFAULT_DATA_DIR;
+use ringfeed_server::DEFAULT_DATA_DIR;
 
 #[derive(Subcommand)]
 pub enum Tune {

@@ -116,6 +116,7 @@ impl<R> ShardCore<R> {
         let mut staged = 0usize;
         let mut duplicates_end = 0;
         let now = now_ns.max(shared.watermarks.fence() + 1);
+        let mut dense_next = shared.watermarks.committed_next();
         let mut at = 0;
         while at < records.len() {
             let Ok(len) = record::peek_len(&records[at..]) else {
@@ -143,6 +144,11 @@ impl<R> ShardCore<R> {
             }
             let ts = now.max(self.last_ts + 1);
             let offset = self.ring.stage(record, ts);
+            // Dense offsets, strictly increasing stamps (docs/design.md 2.1):
+            // each record takes the offset after the last published one's.
+            debug_assert_eq!(offset, dense_next, "2.1: an offset skipped or repeated");
+            debug_assert!(ts > self.last_ts, "2.1: a stamp not above the last");
+            dense_next = offset + 1;
             self.last_ts = ts;
             if let Some((stamp, _)) = seen {
                 self.producers.record(stamp, offset, ts);

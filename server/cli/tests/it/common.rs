@@ -9,8 +9,8 @@ use std::time::Duration;
 use ringfeed_engine::Engine;
 use ringfeed_proto::tonic::transport::Channel;
 use ringfeed_proto::{v1, RingFeedClient, RingFeedServer};
-use ringfeed_server::sender::SubscriberLimits;
-use ringfeed_server::service::Service;
+use ringfeed_server::Service;
+use ringfeed_server::SubscriberLimits;
 use tokio::sync::watch;
 
 pub struct TestServer {

@@ -36,9 +36,10 @@ use ringfeed_proto::tonic::codegen::{http, Service as _};
 use ringfeed_proto::tonic::metadata::MetadataMap;
 use ringfeed_proto::tonic::{Code, Status};
 use ringfeed_proto::v1::subscribe_request::Start;
+use ringfeed_proto::wire::START_CURSOR_METADATA;
 use ringfeed_proto::{v1, RawAppendRequest, RingFeedServer};
-use ringfeed_server::append_budget::{AppendBudget, Budgeted};
-use ringfeed_server::service::{Service, START_CURSOR_METADATA};
+use ringfeed_server::Service;
+use ringfeed_server::{AppendBudget, Budgeted};
 use tokio::sync::watch;
 
 use ringfeed_testkit::mutation::{apply, edits, Edit};

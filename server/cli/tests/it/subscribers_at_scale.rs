@@ -15,7 +15,7 @@ use ringfeed_proto::v1::subscribe_request::Start;
 use ringfeed_proto::v1::subscribe_response::Item;
 use ringfeed_proto::{v1, RingFeedClient};
 use ringfeed_server::client::{Backoff, FollowedEvent, Follower};
-use ringfeed_server::sender::SubscriberLimits;
+use ringfeed_server::SubscriberLimits;
 
 const WAIT: Duration = Duration::from_secs(60);
 
