@@ -10,7 +10,7 @@
 
 use thiserror::Error;
 
-use crate::record::{self, read_u32, read_u64, Record, RecordError};
+use crate::record::{self, read_u16, read_u32, read_u64, Record, RecordError};
 
 /// Bytes of a chunk header.
 pub const CHUNK_HEADER_LEN: usize = 64;
@@ -54,6 +54,8 @@ impl ChunkHeader {
         align_up(CHUNK_HEADER_LEN + self.body_len as usize, alignment)
     }
 
+    // An encoder: indexing a header array of its own is fine. The lints are
+    // denied from `decode` on.
     pub fn encode(&self, out: &mut [u8; CHUNK_HEADER_LEN]) {
         out.fill(0);
         out[0..4].copy_from_slice(&CHUNK_MAGIC.to_le_bytes());
@@ -73,37 +75,51 @@ impl ChunkHeader {
     }
 
     /// Decodes and verifies a header. Never panics on arbitrary bytes.
+    // Bytes from disk or the network: hostile until checked (engine/fuzz runs this).
+    #[deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic,
+        clippy::unreachable
+    )]
     pub fn decode(buf: &[u8]) -> Result<ChunkHeader, ChunkError> {
-        if buf.len() < CHUNK_HEADER_LEN {
-            return Err(ChunkError::Truncated {
-                needed: CHUNK_HEADER_LEN,
-                available: buf.len(),
-            });
-        }
-        let magic = read_u32(buf, 0);
+        let truncated = || ChunkError::Truncated {
+            needed: CHUNK_HEADER_LEN,
+            available: buf.len(),
+        };
+        // From here on every read is inside the header's 64 bytes.
+        let Some(head) = buf.first_chunk::<CHUNK_HEADER_LEN>() else {
+            return Err(truncated());
+        };
+        let u16_at = |at| read_u16(head, at).ok_or_else(truncated);
+        let u32_at = |at| read_u32(head, at).ok_or_else(truncated);
+        let u64_at = |at| read_u64(head, at).ok_or_else(truncated);
+        let magic = u32_at(0)?;
         if magic != CHUNK_MAGIC {
             return Err(ChunkError::BadMagic(magic));
         }
-        let stored = read_u32(buf, 60);
-        let computed = crc32c::crc32c(&buf[..60]);
+        let (covered, _) = head.split_first_chunk::<60>().ok_or_else(truncated)?;
+        let stored = u32_at(60)?;
+        let computed = crc32c::crc32c(covered);
         if stored != computed {
             return Err(ChunkError::HeaderChecksum { stored, computed });
         }
-        let version = u16::from_le_bytes([buf[4], buf[5]]);
+        let version = u16_at(4)?;
         if version != CHUNK_VERSION {
             return Err(ChunkError::UnknownVersion(version));
         }
         let header = ChunkHeader {
-            flags: u16::from_le_bytes([buf[6], buf[7]]),
-            shard: read_u32(buf, 8),
-            record_count: read_u32(buf, 12),
-            first_offset: read_u64(buf, 16),
-            first_ts: read_u64(buf, 24) as i64,
-            last_ts: read_u64(buf, 32) as i64,
-            body_len: read_u32(buf, 40),
-            body_crc: read_u32(buf, 44),
-            synced_through: read_u64(buf, 48),
-            generation: read_u32(buf, 56),
+            flags: u16_at(6)?,
+            shard: u32_at(8)?,
+            record_count: u32_at(12)?,
+            first_offset: u64_at(16)?,
+            first_ts: u64_at(24)? as i64,
+            last_ts: u64_at(32)? as i64,
+            body_len: u32_at(40)?,
+            body_crc: u32_at(44)?,
+            synced_through: u64_at(48)?,
+            generation: u32_at(56)?,
         };
         if header.body_len as usize > MAX_CHUNK_BODY
             || (header.record_count == 0) != (header.body_len == 0)
@@ -142,6 +158,14 @@ pub enum ChunkError {
 /// Verifies a whole chunk (header, body checksum, and that the body holds
 /// exactly `record_count` records with dense offsets and increasing stamps
 /// inside the header's range). `buf` starts at the chunk header.
+// Bytes from disk or the network: hostile until checked (engine/fuzz runs this).
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unreachable
+)]
 pub fn verify(buf: &[u8]) -> Result<ChunkHeader, ChunkError> {
     verify_each(buf, |_| {})
 }
@@ -149,6 +173,14 @@ pub fn verify(buf: &[u8]) -> Result<ChunkHeader, ChunkError> {
 /// [`verify`], handing each record (its bytes, as walked for the check) to
 /// `each` on the way: state rebuilt from records costs no second walk. A
 /// chunk that fails may have shown `each` some of its records first.
+// Bytes from disk or the network: hostile until checked (engine/fuzz runs this).
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unreachable
+)]
 pub fn verify_each(buf: &[u8], mut each: impl FnMut(&[u8])) -> Result<ChunkHeader, ChunkError> {
     let header = ChunkHeader::decode(buf)?;
     let body = body_of(buf, &header)?;
@@ -159,12 +191,14 @@ pub fn verify_each(buf: &[u8], mut each: impl FnMut(&[u8])) -> Result<ChunkHeade
             computed,
         });
     }
-    let mut at = 0;
+    let mut rest = body;
     let mut prev_ts = None;
     for index in 0..header.record_count {
-        let (len, offset, ts) = record::peek_position(&body[at..])
-            .map_err(|source| ChunkError::Record { index, source })?;
-        if offset != header.first_offset + u64::from(index)
+        let (len, offset, ts) =
+            record::peek_position(rest).map_err(|source| ChunkError::Record { index, source })?;
+        // `decode` checked that the header's offsets do not overflow; checked
+        // here as well, an overflow would be one more inconsistency.
+        if Some(offset) != header.first_offset.checked_add(u64::from(index))
             || ts < header.first_ts
             || ts > header.last_ts
             || prev_ts.is_some_and(|p| ts <= p)
@@ -173,34 +207,70 @@ pub fn verify_each(buf: &[u8], mut each: impl FnMut(&[u8])) -> Result<ChunkHeade
             return Err(ChunkError::Inconsistent("record offsets or stamps"));
         }
         prev_ts = Some(ts);
-        each(&body[at..at + len]);
-        at += len;
+        // `peek_position` checked that `rest` holds the record's `len` bytes.
+        let (record, after) = rest.split_at_checked(len).ok_or(ChunkError::Record {
+            index,
+            source: RecordError::Truncated {
+                needed: len,
+                available: rest.len(),
+            },
+        })?;
+        each(record);
+        rest = after;
     }
-    if at != body.len() || prev_ts.is_some_and(|p| p != header.last_ts) {
+    if !rest.is_empty() || prev_ts.is_some_and(|p| p != header.last_ts) {
         return Err(ChunkError::Inconsistent("records do not fill the body"));
     }
     Ok(header)
 }
 
 /// The record bytes of a chunk whose header is `header`; `buf` starts at the header.
+// Bytes from disk or the network: hostile until checked (engine/fuzz runs this).
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unreachable
+)]
 pub fn body_of<'a>(buf: &'a [u8], header: &ChunkHeader) -> Result<&'a [u8], ChunkError> {
-    let end = CHUNK_HEADER_LEN + header.body_len as usize;
-    buf.get(CHUNK_HEADER_LEN..end).ok_or(ChunkError::Truncated {
-        needed: end,
+    let body_len = header.body_len as usize;
+    let body = buf
+        .get(CHUNK_HEADER_LEN..)
+        .and_then(|after_header| after_header.get(..body_len));
+    body.ok_or(ChunkError::Truncated {
+        // Saturating: a 32-bit usize cannot count past it anyway.
+        needed: CHUNK_HEADER_LEN.saturating_add(body_len),
         available: buf.len(),
     })
 }
 
 /// Iterates the records of a verified chunk body.
+// Bytes from disk or the network: hostile until checked (engine/fuzz runs this).
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unreachable
+)]
 pub fn records(body: &[u8]) -> impl Iterator<Item = Result<Record<'_>, RecordError>> {
     let mut rest = body;
     std::iter::from_fn(move || {
         if rest.is_empty() {
             return None;
         }
-        match Record::decode(rest) {
-            Ok((rec, used)) => {
-                rest = &rest[used..];
+        let next = Record::decode(rest).and_then(|(rec, used)| {
+            // `decode` read `used` bytes of `rest`, so they are there.
+            let after = rest.get(used..).ok_or(RecordError::Truncated {
+                needed: used,
+                available: rest.len(),
+            })?;
+            Ok((rec, after))
+        });
+        match next {
+            Ok((rec, after)) => {
+                rest = after;
                 Some(Ok(rec))
             }
             Err(e) => {
@@ -210,6 +280,9 @@ pub fn records(body: &[u8]) -> impl Iterator<Item = Result<Record<'_>, RecordErr
         }
     })
 }
+
+// The builder and the framing below are encoders: they index buffers they
+// sized themselves, so the lints are not denied there.
 
 /// Frames records into a caller's buffer as one chunk: header space first,
 /// records appended in place, header and padding written by [`ChunkBuilder::finish`].

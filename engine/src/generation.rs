@@ -24,6 +24,7 @@
 
 use std::fmt;
 
+use crate::record::{read_u16, read_u32, read_u64};
 use crate::storage::{Storage, StorageFile};
 
 /// The file holding a shard's generation history.
@@ -74,10 +75,19 @@ impl Generations {
     }
 
     /// A history from its entries (ascending in both fields).
+    // Checks the entries `decode` read from disk: no panicking shortcut either.
+    #[deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic,
+        clippy::unreachable
+    )]
     pub fn from_entries(entries: Vec<GenerationStart>) -> Option<Generations> {
         let ordered = entries
-            .windows(2)
-            .all(|w| w[0].generation < w[1].generation && w[0].first_offset <= w[1].first_offset);
+            .iter()
+            .zip(entries.iter().skip(1))
+            .all(|(a, b)| a.generation < b.generation && a.first_offset <= b.first_offset);
         (ordered && !entries.is_empty()).then_some(Generations { entries })
     }
 
@@ -157,6 +167,9 @@ impl Generations {
         Generations::from_entries(entries).expect("clamping keeps the order")
     }
 
+    // `encode` and `store` write bytes of their own; the lints are denied on
+    // `decode`, which reads the file.
+
     /// The file's bytes, padded to `alignment`.
     pub fn encode(&self, alignment: usize) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER + ENTRY * self.entries.len() + 4);
@@ -175,39 +188,44 @@ impl Generations {
     }
 
     /// Parses the file's bytes (padding allowed after the checksum).
+    // Bytes from disk or the network: hostile until checked (engine/fuzz runs this).
+    #[deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic,
+        clippy::unreachable
+    )]
     pub fn decode(bytes: &[u8]) -> Result<Generations, String> {
-        let u32_at = |at: usize| -> Option<u32> {
-            Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
-        };
-        if bytes.get(..4) != Some(MAGIC.as_slice()) {
+        if bytes.first_chunk() != Some(MAGIC) {
             return Err("no generations magic".into());
         }
-        let version = bytes
-            .get(4..6)
-            .map(|v| u16::from_le_bytes([v[0], v[1]]))
-            .unwrap_or(0);
+        // A file too short to hold a version reads as version 0, unknown.
+        let version = read_u16(bytes, 4).unwrap_or(0);
         if version != VERSION {
             return Err(format!("unknown generations file version {version}"));
         }
-        let count = u32_at(8).ok_or("truncated")? as usize;
+        let count = read_u32(bytes, 8).ok_or("truncated")? as usize;
+        // The count is the file's word: checked against its length before it
+        // sizes anything.
         let end = count
             .checked_mul(ENTRY)
             .and_then(|n| n.checked_add(HEADER))
-            .filter(|&end| end + 4 <= bytes.len())
+            .filter(|&end| end.checked_add(4).is_some_and(|e| e <= bytes.len()))
             .ok_or("truncated")?;
-        let stored = u32_at(end).ok_or("truncated")?;
-        if crc32c::crc32c(&bytes[..end]) != stored {
+        let (covered, after) = bytes.split_at_checked(end).ok_or("truncated")?;
+        let stored = read_u32(after, 0).ok_or("truncated")?;
+        if crc32c::crc32c(covered) != stored {
             return Err("checksum mismatch".into());
         }
-        let entries = bytes[HEADER..end]
-            .chunks_exact(ENTRY)
-            .map(|c| GenerationStart {
-                generation: u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
-                first_offset: u64::from_le_bytes([
-                    c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11],
-                ]),
-            })
-            .collect();
+        let body = covered.get(HEADER..).ok_or("truncated")?;
+        let mut entries = Vec::with_capacity(count);
+        for entry in body.chunks_exact(ENTRY) {
+            entries.push(GenerationStart {
+                generation: read_u32(entry, 0).ok_or("truncated")?,
+                first_offset: read_u64(entry, 4).ok_or("truncated")?,
+            });
+        }
         Generations::from_entries(entries).ok_or_else(|| "entries out of order".into())
     }
 

@@ -20,6 +20,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::cursor::{Cursor, CursorError, CLUSTER_VERSION, CLUSTER_VERSION_SINCE};
+use crate::record::read_u64;
 
 const MAGIC: &[u8; 2] = b"RC";
 const HEADER: usize = 5;
@@ -71,11 +72,23 @@ impl ClusterCursor {
     }
 
     /// Whether `bytes` are a cluster cursor's (by their version byte).
+    // Bytes from the network (a client's cursor): hostile until checked.
+    #[deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic,
+        clippy::unreachable
+    )]
     pub fn is_cluster(bytes: &[u8]) -> bool {
-        bytes.len() > 2
-            && &bytes[..2] == MAGIC
-            && matches!(bytes[2], CLUSTER_VERSION | CLUSTER_VERSION_SINCE)
+        matches!(
+            bytes.split_first_chunk::<3>(),
+            Some((&[m0, m1, CLUSTER_VERSION | CLUSTER_VERSION_SINCE], _)) if [m0, m1] == *MAGIC
+        )
     }
+
+    // `to_bytes` encodes into a buffer of its own; the lints are denied on
+    // the decoding, `is_cluster`, `from_bytes` and `from_str`.
 
     /// The versioned wire form.
     pub fn to_bytes(&self) -> Vec<u8> {
@@ -102,12 +115,25 @@ impl ClusterCursor {
         out
     }
 
+    /// Parses the wire form, refusing anything that is not exactly a cluster cursor.
+    // Bytes from disk or the network: hostile until checked (engine/fuzz runs this).
+    #[deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic,
+        clippy::unreachable
+    )]
     pub fn from_bytes(bytes: &[u8]) -> Result<ClusterCursor, CursorError> {
         let bad = |m: &str| Err(CursorError::Malformed(m.to_string()));
-        if bytes.len() < HEADER + 4 || &bytes[..2] != MAGIC {
+        let Some((&[m0, m1, version, count_lo, count_hi], _)) = bytes.split_first_chunk::<HEADER>()
+        else {
+            return bad("not a ringfeed cursor");
+        };
+        if bytes.len() < HEADER + 4 || [m0, m1] != *MAGIC {
             return bad("not a ringfeed cursor");
         }
-        let header = match bytes[2] {
+        let header = match version {
             CLUSTER_VERSION => HEADER,
             CLUSTER_VERSION_SINCE => HEADER + 8,
             _ => return bad("a single node's cursor, not a cluster cursor"),
@@ -115,41 +141,51 @@ impl ClusterCursor {
         if bytes.len() < header + 4 {
             return bad("truncated");
         }
-        let (body, crc) = bytes.split_at(bytes.len() - 4);
-        if crc32c::crc32c(body).to_le_bytes() != crc {
+        // Past that check `body` holds the header: a read of it that came up
+        // short would be refused as truncated too, not panic.
+        let Some((body, crc)) = bytes.split_last_chunk::<4>() else {
+            return bad("truncated");
+        };
+        if crc32c::crc32c(body).to_le_bytes() != *crc {
             return bad("checksum mismatch (truncated or altered)");
         }
-        let count = u16::from_le_bytes([body[3], body[4]]) as usize;
+        let count = usize::from(u16::from_le_bytes([count_lo, count_hi]));
         if count > MAX_NODES {
             return bad("too many nodes");
         }
         let since_ns = match header > HEADER {
-            true => i64::from_le_bytes(body[HEADER..header].try_into().expect("8 bytes")),
+            true => match read_u64(body, HEADER) {
+                Some(since_ns) => since_ns as i64,
+                None => return bad("truncated"),
+            },
             false => 0,
         };
         if since_ns < 0 || (header > HEADER && since_ns == 0) {
             return bad("bad start time");
         }
         let mut nodes = BTreeMap::new();
-        let mut rest = &body[header..];
+        let Some(mut rest) = body.get(header..) else {
+            return bad("truncated");
+        };
         let mut last = None;
         for _ in 0..count {
-            if rest.len() < 6 {
+            let Some((&[i0, i1, i2, i3, len_lo, len_hi], after)) = rest.split_first_chunk::<6>()
+            else {
                 return bad("truncated node entry");
-            }
-            let id = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
-            let len = u16::from_le_bytes([rest[4], rest[5]]) as usize;
+            };
+            let id = u32::from_le_bytes([i0, i1, i2, i3]);
+            let len = usize::from(u16::from_le_bytes([len_lo, len_hi]));
             if last.is_some_and(|l| id <= l) {
                 return bad("node ids not ascending");
             }
             last = Some(id);
-            let Some(part) = rest.get(6..6 + len) else {
+            let Some((part, after)) = after.split_at_checked(len) else {
                 return bad("truncated node cursor");
             };
             let cursor = Cursor::from_bytes(part)
                 .map_err(|e| CursorError::Malformed(format!("node {id}'s part: {e}")))?;
             nodes.insert(id, cursor);
-            rest = &rest[6 + len..];
+            rest = after;
         }
         if !rest.is_empty() {
             return bad("bytes after the last node");
@@ -168,6 +204,14 @@ impl fmt::Display for ClusterCursor {
 impl FromStr for ClusterCursor {
     type Err = CursorError;
 
+    // Text from the network or a command line: hostile until checked.
+    #[deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic,
+        clippy::unreachable
+    )]
     fn from_str(s: &str) -> Result<ClusterCursor, CursorError> {
         ClusterCursor::from_bytes(&crate::cursor::from_text(s)?)
     }

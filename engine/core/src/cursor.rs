@@ -27,6 +27,8 @@ use std::str::FromStr;
 use base64::Engine as _;
 use thiserror::Error;
 
+use crate::record::{read_u32, read_u64};
+
 const MAGIC: &[u8; 2] = b"RC";
 const VERSION: u8 = 2;
 const VERSION_1: u8 = 1;
@@ -173,6 +175,9 @@ impl Cursor {
         &self.next
     }
 
+    // `to_bytes` and `write_bytes` encode into a buffer of their own; the
+    // lints are denied on `from_bytes` and the text decoding.
+
     /// The versioned wire form.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER + 8 + 12 * self.next.len() + 4);
@@ -209,12 +214,23 @@ impl Cursor {
     }
 
     /// Parses the wire form, refusing anything that is not exactly a cursor.
+    // Bytes from disk or the network: hostile until checked (engine/fuzz runs this).
+    #[deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic,
+        clippy::unreachable
+    )]
     pub fn from_bytes(bytes: &[u8]) -> Result<Cursor, CursorError> {
         let bad = |m: &str| Err(CursorError::Malformed(m.to_string()));
-        if bytes.len() < HEADER + 4 || &bytes[..2] != MAGIC {
+        let Some((&[m0, m1, version, count_lo, count_hi], _)) = bytes.split_first_chunk::<HEADER>()
+        else {
+            return bad("not a ringfeed cursor");
+        };
+        if bytes.len() < HEADER + 4 || [m0, m1] != *MAGIC {
             return bad("not a ringfeed cursor");
         }
-        let version = bytes[2];
         let (per_shard, header) = match version {
             VERSION => (12, HEADER),
             VERSION_FEED => (12, HEADER + 8),
@@ -230,17 +246,21 @@ impl Cursor {
                 ))
             }
         };
-        let count = u16::from_le_bytes([bytes[3], bytes[4]]) as usize;
+        let count = usize::from(u16::from_le_bytes([count_lo, count_hi]));
+        // `count <= MAX_SHARDS` is checked first: the product cannot overflow.
         if count == 0 || count > MAX_SHARDS || bytes.len() != header + per_shard * count + 4 {
             return bad("wrong length for its shard count");
         }
-        let (body, crc) = bytes.split_at(bytes.len() - 4);
-        if crc32c::crc32c(body).to_le_bytes() != crc {
+        // Every read below is inside the length just checked; one that was
+        // not would be refused as that same error, not a panic.
+        let wrong_length = || CursorError::Malformed("wrong length for its shard count".into());
+        let (body, crc) = bytes.split_last_chunk::<4>().ok_or_else(wrong_length)?;
+        if crc32c::crc32c(body).to_le_bytes() != *crc {
             return bad("checksum mismatch (truncated or altered)");
         }
         let feed = match version {
             VERSION_FEED => {
-                let id = u64::from_le_bytes(body[HEADER..HEADER + 8].try_into().expect("8 bytes"));
+                let id = read_u64(body, HEADER).ok_or_else(wrong_length)?;
                 if id == 0 {
                     return bad("feed id 0 in a version-5 cursor");
                 }
@@ -248,16 +268,15 @@ impl Cursor {
             }
             _ => 0,
         };
-        let entries = body[header..].chunks_exact(per_shard);
-        let next = entries
-            .clone()
-            .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-            .collect();
-        let generations = (version != VERSION_1).then(|| {
-            entries
-                .map(|c| u32::from_le_bytes([c[8], c[9], c[10], c[11]]))
-                .collect()
-        });
+        let entries = body.get(header..).ok_or_else(wrong_length)?;
+        let mut next = Vec::with_capacity(count);
+        let mut generations = (version != VERSION_1).then(|| Vec::with_capacity(count));
+        for entry in entries.chunks_exact(per_shard) {
+            next.push(read_u64(entry, 0).ok_or_else(wrong_length)?);
+            if let Some(generations) = &mut generations {
+                generations.push(read_u32(entry, 8).ok_or_else(wrong_length)?);
+            }
+        }
         Ok(Cursor {
             next,
             generations,
@@ -282,6 +301,14 @@ pub(crate) fn to_text(bytes: &[u8]) -> String {
 }
 
 /// The bytes of a cursor's text form.
+// Text from the network or a command line: hostile until checked.
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unreachable
+)]
 pub(crate) fn from_text(text: &str) -> Result<Vec<u8>, CursorError> {
     base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(text.trim())
@@ -298,6 +325,14 @@ impl fmt::Display for Cursor {
 impl FromStr for Cursor {
     type Err = CursorError;
 
+    // Text from the network or a command line: hostile until checked.
+    #[deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic,
+        clippy::unreachable
+    )]
     fn from_str(s: &str) -> Result<Cursor, CursorError> {
         Cursor::from_bytes(&from_text(s)?)
     }

@@ -262,6 +262,10 @@ impl<'a> Record<'a> {
         })
     }
 
+    // The encoders below index freely: they write into a buffer they checked
+    // or sized themselves, never into bytes a reader handed them. The lints
+    // are denied on the decoders (`decode` and the `peek_*` functions).
+
     /// Encodes into the front of `buf` and returns the bytes written.
     /// Allocates nothing; `buf` must hold at least [`Record::encoded_len`] bytes.
     pub fn encode_into(&self, buf: &mut [u8]) -> Result<usize, RecordError> {
@@ -339,17 +343,30 @@ impl<'a> Record<'a> {
 
     /// Decodes the record at the front of `buf`, verifying its checksum.
     /// Returns the record and the bytes it occupies.
+    // Bytes from disk or the network: hostile until checked (engine/fuzz runs this).
+    #[deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic,
+        clippy::unreachable
+    )]
     pub fn decode(buf: &'a [u8]) -> Result<(Record<'a>, usize), RecordError> {
-        let len = peek_len(buf)?;
-        let bytes = &buf[..len];
-        let stored = read_u32(bytes, 4);
-        let computed = crc32c::crc32c(&bytes[CRC_START..]);
+        let bytes = front(buf)?;
+        let (head, covered) = bytes
+            .split_at_checked(CRC_START)
+            .ok_or_else(|| short(bytes))?;
+        let stored = read_u32(head, 4).ok_or_else(|| short(bytes))?;
+        let computed = crc32c::crc32c(covered);
         if stored != computed {
             return Err(RecordError::ChecksumMismatch { stored, computed });
         }
-        Ok((parse_verified(bytes)?, len))
+        Ok((parse_verified(bytes)?, bytes.len()))
     }
 }
+
+// `restamp` and `seal` are encoders (indexing allowed): their `buf` is a
+// record the caller framed itself.
 
 /// Sets the stamp and offset of an encoded record in place and recomputes its
 /// checksum. `buf` is exactly one record produced by [`Record::encode_into`].
@@ -368,40 +385,83 @@ fn seal(buf: &mut [u8]) {
 }
 
 /// Reads and bounds-checks the length prefix of the record at the front of `buf`.
+// Bytes from disk or the network: hostile until checked (engine/fuzz runs this).
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unreachable
+)]
 pub fn peek_len(buf: &[u8]) -> Result<usize, RecordError> {
+    front(buf).map(<[u8]>::len)
+}
+
+/// The record at the front of `buf`, exactly its bytes: [`peek_len`]'s checks.
+// Bytes from disk or the network: hostile until checked (engine/fuzz runs this).
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unreachable
+)]
+fn front(buf: &[u8]) -> Result<&[u8], RecordError> {
     if buf.len() < RECORD_HEADER_LEN {
-        return Err(RecordError::Truncated {
-            needed: RECORD_HEADER_LEN,
-            available: buf.len(),
-        });
+        return Err(short(buf));
     }
-    let len = read_u32(buf, 0) as usize;
+    let len = read_u32(buf, 0).ok_or_else(|| short(buf))? as usize;
     if !(RECORD_HEADER_LEN..=MAX_RECORD_LEN).contains(&len) {
         return Err(RecordError::BadLength {
             len,
             max: MAX_RECORD_LEN,
         });
     }
-    if buf.len() < len {
-        return Err(RecordError::Truncated {
-            needed: len,
-            available: buf.len(),
-        });
+    buf.get(..len).ok_or(RecordError::Truncated {
+        needed: len,
+        available: buf.len(),
+    })
+}
+
+/// The error for `buf` shorter than a record's fixed header. The decoders
+/// check that length first; a read of the fixed header that still comes up
+/// short gives this error too, never a panic.
+fn short(buf: &[u8]) -> RecordError {
+    RecordError::Truncated {
+        needed: RECORD_HEADER_LEN,
+        available: buf.len(),
     }
-    Ok(len)
 }
 
 /// True if the record at the front of `buf` (at least its fixed header)
 /// carries a [`ProducerStamp`].
+// Bytes from disk or the network: hostile until checked (engine/fuzz runs this).
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unreachable
+)]
 pub fn has_producer_stamp(buf: &[u8]) -> bool {
     buf.get(24).is_some_and(|kind| kind & KIND_PRODUCER != 0)
 }
 
 /// The offset and stamp of the record at the front of `buf`, without verifying it.
 /// Used to walk a chunk body whose checksum has already been verified.
+// Bytes from disk or the network: hostile until checked (engine/fuzz runs this).
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unreachable
+)]
 pub fn peek_position(buf: &[u8]) -> Result<(usize, u64, i64), RecordError> {
-    let len = peek_len(buf)?;
-    Ok((len, read_u64(buf, 16), read_u64(buf, 8) as i64))
+    let bytes = front(buf)?;
+    let offset = read_u64(bytes, 16).ok_or_else(|| short(bytes))?;
+    let ts = read_u64(bytes, 8).ok_or_else(|| short(bytes))? as i64;
+    Ok((bytes.len(), offset, ts))
 }
 
 /// A record's header fields as raw bytes, read without verifying the checksum
@@ -437,50 +497,80 @@ impl RecordHeader<'_> {
 
 /// Parses the header of the record at the front of `buf` (bounds-checked, no
 /// checksum or UTF-8 check: see [`RecordHeader`]).
+// Bytes from disk or the network: hostile until checked (engine/fuzz runs this).
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unreachable
+)]
 pub fn peek_header(buf: &[u8]) -> Result<RecordHeader<'_>, RecordError> {
-    let len = peek_len(buf)?;
-    let bytes = &buf[..len];
-    let stamped = bytes[24] & KIND_PRODUCER != 0;
+    let bytes = front(buf)?;
+    let len = bytes.len();
+    let byte_at = |at: usize| bytes.get(at).copied().ok_or_else(|| short(bytes));
+    let u16_at = |at| read_u16(bytes, at).ok_or_else(|| short(bytes));
+    let u64_at = |at| read_u64(bytes, at).ok_or_else(|| short(bytes));
+    let kind_byte = byte_at(24)?;
+    let stamped = kind_byte & KIND_PRODUCER != 0;
     let fixed = RECORD_HEADER_LEN + if stamped { PRODUCER_STAMP_LEN } else { 0 };
-    let sig_count = bytes[25] as usize;
-    let lens = [
-        read_u16(bytes, 26) as usize,
-        read_u16(bytes, 28) as usize,
-        read_u16(bytes, 30) as usize,
-        read_u16(bytes, 32) as usize,
-    ];
-    let fields = fixed + 4 * sig_count + lens.iter().sum::<usize>();
+    let sig_len = 4 * usize::from(byte_at(25)?);
+    let lens = [u16_at(26)?, u16_at(28)?, u16_at(30)?, u16_at(32)?].map(usize::from);
+    // Counts of a u8 and four u16s: at most 50 + 4 * 255 + 4 * 65535, so the
+    // sum cannot overflow, not even in a 32-bit usize.
+    let fields = fixed + sig_len + lens.iter().sum::<usize>();
     if fields > len {
         return Err(RecordError::FieldsOverrun { fields, len });
     }
-    let producer = stamped.then(|| ProducerStamp {
-        producer_id: read_u64(bytes, RECORD_HEADER_LEN),
-        sequence: read_u64(bytes, RECORD_HEADER_LEN + 8),
-    });
-    let mut at = fixed + 4 * sig_count;
+    // Every split below fits (`fields <= len`); one that did not would be
+    // this same error, not a panic.
+    let overrun = || RecordError::FieldsOverrun { fields, len };
+    let (head, rest) = bytes.split_at_checked(fixed).ok_or_else(overrun)?;
+    let producer = match stamped {
+        true => Some(ProducerStamp {
+            producer_id: read_u64(head, RECORD_HEADER_LEN).ok_or_else(overrun)?,
+            sequence: read_u64(head, RECORD_HEADER_LEN + 8).ok_or_else(overrun)?,
+        }),
+        false => None,
+    };
+    let (signatures, mut rest) = rest.split_at_checked(sig_len).ok_or_else(overrun)?;
     let mut parts: [&[u8]; 4] = [&[]; 4];
     for (part, field_len) in parts.iter_mut().zip(lens) {
-        *part = &bytes[at..at + field_len];
-        at += field_len;
+        (*part, rest) = rest.split_at_checked(field_len).ok_or_else(overrun)?;
     }
+    let [directory, old_name, new_name, new_parent] = parts;
     Ok(RecordHeader {
         len,
-        offset: read_u64(bytes, 16),
-        ts: read_u64(bytes, 8) as i64,
-        kind: bytes[24] & !KIND_PRODUCER,
+        offset: u64_at(16)?,
+        ts: u64_at(8)? as i64,
+        kind: kind_byte & !KIND_PRODUCER,
         producer,
-        signatures: &bytes[fixed..fixed + 4 * sig_count],
-        directory: parts[0],
-        old_name: parts[1],
-        new_name: parts[2],
-        new_parent: parts[3],
-        payload_at: at,
+        signatures,
+        directory,
+        old_name,
+        new_name,
+        new_parent,
+        payload_at: fields,
     })
 }
 
+// Bytes from disk or the network: hostile until checked (engine/fuzz runs this).
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unreachable
+)]
 fn parse_verified(bytes: &[u8]) -> Result<Record<'_>, RecordError> {
     let h = peek_header(bytes)?;
-    let kind = Kind::from_u8(h.kind).ok_or(RecordError::UnknownKind(bytes[24]))?;
+    // The error names the kind byte as stored, producer bit included.
+    let producer_bit = if h.producer.is_some() {
+        KIND_PRODUCER
+    } else {
+        0
+    };
+    let kind = Kind::from_u8(h.kind).ok_or(RecordError::UnknownKind(h.kind | producer_bit))?;
     let text =
         |field, part| std::str::from_utf8(part).map_err(|_| RecordError::InvalidUtf8 { field });
     Ok(Record {
@@ -492,30 +582,60 @@ fn parse_verified(bytes: &[u8]) -> Result<Record<'_>, RecordError> {
         old_name: text("old_name", h.old_name)?,
         new_name: text("new_name", h.new_name)?,
         new_parent: text("new_parent", h.new_parent)?,
-        payload: &bytes[h.payload_at..],
+        payload: bytes
+            .get(h.payload_at..)
+            .ok_or(RecordError::FieldsOverrun {
+                fields: h.payload_at,
+                len: bytes.len(),
+            })?,
         producer: h.producer,
     })
 }
 
-// The readers below are only called on ranges already bounds-checked (the
-// engine's chunk and segment headers use them too).
+// The little-endian readers of the decoders (the engine's chunk and segment
+// headers use them too): `None` when `b` does not hold the value at `at`, so
+// that each caller turns a short read into its own error.
+
+/// The little-endian `u16` at `at` in `b`, if `b` holds it.
 #[doc(hidden)]
-pub fn read_u16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
+// Bytes from disk or the network: hostile until checked (engine/fuzz runs this).
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unreachable
+)]
+pub fn read_u16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(*b.get(at..)?.first_chunk()?))
 }
 
+/// The little-endian `u32` at `at` in `b`, if `b` holds it.
 #[doc(hidden)]
-pub fn read_u32(b: &[u8], at: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(a)
+// Bytes from disk or the network: hostile until checked (engine/fuzz runs this).
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unreachable
+)]
+pub fn read_u32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(*b.get(at..)?.first_chunk()?))
 }
 
+/// The little-endian `u64` at `at` in `b`, if `b` holds it.
 #[doc(hidden)]
-pub fn read_u64(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
+// Bytes from disk or the network: hostile until checked (engine/fuzz runs this).
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unreachable
+)]
+pub fn read_u64(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(*b.get(at..)?.first_chunk()?))
 }
 
 #[cfg(test)]

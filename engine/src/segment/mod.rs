@@ -8,7 +8,7 @@
 
 use thiserror::Error;
 
-use crate::record::{read_u32, read_u64};
+use crate::record::{read_u16, read_u32, read_u64};
 
 pub mod error;
 pub mod index;
@@ -56,6 +56,9 @@ pub enum SegmentHeaderError {
 }
 
 impl SegmentHeader {
+    // An encoder: `out` is a block its caller sized, so it may index. The
+    // lints are denied on `decode`.
+
     /// Writes the whole header block (zero-filled past the header) into `out`.
     pub fn encode(&self, out: &mut [u8]) {
         let block = &mut out[..SEGMENT_HEADER_BLOCK];
@@ -72,27 +75,42 @@ impl SegmentHeader {
         block[60..64].copy_from_slice(&crc.to_le_bytes());
     }
 
+    /// Decodes and verifies a segment's first block, as read from its file.
+    // Bytes from disk or the network: hostile until checked (engine/fuzz runs this).
+    #[deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::indexing_slicing,
+        clippy::panic,
+        clippy::unreachable
+    )]
     pub fn decode(buf: &[u8]) -> Result<SegmentHeader, SegmentHeaderError> {
-        if buf.len() < SEGMENT_HEADER_LEN {
+        // From here on every read is inside the header's 64 bytes.
+        let Some(head) = buf.first_chunk::<SEGMENT_HEADER_LEN>() else {
             return Err(SegmentHeaderError::Truncated);
-        }
-        if read_u32(buf, 0) != SEGMENT_MAGIC {
+        };
+        let truncated = || SegmentHeaderError::Truncated;
+        let u16_at = |at| read_u16(head, at).ok_or_else(truncated);
+        let u32_at = |at| read_u32(head, at).ok_or_else(truncated);
+        let u64_at = |at| read_u64(head, at).ok_or_else(truncated);
+        if u32_at(0)? != SEGMENT_MAGIC {
             return Err(SegmentHeaderError::BadMagic);
         }
-        if read_u32(buf, 60) != crc32c::crc32c(&buf[..60]) {
+        let (covered, _) = head.split_first_chunk::<60>().ok_or_else(truncated)?;
+        if u32_at(60)? != crc32c::crc32c(covered) {
             return Err(SegmentHeaderError::Checksum);
         }
-        let version = u16::from_le_bytes([buf[4], buf[5]]);
+        let version = u16_at(4)?;
         if version != FORMAT_VERSION {
             return Err(SegmentHeaderError::UnknownVersion(version));
         }
         let header = SegmentHeader {
-            shard: read_u32(buf, 8),
-            alignment: read_u32(buf, 12),
-            first_offset: read_u64(buf, 16),
-            created_ns: read_u64(buf, 24) as i64,
-            segment_bytes: read_u64(buf, 32),
-            max_unsynced_bytes: read_u64(buf, 40),
+            shard: u32_at(8)?,
+            alignment: u32_at(12)?,
+            first_offset: u64_at(16)?,
+            created_ns: u64_at(24)? as i64,
+            segment_bytes: u64_at(32)?,
+            max_unsynced_bytes: u64_at(40)?,
         };
         let a = header.alignment as usize;
         if a == 0 || !a.is_power_of_two() || a > SEGMENT_HEADER_BLOCK {

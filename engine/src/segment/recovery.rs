@@ -253,7 +253,12 @@ async fn scan_residue<F: StorageFile>(
 ) -> Result<Residue, RecoveryError> {
     let header = &scanned.header;
     let alignment = header.alignment as usize;
-    let limit = (pos + header.max_unsynced_bytes + alignment as u64).min(reader.file_len);
+    // The bound comes from the segment header: a file's word, checksummed but
+    // not otherwise limited, so its sum saturates (the file ends first).
+    let limit = pos
+        .saturating_add(header.max_unsynced_bytes)
+        .saturating_add(alignment as u64)
+        .min(reader.file_len);
     let mut residue = Residue {
         valid_chunks: 0,
         dirty_end: pos,

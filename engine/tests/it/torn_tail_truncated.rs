@@ -3,6 +3,7 @@
 //! and the log continues from there.
 
 use crate::common::*;
+use ringfeed_engine::segment::SegmentHeader;
 use ringfeed_engine::storage::{block_on, MemStorage};
 
 /// A log of 6 chunks (5 records each) left by a crash, with the position and
@@ -107,4 +108,21 @@ fn torn_body_with_unsynced_residue_after_it() {
         &expected(0..15),
         "after rewriting",
     );
+}
+
+/// A segment header claiming an unsynced bound near `u64::MAX` (it carries
+/// its checksum, so recovery takes it) made the end of the residue scan past
+/// a torn chunk overflow: a panic where overflow checks are on, a scan that
+/// stopped short where they are off. The scan now ends at the end of the file.
+#[test]
+fn an_unsynced_bound_near_u64_max_is_scanned_to_the_end_of_the_file() {
+    let (storage, name, position, _) = crashed_log();
+    let mut bytes = storage.file_bytes(&name).unwrap();
+    let mut header = SegmentHeader::decode(&bytes).unwrap();
+    header.max_unsynced_bytes = u64::MAX;
+    header.encode(&mut bytes);
+    bytes[position as usize] ^= 0x01; // the last chunk's magic: a torn tail
+    let damaged = MemStorage::new();
+    damaged.set_file_bytes(&name, bytes);
+    check_recovered_to(&damaged, 25, "an unsynced bound of u64::MAX");
 }
