@@ -32,10 +32,6 @@ use ringfeed_proto::tonic::metadata::MetadataMap;
 use crate::board::StatusBoard;
 use crate::metrics::Exporter;
 
-/// Subscribers `/api/status` lists when the request does not say
-/// (`?subscribers=N`).
-use ringfeed_proto::wire::OVERVIEW_SUBSCRIBERS as PAGE_SUBSCRIBERS;
-
 const INDEX_HTML: &str = include_str!("page/index.html");
 const APP_JS: &str = include_str!("page/app.js");
 const STYLE_CSS: &str = include_str!("page/style.css");
@@ -153,7 +149,8 @@ impl Routes {
     /// --json` (`--history`) prints.
     fn api_status(&self, query: Option<&str>) -> Answer {
         let board = self.page.as_ref().expect("page routes");
-        let mut limit = PAGE_SUBSCRIBERS;
+        // Unless the request says (`?subscribers=N`).
+        let mut limit = ringfeed_proto::wire::OVERVIEW_SUBSCRIBERS;
         let mut history = false;
         for pair in query
             .unwrap_or_default()

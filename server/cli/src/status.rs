@@ -74,7 +74,12 @@ pub async fn status(args: StatusArgs) -> Result<()> {
     let mut client = connect(&args.access).await?;
     let status = client
         .status(StatusRequest {
-            subscriber_limit: if args.json { STATUS_SUBSCRIBERS } else { 0 },
+            // As many as the status page lists.
+            subscriber_limit: if args.json {
+                ringfeed_proto::wire::OVERVIEW_SUBSCRIBERS
+            } else {
+                0
+            },
             history: args.history,
         })
         .await?
@@ -101,9 +106,6 @@ pub(super) fn full_json<M: serde::Serialize>(message: &M, name: &str) -> Result<
         .with_context(|| format!("encoding the {name} as JSON"))?;
     Ok(value.to_string() + "\n")
 }
-
-/// Subscribers `status --json` asks for, as the status page does.
-const STATUS_SUBSCRIBERS: u32 = ringfeed_proto::wire::OVERVIEW_SUBSCRIBERS;
 
 /// How long `status --cluster` waits for each other node's answer.
 const PEER_ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
