@@ -22,6 +22,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -48,6 +49,8 @@ pub struct AppendBudget {
     /// A message declared larger than this could never be appended (it is
     /// over the batch limit): refused at its length prefix, taking nothing.
     max_message: usize,
+    /// Messages refused because the budget stayed full for `wait`.
+    refused: AtomicU64,
 }
 
 impl AppendBudget {
@@ -65,12 +68,23 @@ impl AppendBudget {
             permits: Arc::new(Semaphore::new(units)),
             units,
             wait,
+            refused: AtomicU64::new(0),
         })
     }
 
     /// Budget bytes not taken now.
     pub fn available_bytes(&self) -> usize {
         self.permits.available_permits() * UNIT
+    }
+
+    /// The whole budget, in bytes (the configured size rounded up to KiB).
+    pub fn capacity_bytes(&self) -> usize {
+        self.units * UNIT
+    }
+
+    /// Append messages refused so far because the budget stayed full.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// Waits for room for a message of `bytes` (a message larger than the
@@ -85,12 +99,15 @@ impl AppendBudget {
             let acquire = budget.permits.clone().acquire_many_owned(units);
             match tokio::time::timeout(budget.wait, acquire).await {
                 Ok(permit) => Ok(permit.expect("the semaphore is never closed")),
-                Err(_) => Err(Status::resource_exhausted(format!(
+                Err(_) => Err({
+                    budget.refused.fetch_add(1, Ordering::Relaxed);
+                    Status::resource_exhausted(format!(
                     "the server's append budget ({} bytes in flight, config append_budget_bytes) \
                      stayed full for {:?}: nothing of this request was appended; retry later",
-                    budget.units * UNIT,
-                    budget.wait
-                ))),
+                        budget.units * UNIT,
+                        budget.wait
+                    ))
+                }),
             }
         })
     }

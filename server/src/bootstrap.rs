@@ -194,11 +194,19 @@ pub fn serve(config: ServerConfig) -> Result<()> {
                 _ => None,
             },
         };
+        // Room for the largest batch the engine accepts, plus framing.
+        let max_message = limits.max_batch_bytes + (1 << 20);
+        let append_budget = crate::append_budget::AppendBudget::with_max_message(
+            config.append_budget_bytes,
+            config.engine.append_timeout,
+            max_message,
+        );
         let mut metrics_addr = None;
         let mut page_addr = None;
         if let Some(listener) = metrics {
             let at = listener.local_addr()?;
-            let exporter = Exporter::new(engine.clone(), service.metrics(), board.clone());
+            let exporter = Exporter::new(engine.clone(), service.metrics(), board.clone())
+                .with_append_budget(append_budget.clone());
             let routes = crate::http::Routes {
                 metrics: Some(Arc::new(exporter)),
                 page: page_shares_metrics.then(|| board.clone()),
@@ -227,19 +235,10 @@ pub fn serve(config: ServerConfig) -> Result<()> {
         );
         let (health, health_service) = tonic_health::server::health_reporter();
         health.set_serving::<RingFeedServer<Service>>().await;
-        // Room for the largest batch the engine accepts, plus framing.
-        let max_message = limits.max_batch_bytes + (1 << 20);
         let ringfeed = RingFeedServer::new(service)
             .max_decoding_message_size(max_message)
             .max_encoding_message_size(max_message);
-        let ringfeed = crate::append_budget::Budgeted::new(
-            ringfeed,
-            crate::append_budget::AppendBudget::with_max_message(
-                config.append_budget_bytes,
-                config.engine.append_timeout,
-                max_message,
-            ),
-        );
+        let ringfeed = crate::append_budget::Budgeted::new(ringfeed, append_budget);
         // Registered before `listening on` is printed: a SIGTERM that comes
         // right after that line must stop the server gracefully, not kill it
         // (registered lazily, inside the shutdown future, the handler was

@@ -21,6 +21,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use ringfeed_engine::{Engine, LatencySnapshot, SubscribeError};
 
+use crate::append_budget::AppendBudget;
 use crate::board::StatusBoard;
 
 /// Server-level metrics, shared by every subscription task (`Arc`). Each
@@ -281,6 +282,14 @@ impl Exporter {
         Exporter { registry }
     }
 
+    /// Adds the append budget's readings: bytes taken now, the whole budget,
+    /// and the messages it refused (docs/design.md 2.11).
+    pub fn with_append_budget(mut self, budget: Arc<AppendBudget>) -> Exporter {
+        self.registry
+            .register_collector(Box::new(AppendBudgetReadings(budget)));
+        self
+    }
+
     /// The metrics in the Prometheus text format (version 0.0.4).
     pub fn render(&self) -> String {
         let mut text = String::new();
@@ -471,6 +480,39 @@ impl Collector for SubscriberLag {
             None,
             lag.metric_type(),
         )?)
+    }
+}
+
+/// The append budget, read when a scrape comes.
+#[derive(Debug)]
+struct AppendBudgetReadings(Arc<AppendBudget>);
+
+impl Collector for AppendBudgetReadings {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let budget = &self.0;
+        let capacity = budget.capacity_bytes();
+        let in_use = ConstGauge::new(capacity.saturating_sub(budget.available_bytes()) as i64);
+        in_use.encode(encoder.encode_descriptor(
+            "append_budget_in_use_bytes",
+            "Bytes of append requests the server holds now, of its append budget",
+            None,
+            in_use.metric_type(),
+        )?)?;
+        let whole = ConstGauge::new(capacity as i64);
+        whole.encode(encoder.encode_descriptor(
+            "append_budget_bytes",
+            "The server's append budget (config append_budget_bytes)",
+            None,
+            whole.metric_type(),
+        )?)?;
+        let refused = ConstCounter::new(budget.refused());
+        refused.encode(encoder.encode_descriptor(
+            "appends_refused_budget",
+            "Append messages refused RESOURCE_EXHAUSTED because the append budget stayed full for append_timeout_ms",
+            None,
+            refused.metric_type(),
+        )?)?;
+        Ok(())
     }
 }
 

@@ -12,12 +12,12 @@ use ringfeed_proto::v1::subscribe_request::Start;
 use ringfeed_proto::{v1, RingFeedClient};
 
 /// One scrape: series (name and labels, as written) to value.
-struct Scrape {
+pub(crate) struct Scrape {
     series: Vec<(String, Vec<(String, String)>, f64)>,
 }
 
 impl Scrape {
-    fn get(at: &str) -> Scrape {
+    pub(crate) fn get(at: &str) -> Scrape {
         let (code, head, body) = http_request(at, "GET", "/metrics", None);
         assert_eq!(code, 200, "{head}");
         assert!(head.contains("text/plain; version=0.0.4"), "{head}");
@@ -30,7 +30,7 @@ impl Scrape {
     }
 
     /// Sum of every series of `name` (all shards).
-    fn sum(&self, name: &str) -> f64 {
+    pub(crate) fn sum(&self, name: &str) -> f64 {
         let values: Vec<f64> = self
             .series
             .iter()
@@ -93,7 +93,7 @@ fn parse_line(line: &str) -> (String, Vec<(String, String)>, f64) {
 }
 
 /// Scrapes until `done` holds, failing after 20 s.
-fn scrape_until(at: &str, what: &str, done: impl Fn(&Scrape) -> bool) -> Scrape {
+pub(crate) fn scrape_until(at: &str, what: &str, done: impl Fn(&Scrape) -> bool) -> Scrape {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let scrape = Scrape::get(at);
