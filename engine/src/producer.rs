@@ -68,6 +68,16 @@ struct Producer {
     runs: VecDeque<Run>,
 }
 
+/// A producer's state on one shard, as [`ProducerTable::heads`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducerHead {
+    pub producer_id: u64,
+    /// Highest sequence stored on the shard, plus one.
+    pub next_sequence: u64,
+    /// Offset and stamp of the event with the highest sequence.
+    pub last: Option<(u64, i64)>,
+}
+
 /// What a shard should do with one event of an idempotent producer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Seen {
@@ -154,9 +164,17 @@ impl ProducerTable {
         }
     }
 
-    /// Each producer's next expected sequence on this shard (highest stored + 1).
-    pub fn heads(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.producers.iter().map(|(&id, p)| (id, p.last + 1))
+    /// Each producer's next expected sequence on this shard (highest stored
+    /// + 1), and where its highest stored event is, if remembered.
+    pub fn heads(&self) -> impl Iterator<Item = ProducerHead> + '_ {
+        self.producers.iter().map(|(&id, p)| ProducerHead {
+            producer_id: id,
+            next_sequence: p.last + 1,
+            last: p
+                .runs
+                .back()
+                .and_then(|run| run.get(p.last)),
+        })
     }
 }
 
@@ -203,7 +221,14 @@ mod tests {
         assert_eq!(t.check(stamp(1, 9)), Seen::Stale { last: 14 });
         assert_eq!(t.check(stamp(1, 15)), Seen::New);
         assert_eq!(t.check(stamp(2, 0)), Seen::New);
-        assert_eq!(t.heads().collect::<Vec<_>>(), vec![(1, 15)]);
+        assert_eq!(
+            t.heads().collect::<Vec<_>>(),
+            vec![ProducerHead {
+                producer_id: 1,
+                next_sequence: 15,
+                last: Some((200, 5000)),
+            }]
+        );
     }
 
     #[test]

@@ -67,6 +67,42 @@ impl Engine {
         durability: Durability,
         producer: Option<Producer>,
     ) -> Result<(Vec<Option<Stored>>, Option<AppendError>), AppendError> {
+        self.append_routed(events, durability, producer, None).await
+    }
+
+    /// [`Engine::append_idempotent`] of a whole batch to one shard, whatever
+    /// its directories: for a producer whose events must stay in one log, so
+    /// that what survives a crash is a prefix of what it sent (recovery keeps
+    /// each shard's valid prefix, 2.9) and it can resume right after its
+    /// [`Engine::last_stored`] event. Subscribers see the events as any
+    /// others: filters and the merge do not depend on the shard.
+    pub async fn append_to_shard(
+        &self,
+        shard: u32,
+        events: Vec<NewEvent>,
+        durability: Durability,
+        producer: Option<Producer>,
+    ) -> Result<Vec<Stored>, AppendError> {
+        assert!(shard < self.shard_count(), "no shard {shard}");
+        let (stored, failure) = self
+            .append_routed(events, durability, producer, Some(shard))
+            .await?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        Ok(stored
+            .into_iter()
+            .map(|p| p.expect("every event was answered"))
+            .collect())
+    }
+
+    async fn append_routed(
+        &self,
+        events: Vec<NewEvent>,
+        durability: Durability,
+        producer: Option<Producer>,
+        shard: Option<u32>,
+    ) -> Result<(Vec<Option<Stored>>, Option<AppendError>), AppendError> {
         let arrived = std::time::Instant::now();
         validate_batch(&events, &self.limits)?;
         let count = events.len();
@@ -101,7 +137,7 @@ impl Engine {
         // so the shard's core only copies and stamps them.
         let routes: Vec<usize> = events
             .iter()
-            .map(|e| self.shard_for(&e.directory) as usize)
+            .map(|e| shard.unwrap_or_else(|| self.shard_for(&e.directory)) as usize)
             .collect();
         // Sized up front: a large batch framed into a growing Vec left a trail
         // of freed half-size buffers (fragmentation that kept peak RSS high

@@ -22,12 +22,12 @@ use std::sync::Arc;
 use glommio::ExecutorJoinHandle;
 
 use crate::clock::{Clock, SystemClock};
-use crate::event::{AppendError, Limits};
+use crate::event::{AppendError, Limits, Position};
 use crate::executor;
 use crate::log::RecoveryReport;
 use crate::shard::{self, Command, Relay, RelayThread, ShardShared};
 use crate::storage::{DmaStorage, Storage};
-use crate::subscribe::{SubscribeError, SubscribeRequest, Subscription};
+use crate::subscribe::{Delivered, SubscribeError, SubscribeRequest, Subscription};
 use config::{shard_config, validate};
 use meta::{check_meta, Meta};
 use sequences::Sequences;
@@ -68,6 +68,9 @@ pub struct Engine {
     max_queued_bytes: usize,
     reports: Vec<RecoveryReport>,
     sequences: std::sync::Mutex<Sequences>,
+    /// Each idempotent producer's highest stored sequence and its event's
+    /// position, as recovery found them at open.
+    last_stored: std::collections::HashMap<u64, (u64, Position)>,
     /// The data dir's lock (`Engine::open`), dropped after the shards stop.
     lock: Option<crate::lock::DataDirLock>,
     /// The data dir's feed id (see `feed_id`).
@@ -174,14 +177,35 @@ impl Engine {
             )),
             lock: None,
             feed_id: 0,
+            last_stored: std::collections::HashMap::new(),
         };
         for (id, ready) in readies.into_iter().enumerate() {
             match ready.recv() {
                 Ok(Ok((report, heads))) => {
                     engine.reports.push(report);
                     let mut sequences = engine.sequences.lock().expect("not poisoned");
-                    for (producer, next) in heads {
-                        sequences.insert(producer, next);
+                    for head in heads {
+                        sequences.insert(head.producer_id, head.next_sequence);
+                        let Some((offset, ts)) = head.last else {
+                            continue;
+                        };
+                        let last = (
+                            head.next_sequence - 1,
+                            Position {
+                                shard: id as u32,
+                                offset,
+                                ts,
+                            },
+                        );
+                        engine
+                            .last_stored
+                            .entry(head.producer_id)
+                            .and_modify(|known| {
+                                if known.0 < last.0 {
+                                    *known = last;
+                                }
+                            })
+                            .or_insert(last);
                     }
                 }
                 Ok(Err(source)) => {
@@ -215,6 +239,29 @@ impl Engine {
     /// 0 for an engine opened without a data dir (`open_with`).
     pub fn feed_id(&self) -> u64 {
         self.feed_id
+    }
+
+    /// An idempotent producer's highest stored sequence and where that event
+    /// is, as recovery found them when the engine opened (what it appended
+    /// since is not reflected). A producer that resumes after a restart
+    /// starts there: every event up to it is stored, on every shard it sent
+    /// to only if it sent to one shard (shards recover independently).
+    pub fn last_stored(&self, producer_id: u64) -> Option<(u64, Position)> {
+        self.last_stored.get(&producer_id).copied()
+    }
+
+    /// The stored event at `offset` of `shard`, if it is committed and
+    /// retained (`OutOfRange` below retention).
+    pub fn read_at(&self, shard: u32, offset: u64) -> Result<Option<Delivered>, SubscribeError> {
+        let mut reader = crate::subscribe::ShardReader::new(self.shard(shard).clone(), false);
+        let Some(run) = reader.read(offset)? else {
+            return Ok(None);
+        };
+        debug_assert_eq!(run.first_offset, offset);
+        let corrupt = |source| SubscribeError::Record { shard, source };
+        let (len, _, ts) = crate::record::peek_position(&run.bytes).map_err(corrupt)?;
+        let record = run.bytes.slice(..len.min(run.bytes.len()));
+        Ok(Some(Delivered::new(shard, offset, ts, record)))
     }
 
     /// What recovery found in each shard's log at open.

@@ -196,7 +196,7 @@ impl<R> ShardCore<R> {
         shared: Arc<ShardShared>,
         limits: CoreLimits,
         log: &mut Log<S>,
-    ) -> (ShardCore<R>, Vec<(u64, u64)>) {
+    ) -> (ShardCore<R>, Vec<crate::producer::ProducerHead>) {
         let next = log.next_offset();
         let last_ts = log.last_ts().unwrap_or(0);
         let w = &shared.watermarks;

@@ -88,7 +88,9 @@ pub(crate) async fn run<S: Storage + 'static>(
     shared: Arc<ShardShared>,
     clock: Arc<dyn Clock>,
     commands: flume::Receiver<Command>,
-    ready: flume::Sender<Result<(RecoveryReport, Vec<(u64, u64)>), RecoveryError>>,
+    ready: flume::Sender<
+        Result<(RecoveryReport, Vec<crate::producer::ProducerHead>), RecoveryError>,
+    >,
 ) {
     let files = storage.reader();
     let (mut log, report) = match Log::open(storage, config.log.clone()).await {

@@ -17,6 +17,15 @@ pub struct Delivered {
 }
 
 impl Delivered {
+    pub(crate) fn new(shard: u32, offset: u64, ts: i64, record: Bytes) -> Delivered {
+        Delivered {
+            shard,
+            offset,
+            ts,
+            record,
+        }
+    }
+
     /// The whole stored record.
     pub fn record_bytes(&self) -> &Bytes {
         &self.record

@@ -33,7 +33,7 @@ mod wait;
 pub use delivered::{Delivered, RawChunk, Step};
 pub use error::SubscribeError;
 use lane::Lane;
-use reader::ShardReader;
+pub(crate) use reader::ShardReader;
 pub use request::{Ordering, Start, SubscribeRequest};
 pub use ringfeed_core::cursor::{Cursor, CursorError};
 pub use ringfeed_core::filter::{Filter, FilterError};

@@ -257,3 +257,53 @@ fn a_retry_of_stored_events_is_answered_while_the_shard_has_no_room() {
     let more = append(&engine, vec![big_event(3)], Durability::Memory, producer(3)).unwrap();
     assert!(!more[0].duplicate);
 }
+
+/// A follower of an upstream log (the SeaweedFS ingest) keeps its events on
+/// one shard: what a crash leaves is then a prefix of what it sent, and it
+/// resumes right after [`Engine::last_stored`], whose payload says where
+/// upstream it was. Memory-acked events past the last durable batch are
+/// lost by the crash and not reported as stored.
+#[test]
+fn a_producer_on_one_shard_resumes_after_its_last_stored_event() {
+    let _watchdog = ringfeed_testkit::arm();
+    let storages = vec![MemStorage::new(), MemStorage::new()];
+    let engine = mem_engine(config(), &storages);
+    let on_one = |events: Vec<NewEvent>, first: u64, durability| {
+        futures_lite::future::block_on(engine.append_to_shard(
+            1,
+            events,
+            durability,
+            producer(first),
+        ))
+        .unwrap()
+    };
+    // Directories that route to both shards, all sent to shard 1.
+    let durable = on_one(events(0..20), 0, Durability::Durable);
+    assert!(durable.iter().all(|s| s.position.shard == 1));
+    on_one(events(20..30), 20, Durability::Memory);
+    for storage in &storages {
+        storage.set_faults(Faults {
+            halt_after_ops: Some(0),
+            ..Faults::default()
+        });
+    }
+    drop(engine);
+    for storage in &storages {
+        storage.power_loss();
+        storage.set_faults(Faults::default());
+    }
+
+    let engine = mem_engine(config(), &storages);
+    assert_eq!(committed(&engine), vec![0, 20]);
+    let (sequence, position) = engine.last_stored(42).expect("producer 42 is stored");
+    assert_eq!(sequence, 19);
+    assert_eq!(position, durable[19].position);
+    let event = engine
+        .read_at(position.shard, position.offset)
+        .unwrap()
+        .expect("the last stored event is readable");
+    assert_eq!(event.ts, position.ts);
+    assert_eq!(event.payload(), events(19..20)[0].payload);
+    assert!(engine.last_stored(7).is_none(), "an unknown producer");
+    assert!(engine.read_at(1, 20).unwrap().is_none(), "past the end");
+}
