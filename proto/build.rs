@@ -17,6 +17,9 @@ use prost_build::{Config, Method, Service, ServiceGenerator};
 
 const PROTO: &str = "ringfeed.proto";
 const DESCRIPTOR: &str = "ringfeed_descriptor.bin";
+/// SeaweedFS's filer API, as `weed` 4.48 embeds it (`seaweedfs/extract.py`).
+const FILER_PROTO: &str = "seaweedfs/filer.proto";
+const FILER_DESCRIPTOR: &str = "filer_descriptor.bin";
 
 /// Which side of a method gets a raw type on the server.
 #[derive(Clone, Copy)]
@@ -119,6 +122,20 @@ fn main() -> Result<(), Box<dyn Error>> {
                 .service_generator(),
         }));
     config.compile_protos(&[PROTO], &["."])?;
+
+    // The filer API: prost messages, a client (following filers) and a
+    // server (serving SeaweedFS clients), with its own descriptor set so
+    // the RingFeed port's reflection lists only RingFeed.
+    println!("cargo:rerun-if-changed={FILER_PROTO}");
+    let mut filer = Config::new();
+    filer
+        .protoc_executable(protoc_bin_vendored::protoc_bin_path()?)
+        .bytes(["."])
+        .file_descriptor_set_path(out_dir.join(FILER_DESCRIPTOR));
+    tonic_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_protos_with_config(filer, &[FILER_PROTO], &["seaweedfs"])?;
 
     let descriptors = fs::read(&descriptor_path)?;
     pbjson_build::Builder::new()

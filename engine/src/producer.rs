@@ -170,10 +170,7 @@ impl ProducerTable {
         self.producers.iter().map(|(&id, p)| ProducerHead {
             producer_id: id,
             next_sequence: p.last + 1,
-            last: p
-                .runs
-                .back()
-                .and_then(|run| run.get(p.last)),
+            last: p.runs.back().and_then(|run| run.get(p.last)),
         })
     }
 }

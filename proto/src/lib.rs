@@ -29,6 +29,14 @@ pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/ringfeed.v1.serde.rs"));
 }
 
+/// Generated code for SeaweedFS's package `filer_pb` (`seaweedfs/filer.proto`,
+/// the field numbers of `weed` 4.48).
+pub mod filer_pb {
+    #![allow(clippy::all, clippy::pedantic, missing_docs)]
+
+    include!(concat!(env!("OUT_DIR"), "/filer_pb.rs"));
+}
+
 pub use raw::{
     RawAppendRequest, RawEventBatch, RawEventMessage, RawItem, RawResponseFields,
     RawSubscribeResponse,
@@ -39,3 +47,7 @@ pub use v1::ring_feed_server::{RingFeed, RingFeedServer};
 /// The encoded `FileDescriptorSet` of `ringfeed.proto` (for gRPC reflection).
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/ringfeed_descriptor.bin"));
+
+/// The encoded `FileDescriptorSet` of SeaweedFS's `filer.proto`.
+pub const FILER_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/filer_descriptor.bin"));

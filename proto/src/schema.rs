@@ -1,5 +1,6 @@
-//! The schema read at run time from [`crate::FILE_DESCRIPTOR_SET`]: every
-//! message and enum of `ringfeed.proto` by full name, for what needs the
+//! The schema read at run time from [`crate::FILE_DESCRIPTOR_SET`] and
+//! [`crate::FILER_DESCRIPTOR_SET`]: every message and enum of
+//! `ringfeed.proto` and SeaweedFS's `filer.proto` by full name, for what needs the
 //! field list rather than the generated types (JSON with every field,
 //! strict wire checks).
 
@@ -18,13 +19,18 @@ pub(crate) struct Schema {
 pub(crate) fn schema() -> &'static Schema {
     static SCHEMA: OnceLock<Schema> = OnceLock::new();
     SCHEMA.get_or_init(|| {
-        let set = FileDescriptorSet::decode(crate::FILE_DESCRIPTOR_SET)
-            .expect("the descriptor set protoc wrote at build time decodes");
         let mut schema = Schema {
             messages: HashMap::new(),
             enums: HashMap::new(),
         };
-        for file in set.file {
+        let files = [crate::FILE_DESCRIPTOR_SET, crate::FILER_DESCRIPTOR_SET]
+            .into_iter()
+            .flat_map(|set| {
+                FileDescriptorSet::decode(set)
+                    .expect("the descriptor sets protoc wrote at build time decode")
+                    .file
+            });
+        for file in files {
             let package = file.package.unwrap_or_default();
             for e in file.enum_type {
                 schema.enums.insert(format!("{package}.{}", e.name()), e);

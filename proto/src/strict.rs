@@ -77,7 +77,7 @@ pub fn check(message: &str, bytes: &[u8]) -> Result<(), Refusal> {
     let index = *rules
         .by_name
         .get(message.trim_start_matches('.'))
-        .unwrap_or_else(|| panic!("{message} is not a message of ringfeed.proto"));
+        .unwrap_or_else(|| panic!("{message} is not a message of ringfeed.proto or filer.proto"));
     check_at(rules, index, bytes)
 }
 

@@ -591,6 +591,7 @@ mod tests {
             new_entry: new.map(entry),
             new_parent_path: new_parent.into(),
             signatures: vec![7],
+            seaweedfs: None,
         }
         .encode_to_vec()
     }

@@ -184,6 +184,19 @@ pub fn serve(config: ServerConfig) -> Result<()> {
         .with_membership(membership)
         .with_auth(auth.clone());
         let service = service.with_data_dir(data_dir.display().to_string());
+        let filers: Vec<Arc<crate::seaweedfs::FilerProgress>> = config
+            .follow_filers
+            .iter()
+            .map(|filer| crate::seaweedfs::FilerProgress::new(filer.clone()))
+            .collect();
+        for progress in &filers {
+            tokio::spawn(crate::seaweedfs::follow(
+                engine.clone(),
+                progress.clone(),
+                config.follow_since_ns,
+                stop_rx.clone(),
+            ));
+        }
         let service_metrics = service.metrics().clone();
         let board = service.board().clone();
         tokio::spawn(board.clone().sample_every_second(stop_rx.clone()));

@@ -51,6 +51,12 @@ pub struct FileConfig {
     /// The CA that signed the peers' certificates: this node dials its peers
     /// over TLS (`serve --peer-tls-ca`).
     pub peer_tls_ca: Option<PathBuf>,
+    /// SeaweedFS filers to follow (`serve --follow-filer`), each written the
+    /// SeaweedFS way: `host:port` (gRPC at port + 10000) or `host:port.grpcPort`.
+    pub follow_filers: Option<Vec<String>>,
+    /// Where a filer followed for the first time starts, ns since the Unix
+    /// epoch (`serve --follow-since`); default 0: the oldest event its log keeps.
+    pub follow_since_ns: Option<i64>,
     /// etcd endpoints (URLs): membership through etcd instead of `peers`.
     pub etcd: Option<Vec<String>>,
     /// Where nodes register in etcd: `<prefix><node id>`.
@@ -133,6 +139,10 @@ pub struct ServerConfig {
     pub token_file: Option<PathBuf>,
     pub insecure: bool,
     pub tls: Option<crate::tls::ServerTls>,
+    /// See [`FileConfig::follow_filers`].
+    pub follow_filers: Vec<crate::seaweedfs::FilerAddress>,
+    /// See [`FileConfig::follow_since_ns`].
+    pub follow_since_ns: i64,
 }
 
 impl FileConfig {
@@ -274,7 +284,22 @@ impl FileConfig {
             )?,
             ..d
         };
+        let mut follow_filers = Vec::new();
+        for given in self.follow_filers.iter().flatten() {
+            let filer = crate::seaweedfs::FilerAddress::parse(given)
+                .map_err(|e| anyhow::anyhow!("follow_filers: {e}"))?;
+            if follow_filers.contains(&filer) {
+                bail!("follow_filers: {given:?} is named twice");
+            }
+            follow_filers.push(filer);
+        }
+        let follow_since_ns = match self.follow_since_ns {
+            Some(ns) if ns < 0 => bail!("follow_since_ns: {ns} is before the Unix epoch"),
+            since => since.unwrap_or(0),
+        };
         Ok(ServerConfig {
+            follow_filers,
+            follow_since_ns,
             engine,
             listen: self.listen.unwrap_or_else(|| DEFAULT_LISTEN.into()),
             metrics_listen: self.metrics_listen,

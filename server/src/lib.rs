@@ -18,6 +18,7 @@ mod metrics;
 mod peer_feed;
 mod reflection;
 mod registry;
+mod seaweedfs;
 mod sender;
 mod service;
 mod shared;
@@ -36,6 +37,7 @@ pub use http::{serve as serve_http, Routes};
 pub use metrics::Exporter;
 /// The client library (its own crate, `ringfeed-client`, which does not build the engine).
 pub use ringfeed_client as client;
+pub use seaweedfs::{FilerAddress, FilerProgress, FilerReading};
 pub use sender::SubscriberLimits;
 pub use service::Service;
 

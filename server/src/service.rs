@@ -350,6 +350,12 @@ fn new_event(index: usize, bytes: Bytes) -> Result<NewEvent, Status> {
     let event = v1::Event::decode(bytes.clone()).map_err(|e| {
         Status::invalid_argument(format!("events[{index}]: not a valid Event: {e}"))
     })?;
+    if event.seaweedfs.is_some() {
+        return Err(Status::invalid_argument(format!(
+            "events[{index}].seaweedfs: is set by ringfeed when it ingests a SeaweedFS filer's \
+             events (serve --follow-filer), never by an append"
+        )));
+    }
     Ok(NewEvent {
         directory: event.directory,
         old_name: event.old_entry.map(|e| e.name).unwrap_or_default(),

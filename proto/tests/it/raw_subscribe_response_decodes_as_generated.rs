@@ -35,6 +35,7 @@ fn rename_event() -> Event {
         }),
         new_parent_path: "/data/b".into(),
         signatures: vec![7, -3, i32::MAX],
+        seaweedfs: None,
     }
 }
 

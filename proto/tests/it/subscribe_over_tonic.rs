@@ -169,6 +169,7 @@ fn event(i: u64) -> Event {
         }),
         new_parent_path: String::new(),
         signatures: vec![i as i32],
+        seaweedfs: None,
     }
 }
 

@@ -244,6 +244,7 @@ pub(super) fn flag_event(args: &AppendArgs) -> Result<Event> {
         new_entry,
         new_parent_path,
         signatures: args.signatures.clone(),
+        seaweedfs: None,
     })
 }
 

@@ -70,6 +70,18 @@ pub struct ServeArgs {
     /// on the network could then read or append. Config `insecure`.
     #[arg(long)]
     insecure: bool,
+    /// Follow a SeaweedFS filer's metadata log into this server, each event stored once, as
+    /// the filer sent it (repeat for several filers). Written the SeaweedFS way: HOST:PORT
+    /// (gRPC at PORT + 10000) or HOST:PORT.GRPCPORT. A filer followed for the first time is
+    /// read from the oldest event its log keeps (see --follow-since); after a restart each
+    /// continues right after its last stored event. Config `follow_filers`.
+    #[arg(long = "follow-filer", value_name = "HOST:PORT[.GRPCPORT]")]
+    follow_filers: Vec<String>,
+    /// Where a filer followed for the first time starts: a duration back from now ("24h")
+    /// or an RFC 3339 time [default: the oldest event its log keeps]. Config
+    /// `follow_since_ns`.
+    #[arg(long, value_name = "WHEN")]
+    follow_since: Option<String>,
     /// Serve Prometheus metrics at http://ADDR/metrics; port 0 picks a free port [default: off].
     #[arg(long)]
     metrics_listen: Option<String>,
@@ -137,5 +149,14 @@ fn serve_command(args: ServeArgs) -> Result<()> {
     file.tls_key = args.tls_key.or(file.tls_key);
     file.tls_client_ca = args.tls_client_ca.or(file.tls_client_ca);
     file.peer_tls_ca = args.peer_tls_ca.or(file.peer_tls_ca);
+    if !args.follow_filers.is_empty() {
+        file.follow_filers = Some(args.follow_filers);
+    }
+    if let Some(when) = &args.follow_since {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
+        file.follow_since_ns = Some(crate::time::parse_when(when, now, "--follow-since")?);
+    }
     ringfeed_server::serve(file.resolve()?)
 }

@@ -189,6 +189,7 @@ mod tests {
                 }),
                 new_parent_path: "/other".into(),
                 signatures: vec![1, -2, i32::MAX],
+                seaweedfs: None,
             },
             Event {
                 new_entry: Some(Entry {
@@ -261,6 +262,7 @@ mod tests {
                 new_entry: (r & 32 == 32).then(|| entry(r >> 7, &mut text)),
                 new_parent_path: text(r >> 11),
                 signatures: (0..(r >> 13) % 4).map(|k| (r >> k) as i32).collect(),
+                seaweedfs: None,
             };
             assert_eq!(
                 written(&event.encode_to_vec()),

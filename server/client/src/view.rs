@@ -429,6 +429,7 @@ mod tests {
             }),
             new_parent_path: "/elsewhere".into(),
             signatures: vec![3, -1, 70000],
+            seaweedfs: None,
         }
     }
 

@@ -1,6 +1,6 @@
 //! The system tests, one binary: the real `ringfeed` binary, and the
 //! server library in process beside it (a module per behaviour; helpers in
-//! [`common`], [`serve_binary`], [`cluster_nodes`] and [`browser`]).
+//! [`common`], [`serve_binary`], [`cluster_nodes`], [`browser`] and [`weed`]).
 //! `follower_allocates_nothing_per_event` keeps a binary of its own: it
 //! installs a counting global allocator. (The stream simulation is the
 //! server crate's own test: it needs its `sim` feature.)
@@ -24,6 +24,7 @@ mod cluster_tail_cli;
 mod common;
 mod data_dir_names_are_synced;
 mod final_status_never_lost;
+mod follow_filer_exactly_once;
 mod follower_resumes_after_ok_end;
 mod follower_steps_report_watermarks;
 mod grpc_append_and_subscribe;
@@ -50,3 +51,4 @@ mod tls_round_trip;
 mod tokens_scope_requests;
 mod tokens_scoped_reads;
 mod tune_profile_is_served;
+mod weed;

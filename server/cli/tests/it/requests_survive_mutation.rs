@@ -482,6 +482,7 @@ fn event(i: u64) -> v1::Event {
         } else {
             vec![]
         },
+        seaweedfs: None,
     }
 }
 
@@ -729,6 +730,7 @@ fn arb_event() -> impl Strategy<Value = v1::Event> {
                 new_entry,
                 new_parent_path,
                 signatures,
+                seaweedfs: None,
             },
         )
 }

@@ -1,0 +1,493 @@
+//! Following one filer: a `SubscribeLocalMetadata` stream (batching and idle
+//! heartbeats on, prefix `/`), each event checked, kept as the filer sent it
+//! and appended durably to the filer's shard before the next is read.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_lite::FutureExt as _;
+use ringfeed_engine::{AppendError, Durability, Engine, NewEvent, Producer, RateLimit};
+use ringfeed_proto::bytes::Bytes;
+use ringfeed_proto::prost::Message as _;
+use ringfeed_proto::tonic;
+use ringfeed_proto::tonic::codegen::http;
+use ringfeed_proto::{filer_pb, strict, v1};
+use tokio::sync::watch;
+
+use super::FilerAddress;
+
+/// The filer's `SubscribeMetadataResponse` with each `event_notification`
+/// kept as the bytes received (field numbers of `filer_pb`; `log_file_refs`,
+/// never asked for, is skipped as unknown).
+#[derive(Clone, PartialEq, prost::Message)]
+struct Received {
+    #[prost(string, tag = "1")]
+    directory: String,
+    #[prost(bytes = "bytes", optional, tag = "2")]
+    event_notification: Option<Bytes>,
+    #[prost(int64, tag = "3")]
+    ts_ns: i64,
+    #[prost(message, repeated, tag = "4")]
+    events: Vec<Received>,
+    #[prost(int64, tag = "6")]
+    flushed_ts_ns: i64,
+}
+
+/// The most events appended in one durable batch (the filer sends up to
+/// 1,000 per response while catching up).
+const MAX_BATCH_EVENTS: usize = 4096;
+const MAX_BATCH_BYTES: usize = 8 << 20;
+
+/// What a filer answers a subscription whose client id it holds a stream of
+/// with an epoch at least as high (`weed/server/filer_grpc_server_sub_meta.go`).
+const DUPLICATED: &str = "duplicated local subscription detected";
+/// Times in a row a subscription is tried again with a higher epoch, at once.
+const MAX_REPLACES: u32 = 8;
+
+/// How long a connection attempt may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What is known of one followed filer, for status and metrics.
+#[derive(Debug)]
+pub struct FilerProgress {
+    pub filer: FilerAddress,
+    connected: AtomicBool,
+    /// The filer timestamp of the last event stored (0: none yet).
+    stored_ts_ns: AtomicI64,
+    /// The latest filer time the filer said it had sent everything up to
+    /// (an event's or a heartbeat's `ts_ns`).
+    seen_ts_ns: AtomicI64,
+    /// The filer's own flush watermark, from its flush reports.
+    flushed_ts_ns: AtomicI64,
+    events: AtomicU64,
+    reconnects: AtomicU64,
+    /// Why the last stream ended, if it ended with an error.
+    error: Mutex<Option<String>>,
+    /// The warning a failing stream logs, at most once per 10 s.
+    warnings: RateLimit,
+}
+
+/// A reading of [`FilerProgress`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FilerReading {
+    pub filer: String,
+    pub connected: bool,
+    pub stored_ts_ns: i64,
+    pub seen_ts_ns: i64,
+    pub flushed_ts_ns: i64,
+    pub events: u64,
+    pub reconnects: u64,
+    pub error: Option<String>,
+}
+
+impl FilerProgress {
+    pub fn new(filer: FilerAddress) -> Arc<FilerProgress> {
+        Arc::new(FilerProgress {
+            filer,
+            connected: AtomicBool::new(false),
+            stored_ts_ns: AtomicI64::new(0),
+            seen_ts_ns: AtomicI64::new(0),
+            flushed_ts_ns: AtomicI64::new(0),
+            events: AtomicU64::new(0),
+            reconnects: AtomicU64::new(0),
+            error: Mutex::new(None),
+            warnings: RateLimit::new(Duration::from_secs(10)),
+        })
+    }
+
+    pub fn read(&self) -> FilerReading {
+        FilerReading {
+            filer: self.filer.given.clone(),
+            connected: self.connected.load(Ordering::Relaxed),
+            stored_ts_ns: self.stored_ts_ns.load(Ordering::Relaxed),
+            seen_ts_ns: self.seen_ts_ns.load(Ordering::Relaxed),
+            flushed_ts_ns: self.flushed_ts_ns.load(Ordering::Relaxed),
+            events: self.events.load(Ordering::Relaxed),
+            reconnects: self.reconnects.load(Ordering::Relaxed),
+            error: self.error.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        }
+    }
+
+    fn failed(&self, error: String) {
+        if let Some(suppressed) = self.warnings.check() {
+            tracing::warn!(filer = %self.filer, suppressed, "following the filer: {error}");
+        }
+        *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
+    }
+
+    fn seen(&self, ts_ns: i64) {
+        self.seen_ts_ns.fetch_max(ts_ns, Ordering::Relaxed);
+    }
+}
+
+/// Where a filer's events continue: the next producer sequence and the filer
+/// timestamp of the last event stored (the `since_ns` to ask for).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Position {
+    next_sequence: u64,
+    since_ns: i64,
+}
+
+/// Where the engine's copy of the filer ends, as recovery found it: right
+/// after its last stored event, or `since_ns` for a filer never followed.
+fn resume(engine: &Engine, filer: &FilerAddress, since_ns: i64) -> Result<Position, String> {
+    let Some((sequence, at)) = engine.last_stored(filer.producer_id()) else {
+        return Ok(Position {
+            next_sequence: 0,
+            since_ns,
+        });
+    };
+    let stored = engine
+        .read_at(at.shard, at.offset)
+        .map_err(|e| format!("reading the last event stored from {filer}: {e}"))?
+        .ok_or_else(|| {
+            format!(
+                "the last event stored from {filer} (shard {}, offset {}) is gone",
+                at.shard, at.offset
+            )
+        })?;
+    let event = v1::Event::decode(stored.payload())
+        .map_err(|e| format!("the last event stored from {filer} does not decode: {e}"))?;
+    let ts_ns = event
+        .seaweedfs
+        .map(|s| s.ts_ns)
+        .ok_or_else(|| format!("the last event stored as {filer}'s is not a SeaweedFS event"))?;
+    Ok(Position {
+        next_sequence: sequence + 1,
+        since_ns: ts_ns,
+    })
+}
+
+/// Follows `filer` into `engine` until `stop` turns true: reconnects with
+/// jittered backoff, resuming after the last stored event. `since_ns` is
+/// where a filer never followed before starts (0: the oldest its log keeps).
+pub async fn follow(
+    engine: Arc<Engine>,
+    progress: Arc<FilerProgress>,
+    since_ns: i64,
+    mut stop: watch::Receiver<bool>,
+) {
+    let filer = progress.filer.clone();
+    let shard = (filer.producer_id() % u64::from(engine.shard_count())) as u32;
+    let mut position = match resume(&engine, &filer, since_ns) {
+        Ok(position) => position,
+        Err(e) => {
+            // Nothing is appended for this filer until an operator looks:
+            // resuming from a guess could store events twice or skip some.
+            progress.failed(format!("not following: {e}"));
+            return;
+        }
+    };
+    progress
+        .stored_ts_ns
+        .store(position.since_ns, Ordering::Relaxed);
+    // Above any epoch an earlier run of this server used (seconds since
+    // 2020), so the filer replaces a stream of ours it still holds instead of
+    // refusing this one as a duplicate.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut epoch = now.saturating_sub(1_577_836_800).clamp(1, i32::MAX as u64) as i32;
+    let backoff = ringfeed_client::Backoff {
+        initial: Duration::from_millis(200),
+        multiplier: 2.0,
+        jitter: 0.3,
+        max: Duration::from_secs(10),
+    };
+    let mut attempt = 0;
+    let mut replaced = 0;
+    loop {
+        let session = Session {
+            engine: &engine,
+            progress: &progress,
+            shard,
+            epoch,
+        };
+        let ended = session.run(&mut position, &mut attempt).or(async {
+            let _ = stop.wait_for(|stopped| *stopped).await;
+            Ok(())
+        });
+        let ended = ended.await;
+        progress.connected.store(false, Ordering::Relaxed);
+        if *stop.borrow() {
+            return;
+        }
+        progress.reconnects.fetch_add(1, Ordering::Relaxed);
+        epoch = epoch.saturating_add(1);
+        match ended {
+            Ok(()) => progress.failed("the filer ended the stream".into()),
+            // The filer still holds a stream of ours with this epoch or a
+            // higher one (an earlier run of this server, killed within the
+            // same second, that the filer has not noticed is gone): a
+            // higher epoch replaces it. Not a fault; at once, a few times.
+            Err(e) if e.contains(DUPLICATED) && replaced < MAX_REPLACES => {
+                tracing::debug!(filer = %progress.filer, epoch, "{e}: again with a higher epoch");
+                replaced += 1;
+                continue;
+            }
+            Err(e) => progress.failed(e),
+        }
+        replaced = 0;
+        let delay = backoff.delay(attempt, random_unit());
+        attempt = attempt.saturating_add(1);
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = stop.wait_for(|stopped| *stopped) => return,
+        }
+    }
+}
+
+fn random_unit() -> f64 {
+    let mut bytes = [0u8; 4];
+    let _ = getrandom::getrandom(&mut bytes);
+    f64::from(u32::from_le_bytes(bytes)) / (f64::from(u32::MAX) + 1.0)
+}
+
+struct Session<'a> {
+    engine: &'a Engine,
+    progress: &'a FilerProgress,
+    shard: u32,
+    epoch: i32,
+}
+
+impl Session<'_> {
+    /// One stream: returns when it ends (Ok: the filer ended it cleanly).
+    /// `attempt` (the backoff's) starts over once events are stored.
+    async fn run(&self, position: &mut Position, attempt: &mut u32) -> Result<(), String> {
+        let filer = &self.progress.filer;
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", filer.grpc))
+            .map_err(|e| format!("{}: {e}", filer.grpc))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .connect()
+            .await
+            .map_err(|e| format!("connecting to {}: {e}", filer.grpc))?;
+        let mut grpc = tonic::client::Grpc::new(channel);
+        grpc.ready()
+            .await
+            .map_err(|e| format!("connecting to {}: {e}", filer.grpc))?;
+        let request = filer_pb::SubscribeMetadataRequest {
+            client_name: "ringfeed".into(),
+            path_prefix: "/".into(),
+            since_ns: position.since_ns,
+            // Stable for this filer: the filer keys its subscribers by it.
+            client_id: (filer.producer_id() >> 33) as i32,
+            client_epoch: self.epoch,
+            client_supports_batching: true,
+            client_supports_idle_heartbeat: true,
+            ..Default::default()
+        };
+        let path =
+            http::uri::PathAndQuery::from_static("/filer_pb.SeaweedFiler/SubscribeLocalMetadata");
+        let codec =
+            tonic::codec::ProstCodec::<filer_pb::SubscribeMetadataRequest, Received>::default();
+        let mut stream = grpc
+            .server_streaming(tonic::Request::new(request), path, codec)
+            .await
+            .map_err(|s| format!("SubscribeLocalMetadata: {}", s.message()))?
+            .into_inner();
+        self.progress.connected.store(true, Ordering::Relaxed);
+        let mut batch = Batch::default();
+        loop {
+            let first = stream.message().await;
+            let mut ended = match first {
+                Ok(Some(received)) => batch.take(filer, received, position, self.progress),
+                Ok(None) => return Ok(()),
+                Err(s) => Err(format!("the stream failed: {}", s.message())),
+            };
+            // What else has arrived goes in the same durable batch.
+            while ended.is_ok()
+                && batch.events.len() < MAX_BATCH_EVENTS
+                && batch.bytes < MAX_BATCH_BYTES
+            {
+                match futures_lite::future::poll_once(stream.message()).await {
+                    None => break,
+                    Some(Ok(Some(received))) => {
+                        ended = batch.take(filer, received, position, self.progress);
+                    }
+                    Some(Ok(None)) => {
+                        ended = Err("the filer ended the stream".into());
+                    }
+                    Some(Err(s)) => ended = Err(format!("the stream failed: {}", s.message())),
+                }
+            }
+            // Whatever ended the stream, what arrived before it is stored.
+            if self.append(&mut batch, position).await? {
+                // Progress: the next failure starts the backoff over.
+                *attempt = 0;
+                *self
+                    .progress
+                    .error
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = None;
+            }
+            ended?;
+        }
+    }
+
+    /// Appends the batch durably to the filer's shard and moves the position
+    /// past it; on failure nothing moves (a retry of the same sequences is
+    /// answered, not stored again).
+    async fn append(&self, batch: &mut Batch, position: &mut Position) -> Result<bool, String> {
+        if batch.events.is_empty() {
+            return Ok(false);
+        }
+        let events = std::mem::take(&mut batch.events);
+        let count = events.len() as u64;
+        let last_ts = batch.last_ts;
+        batch.bytes = 0;
+        let producer = Producer {
+            id: self.progress.filer.producer_id(),
+            first_sequence: position.next_sequence,
+        };
+        match self
+            .engine
+            .append_to_shard(self.shard, events, Durability::Durable, Some(producer))
+            .await
+        {
+            Ok(_) => {
+                position.next_sequence += count;
+                position.since_ns = last_ts;
+                self.progress.stored_ts_ns.store(last_ts, Ordering::Relaxed);
+                self.progress.events.fetch_add(count, Ordering::Relaxed);
+                Ok(true)
+            }
+            Err(AppendError::Invalid {
+                index,
+                field,
+                reason,
+            }) => Err(format!(
+                "an event the filer sent cannot be stored (event {index} of a batch, {field}: \
+                 {reason}); nothing after it is stored until it can be"
+            )),
+            Err(e) => Err(format!("storing the filer's events: {e}")),
+        }
+    }
+}
+
+/// Events received and checked, not yet appended.
+#[derive(Default)]
+struct Batch {
+    events: Vec<NewEvent>,
+    bytes: usize,
+    /// The filer timestamp of the last event in `events`.
+    last_ts: i64,
+}
+
+impl Batch {
+    /// Takes one response (and the events batched in it). An event at or
+    /// before the last one taken is refused: the filer's timestamps increase
+    /// along its log, so one going back is a filer fault, not an event to
+    /// store (storing it could put it twice).
+    fn take(
+        &mut self,
+        filer: &FilerAddress,
+        received: Received,
+        position: &Position,
+        progress: &FilerProgress,
+    ) -> Result<(), String> {
+        if received.flushed_ts_ns > 0 {
+            progress
+                .flushed_ts_ns
+                .fetch_max(received.flushed_ts_ns, Ordering::Relaxed);
+        }
+        let mut responses = vec![received];
+        let tail = std::mem::take(&mut responses[0].events);
+        responses.extend(tail);
+        for r in responses {
+            let Some(raw) = r.event_notification else {
+                // A heartbeat (the filer's time) or a flush report.
+                progress.seen(r.ts_ns);
+                continue;
+            };
+            let after = if self.events.is_empty() {
+                position.since_ns
+            } else {
+                self.last_ts
+            };
+            if self.events.is_empty() && r.ts_ns == position.since_ns {
+                // The filer answers `since_ns` from its in-memory log with
+                // the event at exactly that time too (from its log files it
+                // starts after it): that is the last event stored, sent
+                // again. A filer's timestamps are unique along its log, so
+                // the same time is the same event.
+                progress.seen(r.ts_ns);
+                continue;
+            }
+            if r.ts_ns <= after {
+                return Err(format!(
+                    "the filer sent an event at ts_ns {} after {after}: its log went backwards; \
+                     nothing of it is stored",
+                    r.ts_ns
+                ));
+            }
+            let Some(event) = stored_event(filer, r.directory, r.ts_ns, raw)? else {
+                // The marker a filer sends after many events its filter
+                // skipped (an empty notification): progress, not an event.
+                progress.seen(r.ts_ns);
+                continue;
+            };
+            progress.seen(r.ts_ns);
+            self.bytes += event.payload.len();
+            self.last_ts = r.ts_ns;
+            self.events.push(event);
+        }
+        Ok(())
+    }
+}
+
+/// The event to store for one the filer sent: `None` for the empty marker.
+/// The notification's bytes are kept as received once they pass the strict
+/// check (every decoder reads them alike, docs/design.md 2.15).
+fn stored_event(
+    filer: &FilerAddress,
+    directory: String,
+    ts_ns: i64,
+    raw: Bytes,
+) -> Result<Option<NewEvent>, String> {
+    let refuse = |why: String| format!("the event at ts_ns {ts_ns} in {directory:?}: {why}");
+    strict::check("filer_pb.EventNotification", &raw)
+        .map_err(|r| refuse(format!("event_notification: {r}")))?;
+    let n = filer_pb::EventNotification::decode(raw.clone())
+        .map_err(|e| refuse(format!("event_notification: {e}")))?;
+    if n.old_entry.is_none() && n.new_entry.is_none() {
+        return Ok(None);
+    }
+    let entry = |e: &filer_pb::Entry| {
+        let attributes = e.attributes.clone().unwrap_or_default();
+        v1::Entry {
+            name: e.name.clone(),
+            is_directory: e.is_directory,
+            size: attributes.file_size,
+            mtime_ns: attributes.mtime.saturating_mul(1_000_000_000),
+            mode: attributes.file_mode,
+            ..Default::default()
+        }
+    };
+    // SeaweedFS names the new entry's directory on every create and update;
+    // ringfeed only when the entry left `directory`.
+    let new_parent = match &n.new_entry {
+        Some(_) if n.new_parent_path != directory => n.new_parent_path.clone(),
+        _ => String::new(),
+    };
+    let event = v1::Event {
+        directory: directory.clone(),
+        old_entry: n.old_entry.as_ref().map(entry),
+        new_entry: n.new_entry.as_ref().map(entry),
+        new_parent_path: new_parent.clone(),
+        signatures: n.signatures.clone(),
+        seaweedfs: Some(v1::SeaweedfsEvent {
+            filer: filer.given.clone(),
+            ts_ns,
+            event_notification: raw,
+        }),
+    };
+    Ok(Some(NewEvent {
+        payload: event.encode_to_vec().into(),
+        old_name: event.old_entry.map(|e| e.name).unwrap_or_default(),
+        new_name: event.new_entry.map(|e| e.name).unwrap_or_default(),
+        new_parent,
+        signatures: event.signatures,
+        directory,
+    }))
+}
