@@ -31,6 +31,8 @@ pub struct StatusBoard {
     started_ns: i64,
     data_dir: String,
     samples: Mutex<VecDeque<Sample>>,
+    /// The filers followed (`serve --follow-filer`), set once at start.
+    filers: std::sync::OnceLock<Vec<Arc<crate::seaweedfs::FilerProgress>>>,
 }
 
 /// One sample: what the shards had counted, and the worst lag then.
@@ -53,7 +55,41 @@ impl StatusBoard {
             started_ns: now_ns(),
             data_dir,
             samples: Mutex::new(VecDeque::with_capacity(HISTORY)),
+            filers: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The filers this server follows, for status (set once, at start).
+    pub fn set_filers(&self, filers: Vec<Arc<crate::seaweedfs::FilerProgress>>) {
+        let _ = self.filers.set(filers);
+    }
+
+    fn filers(&self) -> Vec<v1::FollowedFiler> {
+        let Some(filers) = self.filers.get() else {
+            return Vec::new();
+        };
+        filers
+            .iter()
+            .map(|f| {
+                let r = f.read();
+                v1::FollowedFiler {
+                    filer: r.filer,
+                    connected: r.connected,
+                    stored_ts_ns: r.stored_ts_ns,
+                    seen_ts_ns: r.seen_ts_ns,
+                    flushed_ts_ns: r.flushed_ts_ns,
+                    events: r.events,
+                    reconnects: r.reconnects,
+                    error: if r.connected {
+                        String::new()
+                    } else {
+                        r.error.unwrap_or_default()
+                    },
+                    refused: r.refused,
+                    last_refused: r.last_refused.unwrap_or_default(),
+                }
+            })
+            .collect()
     }
 
     /// Each shard's next offset to commit, by shard id.
@@ -211,6 +247,7 @@ impl StatusBoard {
                 0 => String::new(),
                 id => ringfeed_engine::FeedId(id).to_string(),
             },
+            filers: self.filers(),
         }
     }
 }

@@ -199,6 +199,7 @@ pub fn serve(config: ServerConfig) -> Result<()> {
         }
         let service_metrics = service.metrics().clone();
         let board = service.board().clone();
+        board.set_filers(filers.clone());
         tokio::spawn(board.clone().sample_every_second(stop_rx.clone()));
         let access = crate::http::Access {
             auth: auth.clone(),
@@ -219,7 +220,8 @@ pub fn serve(config: ServerConfig) -> Result<()> {
         if let Some(listener) = metrics {
             let at = listener.local_addr()?;
             let exporter = Exporter::new(engine.clone(), service.metrics(), board.clone())
-                .with_append_budget(append_budget.clone());
+                .with_append_budget(append_budget.clone())
+                .with_filers(filers.clone());
             let routes = crate::http::Routes {
                 metrics: Some(Arc::new(exporter)),
                 page: page_shares_metrics.then(|| board.clone()),

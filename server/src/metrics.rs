@@ -282,6 +282,15 @@ impl Exporter {
         Exporter { registry }
     }
 
+    /// Adds the followed filers' series (`serve --follow-filer`).
+    pub fn with_filers(mut self, filers: Vec<Arc<crate::seaweedfs::FilerProgress>>) -> Exporter {
+        if !filers.is_empty() {
+            self.registry
+                .register_collector(Box::new(crate::seaweedfs::FilerMetrics(filers)));
+        }
+        self
+    }
+
     /// Adds the append budget's readings: bytes taken now, the whole budget,
     /// and the messages it refused (docs/design.md 2.11).
     pub fn with_append_budget(mut self, budget: Arc<AppendBudget>) -> Exporter {

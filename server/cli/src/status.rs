@@ -247,9 +247,57 @@ pub(super) fn render_status(
             shard.shard, shard.disk_full
         ));
     }
+    if !status.filers.is_empty() {
+        text.push('\n');
+        text.push_str(&filers_table(status));
+    }
     if let Some(subscribers) = subscribers {
         text.push('\n');
         text.push_str(&subscribers_table(subscribers));
+    }
+    text
+}
+
+/// The SeaweedFS filers followed, and why any is not streaming.
+fn filers_table(status: &StatusResponse) -> String {
+    let rows: Vec<Vec<String>> = status
+        .filers
+        .iter()
+        .map(|f| {
+            vec![
+                f.filer.clone(),
+                if f.connected { "streaming" } else { "down" }.to_owned(),
+                format_ts(f.stored_ts_ns),
+                match f.seen_ts_ns {
+                    0 => "-".to_owned(),
+                    seen => format!("{:.1}", (status.now_ns - seen).max(0) as f64 / 1e9),
+                },
+                f.events.to_string(),
+                f.reconnects.to_string(),
+                f.refused.to_string(),
+            ]
+        })
+        .collect();
+    let mut text = table(
+        &[
+            ("filer", Align::Left),
+            ("state", Align::Left),
+            ("stored through (filer time)", Align::Left),
+            ("behind s", Align::Right),
+            ("events", Align::Right),
+            ("reconnects", Align::Right),
+            ("refused", Align::Right),
+        ],
+        &rows,
+    );
+    for f in status.filers.iter().filter(|f| !f.error.is_empty()) {
+        text.push_str(&format!("filer {}: {}\n", f.filer, f.error));
+    }
+    for f in status.filers.iter().filter(|f| !f.last_refused.is_empty()) {
+        text.push_str(&format!(
+            "filer {}: last refused: {}\n",
+            f.filer, f.last_refused
+        ));
     }
     text
 }

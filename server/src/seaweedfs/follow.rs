@@ -64,6 +64,10 @@ pub struct FilerProgress {
     reconnects: AtomicU64,
     /// Why the last stream ended, if it ended with an error.
     error: Mutex<Option<String>>,
+    /// Events the filer sent that were refused (not stored), and why the
+    /// last one was.
+    refused: AtomicU64,
+    last_refused: Mutex<Option<String>>,
     /// The warning a failing stream logs, at most once per 10 s.
     warnings: RateLimit,
 }
@@ -79,6 +83,8 @@ pub struct FilerReading {
     pub events: u64,
     pub reconnects: u64,
     pub error: Option<String>,
+    pub refused: u64,
+    pub last_refused: Option<String>,
 }
 
 impl FilerProgress {
@@ -92,6 +98,8 @@ impl FilerProgress {
             events: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
             error: Mutex::new(None),
+            refused: AtomicU64::new(0),
+            last_refused: Mutex::new(None),
             warnings: RateLimit::new(Duration::from_secs(10)),
         })
     }
@@ -106,6 +114,12 @@ impl FilerProgress {
             events: self.events.load(Ordering::Relaxed),
             reconnects: self.reconnects.load(Ordering::Relaxed),
             error: self.error.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            refused: self.refused.load(Ordering::Relaxed),
+            last_refused: self
+                .last_refused
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
         }
     }
 
@@ -114,6 +128,14 @@ impl FilerProgress {
             tracing::warn!(filer = %self.filer, suppressed, "following the filer: {error}");
         }
         *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
+    }
+
+    /// Counts an event the filer sent that is not stored; `why` ends the
+    /// stream too (through [`FilerProgress::failed`]).
+    fn refuse(&self, why: String) -> String {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        *self.last_refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
+        why
     }
 
     fn seen(&self, ts_ns: i64) {
@@ -356,10 +378,10 @@ impl Session<'_> {
                 index,
                 field,
                 reason,
-            }) => Err(format!(
+            }) => Err(self.progress.refuse(format!(
                 "an event the filer sent cannot be stored (event {index} of a batch, {field}: \
                  {reason}); nothing after it is stored until it can be"
-            )),
+            ))),
             Err(e) => Err(format!("storing the filer's events: {e}")),
         }
     }
@@ -415,13 +437,15 @@ impl Batch {
                 continue;
             }
             if r.ts_ns <= after {
-                return Err(format!(
+                return Err(progress.refuse(format!(
                     "the filer sent an event at ts_ns {} after {after}: its log went backwards; \
                      nothing of it is stored",
                     r.ts_ns
-                ));
+                )));
             }
-            let Some(event) = stored_event(filer, r.directory, r.ts_ns, raw)? else {
+            let Some(event) =
+                stored_event(filer, r.directory, r.ts_ns, raw).map_err(|e| progress.refuse(e))?
+            else {
                 // The marker a filer sends after many events its filter
                 // skipped (an empty notification): progress, not an event.
                 progress.seen(r.ts_ns);

@@ -12,6 +12,8 @@
 
 mod address;
 mod follow;
+mod metrics;
 
 pub use address::FilerAddress;
 pub use follow::{follow, FilerProgress, FilerReading};
+pub use metrics::FilerMetrics;

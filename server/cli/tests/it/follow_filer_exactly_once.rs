@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use crate::serve_binary::Server;
+use crate::metrics_endpoint::scrape_until;
+use crate::serve_binary::{run_bounded, Server};
 use crate::weed::{self, LogEvent, Weed};
 use ringfeed_proto::filer_pb;
 use ringfeed_proto::prost::Message;
@@ -117,7 +118,16 @@ async fn a_followed_filer_is_stored_once_in_its_order() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start_with(dir.path(), 2, &["--follow-filer", &weed.filer]);
+    let server = Server::start_with(
+        dir.path(),
+        2,
+        &[
+            "--follow-filer",
+            &weed.filer,
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+    );
     let mut filer = weed.client().await.unwrap();
     weed::create(&mut filer, "/", "it", true).await.unwrap();
     for d in ["a", "b"] {
@@ -146,6 +156,29 @@ async fn a_followed_filer_is_stored_once_in_its_order() {
     assert_same_log(&log, &stored);
     let warned = filer_warnings(&server);
     assert!(warned.is_empty(), "{warned:?}");
+
+    // The filer is visible: `ringfeed status` and /metrics.
+    let mut status = std::process::Command::new(env!("CARGO_BIN_EXE_ringfeed"));
+    status.args(["status", "--server", &server.addr]);
+    let status = run_bounded(status, None, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0), "{status}");
+    let text = &status.stdout;
+    let row = text
+        .lines()
+        .find(|l| l.starts_with(&weed.filer))
+        .unwrap_or_else(|| panic!("no row for the filer:\n{text}"));
+    assert!(row.contains("streaming"), "{row}");
+    let at = server.metrics.clone().unwrap();
+    let stored_count = stored.len() as f64;
+    let scrape = tokio::task::spawn_blocking(move || {
+        scrape_until(&at, "the filer's events counted", |m| {
+            m.sum("ringfeed_filer_events_total") > stored_count
+        })
+    })
+    .await
+    .unwrap();
+    assert_eq!(scrape.sum("ringfeed_filer_connected"), 1.0);
+    assert_eq!(scrape.sum("ringfeed_filer_failing"), 0.0);
     server.stop();
 }
 
@@ -197,6 +230,7 @@ async fn sigkill_mid_ingest_keeps_each_event_once() {
     assert!(log.len() >= 601, "the filer logged {} events", log.len());
     let stored = ringfeed_log(&server.addr, until).await;
     assert_same_log(&log, &stored);
+
     server.stop();
 }
 

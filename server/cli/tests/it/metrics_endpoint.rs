@@ -41,6 +41,17 @@ impl Scrape {
         values.iter().sum()
     }
 
+    /// The value of the series of `name` whose `label` is `value`.
+    pub(crate) fn labelled(&self, name: &str, label: &str, value: &str) -> f64 {
+        self.series
+            .iter()
+            .find(|(n, labels, _)| {
+                n == name && labels.iter().any(|(k, v)| k == label && v == value)
+            })
+            .map(|(_, _, v)| *v)
+            .unwrap_or_else(|| panic!("no series {name}{{{label}={value:?}}}"))
+    }
+
     /// Sum of the `le="+Inf"` buckets of a histogram (all shards).
     fn inf_bucket(&self, name: &str) -> f64 {
         self.series
