@@ -48,6 +48,19 @@ const MAX_REPLACES: u32 = 8;
 /// How long a connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a stream may stay silent before it is given up as stalled. A
+/// SeaweedFS 4.48 filer sends an idle heartbeat every 5 s to a client that
+/// asks for them (ringfeed does), so this is three missed: a filer frozen
+/// (SIGSTOP, a hung host) whose kernel still holds the connection open.
+const STALLED: Duration = Duration::from_secs(15);
+
+fn stalled() -> String {
+    format!(
+        "the filer sent nothing for {} s (it heartbeats every 5 s): stalled or frozen",
+        STALLED.as_secs()
+    )
+}
+
 /// What is known of one followed filer, for status and metrics.
 #[derive(Debug)]
 pub struct FilerProgress {
@@ -303,16 +316,17 @@ impl Session<'_> {
             http::uri::PathAndQuery::from_static("/filer_pb.SeaweedFiler/SubscribeLocalMetadata");
         let codec =
             tonic::codec::ProstCodec::<filer_pb::SubscribeMetadataRequest, Received>::default();
-        let mut stream = grpc
-            .server_streaming(tonic::Request::new(request), path, codec)
+        let opened = grpc.server_streaming(tonic::Request::new(request), path, codec);
+        let mut stream = tokio::time::timeout(STALLED, opened)
             .await
+            .map_err(|_| stalled())?
             .map_err(|s| format!("SubscribeLocalMetadata: {}", s.message()))?
             .into_inner();
         self.progress.connected.store(true, Ordering::Relaxed);
         let mut batch = Batch::default();
         loop {
-            let first = stream.message().await;
-            let mut ended = match first {
+            let first = tokio::time::timeout(STALLED, stream.message()).await;
+            let mut ended = match first.map_err(|_| stalled())? {
                 Ok(Some(received)) => batch.take(filer, received, position, self.progress),
                 Ok(None) => return Ok(()),
                 Err(s) => Err(format!("the stream failed: {}", s.message())),

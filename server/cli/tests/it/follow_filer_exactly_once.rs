@@ -1,7 +1,8 @@
 //! `serve --follow-filer` against a real SeaweedFS filer: ringfeed's feed
 //! holds every event of the filer's own log once, in the filer's order, with
 //! the filer's `ts_ns` and notification; across SIGKILLs of ringfeed in the
-//! middle of the ingest, and of the filer.
+//! middle of the ingest, and of the filer; and one filer frozen does not
+//! hold back another.
 
 use std::time::Duration;
 
@@ -25,6 +26,12 @@ fn now_ns() -> i64 {
 /// [`cut`] made) arrives: so a duplicate anywhere before it is seen. The
 /// watchdog bounds the wait.
 async fn ringfeed_log(addr: &str, until: i64) -> Vec<LogEvent> {
+    ringfeed_log_of(addr, None, until).await
+}
+
+/// [`ringfeed_log`] of the events from one `filer` (as `--follow-filer`
+/// names it), or from every filer followed.
+async fn ringfeed_log_of(addr: &str, filer: Option<&str>, until: i64) -> Vec<LogEvent> {
     let mut client = RingFeedClient::connect(format!("http://{addr}"))
         .await
         .unwrap();
@@ -52,6 +59,9 @@ async fn ringfeed_log(addr: &str, until: i64) -> Vec<LogEvent> {
         for message in messages {
             let event = message.event.unwrap();
             let stored = event.seaweedfs.clone().expect("only filer events here");
+            if filer.is_some_and(|f| f != stored.filer) {
+                continue;
+            }
             let notification =
                 filer_pb::EventNotification::decode(stored.event_notification.clone()).unwrap();
             // The native view names the same paths as the notification.
@@ -306,5 +316,99 @@ async fn a_filer_killed_mid_ingest_loses_nothing_ringfeed_stored() {
         warned.iter().all(|w| !w.contains("backwards")),
         "{warned:?}"
     );
+    server.stop();
+}
+
+/// Two filers followed, one frozen (SIGSTOP) while both take creates: the
+/// other's events are stored while it is frozen; once thawed (SIGCONT), its
+/// events are too; each of ringfeed's copies equals its filer's own log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_filer_holds_back_only_itself() {
+    let _watchdog = ringfeed_testkit::arm_for(Duration::from_secs(120));
+    let Some(a) = Weed::start().await else {
+        return;
+    };
+    let Some(b) = Weed::start().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        dir.path(),
+        2,
+        &["--follow-filer", &a.filer, "--follow-filer", &b.filer],
+    );
+    let mut client = RingFeedClient::connect(format!("http://{}", server.addr))
+        .await
+        .unwrap();
+    let events_of = |status: &v1::StatusResponse, filer: &str| {
+        let f = status.filers.iter().find(|f| f.filer == filer).unwrap();
+        (f.events, f.seen_ts_ns)
+    };
+    let (mut to_a, mut to_b) = (a.client().await.unwrap(), b.client().await.unwrap());
+    weed::create(&mut to_a, "/", "a", true).await.unwrap();
+    weed::create(&mut to_b, "/", "b", true).await.unwrap();
+    for i in 0..20 {
+        weed::create(&mut to_b, "/b", &format!("before{i}"), false)
+            .await
+            .unwrap();
+    }
+    b.signal_filer("STOP");
+    let frozen_at = now_ns();
+    let stored_b = loop {
+        let status = client.status(v1::StatusRequest::default()).await.unwrap();
+        let (events, seen) = events_of(status.get_ref(), &b.filer);
+        if events >= 21 && seen > 0 {
+            break events;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // The frozen filer's creates wait in its socket; the other's flow.
+    let writer = tokio::spawn(async move {
+        for i in 0..20 {
+            weed::create(&mut to_b, "/b", &format!("frozen{i}"), false)
+                .await
+                .unwrap();
+        }
+        to_b
+    });
+    for i in 0..200 {
+        weed::create(&mut to_a, "/a", &format!("f{i}"), false)
+            .await
+            .unwrap();
+    }
+    let a_log = weed::filer_log(&a, now_ns()).await;
+    let want_a = a_log.len() as u64;
+    loop {
+        let status = client.status(v1::StatusRequest::default()).await.unwrap();
+        let (a_events, _) = events_of(status.get_ref(), &a.filer);
+        let (b_events, b_seen) = events_of(status.get_ref(), &b.filer);
+        assert_eq!(b_events, stored_b, "nothing came from the frozen filer");
+        assert!(b_seen <= frozen_at, "nor a heartbeat");
+        // Frozen past one of its heartbeats (every 5 s): visibly behind.
+        if a_events >= want_a && now_ns() - frozen_at > 6_000_000_000 {
+            assert!(now_ns() - b_seen > 5_000_000_000);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "while one filer was frozen for {:.1} s, the other's {want_a} events were stored",
+        (now_ns() - frozen_at) as f64 / 1e9
+    );
+    b.signal_filer("CONT");
+    let mut to_b = writer.await.unwrap();
+    for i in 0..20 {
+        weed::create(&mut to_b, "/b", &format!("after{i}"), false)
+            .await
+            .unwrap();
+    }
+    for weed in [&a, &b] {
+        let until = cut(weed).await;
+        let log = weed::filer_log(weed, until).await;
+        let stored = ringfeed_log_of(&server.addr, Some(&weed.filer), until).await;
+        assert_same_log(&log, &stored);
+    }
+    let warned = filer_warnings(&server);
+    assert!(warned.is_empty(), "{warned:?}");
     server.stop();
 }

@@ -178,3 +178,42 @@ async fn hostile_filers_fail_alone_and_nothing_wrong_is_stored() {
     assert_eq!(stored, want);
     server.stop();
 }
+
+/// A filer that keeps its stream open and sends nothing, not even the
+/// heartbeat a SeaweedFS filer sends every 5 s (a frozen process whose
+/// kernel still holds the connection): given up as stalled, shown as down
+/// with why, and opened again; what it sent is stored once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_filer_is_given_up_as_stalled() {
+    let _watchdog = ringfeed_testkit::arm();
+    let silent = FakeFiler::start(vec![create(100, "/quiet", "only")], Then::Hold).await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(dir.path(), 1, &["--follow-filer", &silent.address]);
+    let mut client = RingFeedClient::connect(format!("http://{}", server.addr))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let filer = loop {
+        let status = client
+            .status(v1::StatusRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        let filer = status.filers[0].clone();
+        if filer.reconnects >= 1 && filer.error.contains("stalled") {
+            break filer;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!(
+        "given up as stalled after {:?}: {}",
+        started.elapsed(),
+        filer.error
+    );
+    assert!(!filer.connected);
+    assert_eq!(
+        (filer.events, filer.stored_ts_ns, filer.refused),
+        (1, 100, 0)
+    );
+    server.stop();
+}

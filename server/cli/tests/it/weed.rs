@@ -182,6 +182,17 @@ impl Weed {
         SeaweedFilerClient::connect(format!("http://{}", self.filer_grpc)).await
     }
 
+    /// Sends `signal` (`STOP`, `CONT`) to the filer process.
+    pub fn signal_filer(&self, signal: &str) {
+        let (_, _, child) = &self.processes[2];
+        let pid = child.as_ref().expect("the filer runs").id();
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+
     /// SIGKILLs the filer and starts it again on the same ports and store.
     pub async fn restart_filer(&mut self) {
         let (_, _, child) = &mut self.processes[2];
