@@ -87,6 +87,8 @@ impl StatusBoard {
                     },
                     refused: r.refused,
                     last_refused: r.last_refused.unwrap_or_default(),
+                    log_gap: r.log_gap,
+                    gaps_skipped: r.gaps_skipped,
                 }
             })
             .collect()

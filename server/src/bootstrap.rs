@@ -193,7 +193,10 @@ pub fn serve(config: ServerConfig) -> Result<()> {
             tokio::spawn(crate::seaweedfs::follow(
                 engine.clone(),
                 progress.clone(),
-                config.follow_since_ns,
+                crate::seaweedfs::FollowFrom {
+                    since_ns: config.follow_since_ns,
+                    skip_gap: config.follow_skip_gap,
+                },
                 stop_rx.clone(),
             ));
         }

@@ -57,6 +57,11 @@ pub struct FileConfig {
     /// Where a filer followed for the first time starts, ns since the Unix
     /// epoch (`serve --follow-since`); default 0: the oldest event its log keeps.
     pub follow_since_ns: Option<i64>,
+    /// Follow a filer whose log no longer reaches back to the last event
+    /// stored from it (`serve --follow-skip-gap`): the events between are
+    /// gone from the filer, and are skipped, counted and logged. Default
+    /// false: such a filer is not followed until an operator decides.
+    pub follow_skip_gap: Option<bool>,
     /// etcd endpoints (URLs): membership through etcd instead of `peers`.
     pub etcd: Option<Vec<String>>,
     /// Where nodes register in etcd: `<prefix><node id>`.
@@ -143,6 +148,8 @@ pub struct ServerConfig {
     pub follow_filers: Vec<crate::seaweedfs::FilerAddress>,
     /// See [`FileConfig::follow_since_ns`].
     pub follow_since_ns: i64,
+    /// See [`FileConfig::follow_skip_gap`].
+    pub follow_skip_gap: bool,
 }
 
 impl FileConfig {
@@ -300,6 +307,7 @@ impl FileConfig {
         Ok(ServerConfig {
             follow_filers,
             follow_since_ns,
+            follow_skip_gap: self.follow_skip_gap.unwrap_or(false),
             engine,
             listen: self.listen.unwrap_or_else(|| DEFAULT_LISTEN.into()),
             metrics_listen: self.metrics_listen,

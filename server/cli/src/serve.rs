@@ -82,6 +82,13 @@ pub struct ServeArgs {
     /// `follow_since_ns`.
     #[arg(long, value_name = "WHEN")]
     follow_since: Option<String>,
+    /// Go on following a filer whose own log no longer reaches back to the last event stored
+    /// from it (its log was pruned while this server was not following): the events between
+    /// are gone from the filer and are skipped, logged and counted. Without it such a filer
+    /// is not followed, with an error in `ringfeed status` and on /metrics, until a restart
+    /// with this flag. Config `follow_skip_gap`.
+    #[arg(long)]
+    follow_skip_gap: bool,
     /// Serve Prometheus metrics at http://ADDR/metrics; port 0 picks a free port [default: off].
     #[arg(long)]
     metrics_listen: Option<String>,
@@ -151,6 +158,9 @@ fn serve_command(args: ServeArgs) -> Result<()> {
     file.peer_tls_ca = args.peer_tls_ca.or(file.peer_tls_ca);
     if !args.follow_filers.is_empty() {
         file.follow_filers = Some(args.follow_filers);
+    }
+    if args.follow_skip_gap {
+        file.follow_skip_gap = Some(true);
     }
     if let Some(when) = &args.follow_since {
         let now = std::time::SystemTime::now()

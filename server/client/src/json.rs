@@ -41,8 +41,12 @@ pub fn write_event_parts_json(
     Ok(())
 }
 
-/// Writes the event's JSON; `Ok(false)` when an entry holds extended attributes.
+/// Writes the event's JSON; `Ok(false)` when an entry holds extended
+/// attributes or the event is a SeaweedFS filer's (the full decode writes those).
 fn write_parts(event: &EventParts<'_>, out: &mut Vec<u8>) -> Result<bool, DecodeError> {
+    if event.has_seaweedfs {
+        return Ok(false);
+    }
     let mut object = Object::open(out);
     if !event.directory.is_empty() {
         object.string("directory", event.directory);
@@ -196,6 +200,20 @@ mod tests {
                     name: "x".into(),
                     extended: [("k".to_owned(), Bytes::from_static(b"v"))].into(),
                     ..Default::default()
+                }),
+                ..Default::default()
+            },
+            // A followed filer's event: its filer, time and notification too.
+            Event {
+                directory: "/d".into(),
+                new_entry: Some(Entry {
+                    name: "f".into(),
+                    ..Default::default()
+                }),
+                seaweedfs: Some(ringfeed_proto::v1::SeaweedfsEvent {
+                    filer: "127.0.0.1:8888".into(),
+                    ts_ns: 1_796_586_192_760_514_587,
+                    event_notification: Bytes::from_static(b"\x12\x03\x0a\x01f"),
                 }),
                 ..Default::default()
             },

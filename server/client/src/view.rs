@@ -198,6 +198,9 @@ pub struct EventParts<'a> {
     /// (otherwise an entry given twice was merged by a full decode and is
     /// the last one here).
     pub canonical: bool,
+    /// Whether it carries field 6, a followed SeaweedFS filer's event
+    /// (which these parts do not hold).
+    pub has_seaweedfs: bool,
     view: EventView<'a>,
 }
 
@@ -250,6 +253,7 @@ impl<'a> EventView<'a> {
         let (mut old_entry, mut new_entry) = (None, None);
         let mut seen = 0u32;
         let mut canonical = true;
+        let mut has_seaweedfs = false;
         for field in Fields::new(self.bytes) {
             let (tag, value) = field?;
             if (1..=4).contains(&tag) {
@@ -270,6 +274,7 @@ impl<'a> EventView<'a> {
                     }
                     _ => return Err(DecodeError::new("invalid wire type for signatures")),
                 },
+                6 => has_seaweedfs = true,
                 _ => {}
             }
         }
@@ -282,6 +287,7 @@ impl<'a> EventView<'a> {
             new_entry,
             new_parent_path: string(parent)?,
             canonical,
+            has_seaweedfs,
             view: *self,
         })
     }

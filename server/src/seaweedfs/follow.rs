@@ -15,7 +15,18 @@ use ringfeed_proto::tonic::codegen::http;
 use ringfeed_proto::{filer_pb, strict, v1};
 use tokio::sync::watch;
 
+use super::log_files;
 use super::FilerAddress;
+
+/// Where following a filer starts, and what to do when its log no longer
+/// reaches back there.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FollowFrom {
+    /// Where a filer never followed before starts (0: the oldest its log keeps).
+    pub since_ns: i64,
+    /// Go on past a gap in the filer's log (`--follow-skip-gap`).
+    pub skip_gap: bool,
+}
 
 /// The filer's `SubscribeMetadataResponse` with each `event_notification`
 /// kept as the bytes received (field numbers of `filer_pb`; `log_file_refs`,
@@ -81,6 +92,11 @@ pub struct FilerProgress {
     /// last one was.
     refused: AtomicU64,
     last_refused: Mutex<Option<String>>,
+    /// Whether it is not followed because its log no longer reaches back
+    /// to the last event stored from it.
+    log_gap: AtomicBool,
+    /// Such gaps gone past (`--follow-skip-gap`).
+    gaps_skipped: AtomicU64,
     /// The warning a failing stream logs, at most once per 10 s.
     warnings: RateLimit,
 }
@@ -98,6 +114,8 @@ pub struct FilerReading {
     pub error: Option<String>,
     pub refused: u64,
     pub last_refused: Option<String>,
+    pub log_gap: bool,
+    pub gaps_skipped: u64,
 }
 
 impl FilerProgress {
@@ -113,6 +131,8 @@ impl FilerProgress {
             error: Mutex::new(None),
             refused: AtomicU64::new(0),
             last_refused: Mutex::new(None),
+            log_gap: AtomicBool::new(false),
+            gaps_skipped: AtomicU64::new(0),
             warnings: RateLimit::new(Duration::from_secs(10)),
         })
     }
@@ -133,6 +153,8 @@ impl FilerProgress {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
+            log_gap: self.log_gap.load(Ordering::Relaxed),
+            gaps_skipped: self.gaps_skipped.load(Ordering::Relaxed),
         }
     }
 
@@ -195,17 +217,16 @@ fn resume(engine: &Engine, filer: &FilerAddress, since_ns: i64) -> Result<Positi
 }
 
 /// Follows `filer` into `engine` until `stop` turns true: reconnects with
-/// jittered backoff, resuming after the last stored event. `since_ns` is
-/// where a filer never followed before starts (0: the oldest its log keeps).
+/// jittered backoff, resuming after the last stored event.
 pub async fn follow(
     engine: Arc<Engine>,
     progress: Arc<FilerProgress>,
-    since_ns: i64,
+    from: FollowFrom,
     mut stop: watch::Receiver<bool>,
 ) {
     let filer = progress.filer.clone();
     let shard = (filer.producer_id() % u64::from(engine.shard_count())) as u32;
-    let mut position = match resume(&engine, &filer, since_ns) {
+    let mut position = match resume(&engine, &filer, from.since_ns) {
         Ok(position) => position,
         Err(e) => {
             // Nothing is appended for this filer until an operator looks:
@@ -232,17 +253,22 @@ pub async fn follow(
     };
     let mut attempt = 0;
     let mut replaced = 0;
+    // The position the filer's log was last found to reach back to.
+    let mut reaches = None;
     loop {
         let session = Session {
             engine: &engine,
             progress: &progress,
             shard,
             epoch,
+            skip_gap: from.skip_gap,
         };
-        let ended = session.run(&mut position, &mut attempt).or(async {
-            let _ = stop.wait_for(|stopped| *stopped).await;
-            Ok(())
-        });
+        let ended = session
+            .run(&mut position, &mut attempt, &mut reaches)
+            .or(async {
+                let _ = stop.wait_for(|stopped| *stopped).await;
+                Ok(())
+            });
         let ended = ended.await;
         progress.connected.store(false, Ordering::Relaxed);
         if *stop.borrow() {
@@ -284,12 +310,18 @@ struct Session<'a> {
     progress: &'a FilerProgress,
     shard: u32,
     epoch: i32,
+    skip_gap: bool,
 }
 
 impl Session<'_> {
     /// One stream: returns when it ends (Ok: the filer ended it cleanly).
     /// `attempt` (the backoff's) starts over once events are stored.
-    async fn run(&self, position: &mut Position, attempt: &mut u32) -> Result<(), String> {
+    async fn run(
+        &self,
+        position: &mut Position,
+        attempt: &mut u32,
+        reaches: &mut Option<i64>,
+    ) -> Result<(), String> {
         let filer = &self.progress.filer;
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", filer.grpc))
             .map_err(|e| format!("{}: {e}", filer.grpc))?
@@ -297,6 +329,10 @@ impl Session<'_> {
             .connect()
             .await
             .map_err(|e| format!("connecting to {}: {e}", filer.grpc))?;
+        if position.next_sequence > 0 && *reaches != Some(position.since_ns) {
+            self.check_log_reaches(position, channel.clone()).await?;
+            *reaches = Some(position.since_ns);
+        }
         let mut grpc = tonic::client::Grpc::new(channel);
         grpc.ready()
             .await
@@ -359,6 +395,43 @@ impl Session<'_> {
             }
             ended?;
         }
+    }
+
+    /// Whether the filer's log still reaches back to the last event stored
+    /// from it: a filer asked for events after a time older than its oldest
+    /// log file answers from that file on, so the events between would be
+    /// skipped without a word. Found, that is an error (the filer is not
+    /// followed) unless `skip_gap`: then a warning and a count.
+    async fn check_log_reaches(
+        &self,
+        position: &Position,
+        channel: tonic::transport::Channel,
+    ) -> Result<(), String> {
+        let oldest = tokio::time::timeout(STALLED, log_files::oldest(channel))
+            .await
+            .map_err(|_| stalled())?
+            .map_err(|e| format!("finding where the filer's log begins: {e}"))?;
+        let Some(oldest) = oldest.filter(|o| o.starts_ns > position.since_ns) else {
+            self.progress.log_gap.store(false, Ordering::Relaxed);
+            return Ok(());
+        };
+        let why = format!(
+            "the filer's log now begins at {} ({}), after the last event stored from it ({}): \
+             whatever it logged between them is gone from it (its log was pruned)",
+            log_files::format_ns(oldest.starts_ns),
+            oldest.path,
+            log_files::format_ns(position.since_ns),
+        );
+        if !self.skip_gap {
+            self.progress.log_gap.store(true, Ordering::Relaxed);
+            return Err(format!(
+                "{why}; not following it: restart with --follow-skip-gap to go on without them"
+            ));
+        }
+        self.progress.log_gap.store(false, Ordering::Relaxed);
+        self.progress.gaps_skipped.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(filer = %self.progress.filer, "{why}; going on without them (--follow-skip-gap)");
+        Ok(())
     }
 
     /// Appends the batch durably to the filer's shard and moves the position

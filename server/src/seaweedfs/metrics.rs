@@ -40,6 +40,11 @@ const GAUGES: &[Gauge] = &[
         "1 while the filer's stream is down with an error (ringfeed status says which)",
         |r, _| Some(f64::from(u8::from(!r.connected && r.error.is_some()))),
     ),
+    (
+        "filer_log_gap",
+        "1 while the filer is not followed because its log no longer reaches back to the last event stored from it",
+        |r, _| Some(f64::from(u8::from(r.log_gap))),
+    ),
 ];
 
 type Counter = (&'static str, &'static str, fn(&FilerReading) -> u64);
@@ -59,6 +64,11 @@ const COUNTERS: &[Counter] = &[
         "filer_refused",
         "Events the filer sent that were refused and not stored (malformed, or back in time)",
         |r| r.refused,
+    ),
+    (
+        "filer_gaps_skipped",
+        "Gaps in the filer's log gone past with --follow-skip-gap (the events in them are not stored)",
+        |r| r.gaps_skipped,
     ),
 ];
 

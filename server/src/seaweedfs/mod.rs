@@ -12,8 +12,9 @@
 
 mod address;
 mod follow;
+mod log_files;
 mod metrics;
 
 pub use address::FilerAddress;
-pub use follow::{follow, FilerProgress, FilerReading};
+pub use follow::{follow, FilerProgress, FilerReading, FollowFrom};
 pub use metrics::FilerMetrics;

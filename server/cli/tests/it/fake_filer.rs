@@ -2,6 +2,7 @@
 //! raw HTTP/2, so a test can send what no real filer would: malformed
 //! notifications, timestamps going back, endless heartbeats.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ringfeed_proto::bytes::{Bytes, BytesMut};
@@ -80,8 +81,19 @@ pub enum Then {
 pub struct FakeFiler {
     /// As `--follow-filer` names it: `127.0.0.1:1.PORT` (the HTTP port is not used).
     pub address: String,
+    state: Arc<Mutex<State>>,
     task: tokio::task::JoinHandle<()>,
 }
+
+/// What the fake serves; a test may change it between subscriptions.
+struct State {
+    script: Vec<Sent>,
+    then: Then,
+    /// Its metadata log files, as `DAY/HH-MM.ID` under `/topics/.system/log`.
+    log_files: Vec<String>,
+}
+
+const LOG_DIR: &str = "/topics/.system/log";
 
 impl Drop for FakeFiler {
     fn drop(&mut self) {
@@ -99,59 +111,103 @@ fn frame(message: &[u8]) -> Bytes {
 
 impl FakeFiler {
     /// Serves `script` (the events after the request's `since_ns`) to every
-    /// subscription, then does `then`.
+    /// subscription, then does `then`; no log files.
     pub async fn start(script: Vec<Sent>, then: Then) -> FakeFiler {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
+        let state = Arc::new(Mutex::new(State {
+            script,
+            then,
+            log_files: Vec::new(),
+        }));
+        let served = state.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((tcp, _)) = listener.accept().await else {
                     return;
                 };
-                let script = script.clone();
+                let state = served.clone();
                 tokio::spawn(async move {
                     let Ok(mut connection) = h2::server::handshake(tcp).await else {
                         return;
                     };
                     while let Some(Ok((request, respond))) = connection.accept().await {
-                        tokio::spawn(answer(request, respond, script.clone(), then));
+                        tokio::spawn(answer(request, respond, state.clone()));
                     }
                 });
             }
         });
         FakeFiler {
             address: format!("127.0.0.1:1.{port}"),
+            state,
             task,
         }
     }
+
+    /// Adds an event to the script (for subscriptions from now on).
+    pub fn push(&self, sent: Sent) {
+        self.state.lock().unwrap().script.push(sent);
+    }
+
+    /// Sets the log files `ListEntries` shows under `/topics/.system/log`.
+    pub fn set_log_files(&self, files: &[&str]) {
+        self.state.lock().unwrap().log_files = files.iter().map(|f| f.to_string()).collect();
+    }
+}
+
+/// The request's one message.
+async fn read_message(body: &mut h2::RecvStream) -> Option<Vec<u8>> {
+    let mut received = Vec::new();
+    while received.len() < 5
+        || received.len() < 5 + u32::from_be_bytes(received[1..5].try_into().unwrap()) as usize
+    {
+        let data = body.data().await?.ok()?;
+        let _ = body.flow_control().release_capacity(data.len());
+        received.extend_from_slice(&data);
+    }
+    Some(received[5..].to_vec())
 }
 
 async fn answer(
     request: http::Request<h2::RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
-    script: Vec<Sent>,
-    then: Then,
+    state: Arc<Mutex<State>>,
 ) {
+    let path = request.uri().path().to_owned();
     let mut body = request.into_body();
-    let mut received = Vec::new();
-    while received.len() < 5
-        || received.len() < 5 + u32::from_be_bytes(received[1..5].try_into().unwrap()) as usize
-    {
-        match body.data().await {
-            Some(Ok(data)) => {
-                let _ = body.flow_control().release_capacity(data.len());
-                received.extend_from_slice(&data);
-            }
-            _ => return,
-        }
-    }
-    let request = filer_pb::SubscribeMetadataRequest::decode(&received[5..]).unwrap();
+    let Some(message) = read_message(&mut body).await else {
+        return;
+    };
     let response = http::Response::builder()
         .header("content-type", "application/grpc")
         .body(())
         .unwrap();
     let Ok(mut stream) = respond.send_response(response, false) else {
         return;
+    };
+    if path == "/filer_pb.SeaweedFiler/ListEntries" {
+        let request = filer_pb::ListEntriesRequest::decode(&message[..]).unwrap();
+        let names = list(&state.lock().unwrap().log_files, &request);
+        for name in names {
+            let response = filer_pb::ListEntriesResponse {
+                entry: Some(filer_pb::Entry {
+                    name,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let _ = stream.send_data(frame(&response.encode_to_vec()), false);
+        }
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+        let _ = stream.send_trailers(trailers);
+        return;
+    }
+    assert_eq!(path, "/filer_pb.SeaweedFiler/SubscribeLocalMetadata");
+    let request = filer_pb::SubscribeMetadataRequest::decode(&message[..]).unwrap();
+    let (script, then) = {
+        let state = state.lock().unwrap();
+        (state.script.clone(), state.then)
     };
     for sent in script.iter().filter(|s| s.ts_ns() > request.since_ns) {
         if stream.send_data(frame(&sent.encode()), false).is_err() {
@@ -182,4 +238,35 @@ async fn answer(
             }
         }
     }
+}
+
+/// The names `ListEntries` answers from `files` (`DAY/FILE`): the days in
+/// the log directory, or the files of one day; sorted, after
+/// `start_from_file_name`, at most `limit`.
+fn list(files: &[String], request: &filer_pb::ListEntriesRequest) -> Vec<String> {
+    let mut names: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let (day, file) = f.split_once('/').unwrap();
+            if request.directory == LOG_DIR {
+                Some(day.to_owned())
+            } else if request.directory == format!("{LOG_DIR}/{day}") {
+                Some(file.to_owned())
+            } else {
+                None
+            }
+        })
+        .filter(|name| {
+            let after = request.start_from_file_name.as_str();
+            name.as_str() > after || (request.inclusive_start_from && name == after)
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names.truncate(if request.limit == 0 {
+        usize::MAX
+    } else {
+        request.limit as usize
+    });
+    names
 }

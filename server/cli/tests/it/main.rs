@@ -27,6 +27,7 @@ mod fake_filer;
 mod final_status_never_lost;
 mod follow_filer_exactly_once;
 mod follow_filer_hostile_upstream;
+mod follow_filer_log_gap;
 mod follower_resumes_after_ok_end;
 mod follower_steps_report_watermarks;
 mod grpc_append_and_subscribe;
