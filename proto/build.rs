@@ -132,9 +132,12 @@ fn main() -> Result<(), Box<dyn Error>> {
         .protoc_executable(protoc_bin_vendored::protoc_bin_path()?)
         .bytes(["."])
         .file_descriptor_set_path(out_dir.join(FILER_DESCRIPTOR));
+    // Default stubs: ringfeed serves the metadata feed's RPCs only, and
+    // answers the rest UNIMPLEMENTED (server/src/seaweedfs/filer_api.rs says why).
     tonic_build::configure()
         .build_client(true)
         .build_server(true)
+        .generate_default_stubs(true)
         .compile_protos_with_config(filer, &[FILER_PROTO], &["seaweedfs"])?;
 
     let descriptors = fs::read(&descriptor_path)?;

@@ -27,6 +27,8 @@ struct Bound {
     page: Option<tokio::net::TcpListener>,
     /// The page is served on the metrics' listener.
     page_shares_metrics: bool,
+    /// SeaweedFS's filer API (`--filer-listen`).
+    filer: Option<tokio::net::TcpListener>,
     tls: Option<ringfeed_proto::tonic::transport::ServerTlsConfig>,
 }
 
@@ -79,6 +81,33 @@ async fn bind(config: &ServerConfig, clustered: bool) -> Result<Bound> {
         ),
         _ => None,
     };
+    let filer = match &config.filer_listen {
+        Some(at) => {
+            // SeaweedFS clients send no ringfeed token: the filer API would
+            // be a way around them, and beyond loopback an open door.
+            let reachable = tokio::net::lookup_host(at)
+                .await
+                .with_context(|| format!("filer API: listening on {at}"))?
+                .any(|a| !a.ip().is_loopback());
+            if (config.token_file.is_some() || reachable) && !config.insecure {
+                anyhow::bail!(
+                    "the SeaweedFS filer API (--filer-listen {at}) takes no tokens and no TLS: \
+                     {}. Listen on a loopback address, or give --insecure to accept that",
+                    if config.token_file.is_some() {
+                        "it would let any local client read the feed around --token-file"
+                    } else {
+                        "anyone on the network could read the feed"
+                    }
+                );
+            }
+            Some(
+                tokio::net::TcpListener::bind(at)
+                    .await
+                    .with_context(|| format!("filer API: listening on {at}"))?,
+            )
+        }
+        None => None,
+    };
     // Peers dial the advertised address: a wildcard one reaches nobody.
     if clustered && config.advertise.is_none() && addr.ip().is_unspecified() {
         anyhow::bail!(
@@ -92,6 +121,7 @@ async fn bind(config: &ServerConfig, clustered: bool) -> Result<Bound> {
         metrics,
         page,
         page_shares_metrics,
+        filer,
         tls,
     })
 }
@@ -127,6 +157,7 @@ pub fn serve(config: ServerConfig) -> Result<()> {
         metrics,
         page,
         page_shares_metrics,
+        filer,
         tls,
     } = runtime.block_on(bind(&config, clustered))?;
     let engine = Engine::open(config.engine.clone())
@@ -199,6 +230,35 @@ pub fn serve(config: ServerConfig) -> Result<()> {
                 },
                 stop_rx.clone(),
             ));
+        }
+        let mut filer_addr = None;
+        if let Some(listener) = filer {
+            filer_addr = Some(listener.local_addr()?);
+            let api = crate::seaweedfs::FilerApi::new(
+                engine.clone(),
+                filers.clone(),
+                engine.feed_id() as i32,
+                stop_rx.clone(),
+            );
+            let service = crate::seaweedfs::OnlyTheFeed(
+                ringfeed_proto::filer_pb::seaweed_filer_server::SeaweedFilerServer::new(
+                    crate::seaweedfs::FilerService(api),
+                ),
+            );
+            let mut stopping = stop_rx.clone();
+            let serving = transport(&config.subscribers)
+                .add_service(service)
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    async move {
+                        let _ = stopping.wait_for(|s| *s).await;
+                    },
+                );
+            tokio::spawn(async move {
+                if let Err(e) = serving.await {
+                    tracing::error!("the SeaweedFS filer API stopped: {e}");
+                }
+            });
         }
         let service_metrics = service.metrics().clone();
         let board = service.board().clone();
@@ -301,6 +361,16 @@ pub fn serve(config: ServerConfig) -> Result<()> {
         }
         if let Some(at) = page_addr {
             println!("status page on {scheme}://{at}/");
+        }
+        if let Some(at) = filer_addr {
+            // SeaweedFS names a filer HTTP_PORT.GRPC_PORT; ringfeed has no
+            // HTTP port for it, so the one SeaweedFS would assume.
+            let http = at.port().saturating_sub(10_000).max(1);
+            println!(
+                "seaweedfs filer API on {at} (weed: -filer={}:{http}.{})",
+                at.ip(),
+                at.port()
+            );
         }
         // Clients that keep a stream open past shutdown get 10 s to let go.
         let mut stopping = stop_rx;

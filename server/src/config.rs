@@ -62,6 +62,9 @@ pub struct FileConfig {
     /// gone from the filer, and are skipped, counted and logged. Default
     /// false: such a filer is not followed until an operator decides.
     pub follow_skip_gap: Option<bool>,
+    /// Serve SeaweedFS's filer gRPC API (its metadata feed) on this address
+    /// (`serve --filer-listen`); off when absent.
+    pub filer_listen: Option<String>,
     /// etcd endpoints (URLs): membership through etcd instead of `peers`.
     pub etcd: Option<Vec<String>>,
     /// Where nodes register in etcd: `<prefix><node id>`.
@@ -150,6 +153,8 @@ pub struct ServerConfig {
     pub follow_since_ns: i64,
     /// See [`FileConfig::follow_skip_gap`].
     pub follow_skip_gap: bool,
+    /// See [`FileConfig::filer_listen`].
+    pub filer_listen: Option<String>,
 }
 
 impl FileConfig {
@@ -308,6 +313,7 @@ impl FileConfig {
             follow_filers,
             follow_since_ns,
             follow_skip_gap: self.follow_skip_gap.unwrap_or(false),
+            filer_listen: self.filer_listen,
             engine,
             listen: self.listen.unwrap_or_else(|| DEFAULT_LISTEN.into()),
             metrics_listen: self.metrics_listen,

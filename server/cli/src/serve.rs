@@ -89,6 +89,13 @@ pub struct ServeArgs {
     /// with this flag. Config `follow_skip_gap`.
     #[arg(long)]
     follow_skip_gap: bool,
+    /// Serve SeaweedFS's filer gRPC API on ADDR for SeaweedFS's own clients (`weed
+    /// filer.meta.tail -filer=HOST:PORT.GRPCPORT` with GRPCPORT = ADDR's port): the metadata
+    /// feed of every followed filer and of this server's own appends, SubscribeMetadata and
+    /// SubscribeLocalMetadata; every other filer RPC is refused UNIMPLEMENTED. It has no
+    /// tokens: with --token-file it needs --insecure [default: off]. Config `filer_listen`.
+    #[arg(long, value_name = "ADDR")]
+    filer_listen: Option<String>,
     /// Serve Prometheus metrics at http://ADDR/metrics; port 0 picks a free port [default: off].
     #[arg(long)]
     metrics_listen: Option<String>,
@@ -159,6 +166,7 @@ fn serve_command(args: ServeArgs) -> Result<()> {
     if !args.follow_filers.is_empty() {
         file.follow_filers = Some(args.follow_filers);
     }
+    file.filer_listen = args.filer_listen.or(file.filer_listen);
     if args.follow_skip_gap {
         file.follow_skip_gap = Some(true);
     }

@@ -56,6 +56,10 @@ const DUPLICATED: &str = "duplicated local subscription detected";
 /// Times in a row a subscription is tried again with a higher epoch, at once.
 const MAX_REPLACES: u32 = 8;
 
+/// How far a filer's clock may run ahead of this server's before its events
+/// are held back (see `Session::not_before_filer_time`).
+pub const MAX_CLOCK_AHEAD: Duration = Duration::from_secs(10);
+
 /// How long a connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -84,6 +88,13 @@ pub struct FilerProgress {
     seen_ts_ns: AtomicI64,
     /// The filer's own flush watermark, from its flush reports.
     flushed_ts_ns: AtomicI64,
+    /// The filer time through which every event it sent is stored (its
+    /// events' and heartbeats' `ts_ns`, moved only after the append): the
+    /// watermark the SeaweedFS view merges filers by.
+    complete_ts_ns: AtomicI64,
+    /// How far the filer's clock was ahead of this server's at the last
+    /// append (its last event's `ts_ns` minus now; negative: behind).
+    clock_ahead_ns: AtomicI64,
     events: AtomicU64,
     reconnects: AtomicU64,
     /// Why the last stream ended, if it ended with an error.
@@ -126,6 +137,8 @@ impl FilerProgress {
             stored_ts_ns: AtomicI64::new(0),
             seen_ts_ns: AtomicI64::new(0),
             flushed_ts_ns: AtomicI64::new(0),
+            complete_ts_ns: AtomicI64::new(0),
+            clock_ahead_ns: AtomicI64::new(0),
             events: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
             error: Mutex::new(None),
@@ -171,6 +184,11 @@ impl FilerProgress {
         self.refused.fetch_add(1, Ordering::Relaxed);
         *self.last_refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
         why
+    }
+
+    /// See [`FilerProgress::complete_ts_ns`](Self).
+    pub fn complete_ts_ns(&self) -> i64 {
+        self.complete_ts_ns.load(Ordering::Acquire)
     }
 
     fn seen(&self, ts_ns: i64) {
@@ -238,6 +256,9 @@ pub async fn follow(
     progress
         .stored_ts_ns
         .store(position.since_ns, Ordering::Relaxed);
+    progress
+        .complete_ts_ns
+        .fetch_max(position.since_ns, Ordering::Release);
     // Above any epoch an earlier run of this server used (seconds since
     // 2020), so the filer replaces a stream of ours it still holds instead of
     // refusing this one as a duplicate.
@@ -384,7 +405,12 @@ impl Session<'_> {
                 }
             }
             // Whatever ended the stream, what arrived before it is stored.
-            if self.append(&mut batch, position).await? {
+            let heard = std::mem::take(&mut batch.heard_ts);
+            let appended = self.append(&mut batch, position).await?;
+            self.progress
+                .complete_ts_ns
+                .fetch_max(heard, Ordering::Release);
+            if appended {
                 // Progress: the next failure starts the backoff over.
                 *attempt = 0;
                 *self
@@ -434,6 +460,31 @@ impl Session<'_> {
         Ok(())
     }
 
+    /// Waits until this server's clock is at most [`MAX_CLOCK_AHEAD`] behind
+    /// filer time `ts_ns`, so every event of a filer is stamped at or after
+    /// its `ts_ns` - MAX_CLOCK_AHEAD: the SeaweedFS view finds the events
+    /// after a filer time T from ringfeed time T - MAX_CLOCK_AHEAD on. A
+    /// filer whose clock runs further ahead has its events stored late, and
+    /// says so.
+    async fn not_before_filer_time(&self, ts_ns: i64) {
+        let ahead = ts_ns.saturating_sub(ringfeed_engine::clock::now_ns());
+        self.progress.clock_ahead_ns.store(ahead, Ordering::Relaxed);
+        let wait = ahead - MAX_CLOCK_AHEAD.as_nanos() as i64;
+        if wait > 0 {
+            if let Some(suppressed) = self.progress.warnings.check() {
+                tracing::warn!(
+                    filer = %self.progress.filer,
+                    suppressed,
+                    "the filer's clock is {:.1} s ahead of this server's: its events are stored \
+                     {:.1} s late (fix the clocks: NTP)",
+                    ahead as f64 / 1e9,
+                    wait as f64 / 1e9
+                );
+            }
+            tokio::time::sleep(Duration::from_nanos(wait as u64)).await;
+        }
+    }
+
     /// Appends the batch durably to the filer's shard and moves the position
     /// past it; on failure nothing moves (a retry of the same sequences is
     /// answered, not stored again).
@@ -445,6 +496,7 @@ impl Session<'_> {
         let count = events.len() as u64;
         let last_ts = batch.last_ts;
         batch.bytes = 0;
+        self.not_before_filer_time(last_ts).await;
         let producer = Producer {
             id: self.progress.filer.producer_id(),
             first_sequence: position.next_sequence,
@@ -479,6 +531,8 @@ impl Session<'_> {
 struct Batch {
     events: Vec<NewEvent>,
     bytes: usize,
+    /// The latest filer time taken (events and heartbeats).
+    heard_ts: i64,
     /// The filer timestamp of the last event in `events`.
     last_ts: i64,
 }
@@ -488,6 +542,12 @@ impl Batch {
     /// before the last one taken is refused: the filer's timestamps increase
     /// along its log, so one going back is a filer fault, not an event to
     /// store (storing it could put it twice).
+    /// The filer said it has sent everything through `ts_ns`.
+    fn heard(&mut self, progress: &FilerProgress, ts_ns: i64) {
+        progress.seen(ts_ns);
+        self.heard_ts = self.heard_ts.max(ts_ns);
+    }
+
     fn take(
         &mut self,
         filer: &FilerAddress,
@@ -506,7 +566,7 @@ impl Batch {
         for r in responses {
             let Some(raw) = r.event_notification else {
                 // A heartbeat (the filer's time) or a flush report.
-                progress.seen(r.ts_ns);
+                self.heard(progress, r.ts_ns);
                 continue;
             };
             let after = if self.events.is_empty() {
@@ -520,7 +580,7 @@ impl Batch {
                 // starts after it): that is the last event stored, sent
                 // again. A filer's timestamps are unique along its log, so
                 // the same time is the same event.
-                progress.seen(r.ts_ns);
+                self.heard(progress, r.ts_ns);
                 continue;
             }
             if r.ts_ns <= after {
@@ -535,10 +595,10 @@ impl Batch {
             else {
                 // The marker a filer sends after many events its filter
                 // skipped (an empty notification): progress, not an event.
-                progress.seen(r.ts_ns);
+                self.heard(progress, r.ts_ns);
                 continue;
             };
-            progress.seen(r.ts_ns);
+            self.heard(progress, r.ts_ns);
             self.bytes += event.payload.len();
             self.last_ts = r.ts_ns;
             self.events.push(event);

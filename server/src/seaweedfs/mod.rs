@@ -11,10 +11,14 @@
 //! durable events.
 
 mod address;
+mod filer_api;
 mod follow;
 mod log_files;
+mod merge;
 mod metrics;
+mod view;
 
 pub use address::FilerAddress;
+pub use filer_api::{FilerApi, FilerService, OnlyTheFeed};
 pub use follow::{follow, FilerProgress, FilerReading, FollowFrom};
 pub use metrics::FilerMetrics;

@@ -28,6 +28,10 @@ pub struct Server {
     /// HOST:PORT from the `status page on http://HOST:PORT/` line, if
     /// started with `--http-listen`.
     pub page: Option<String>,
+    /// The `-filer=` value SeaweedFS clients take, from the `seaweedfs filer
+    /// API on ADDR (weed: -filer=HOST:PORT.GRPCPORT)` line, if started with
+    /// `--filer-listen`.
+    pub filer_api: Option<String>,
     /// What the server wrote to stderr so far, line by line.
     pub stderr: Arc<Mutex<Vec<String>>>,
     exited: mpsc::Receiver<ExitStatus>,
@@ -93,6 +97,7 @@ impl Server {
         let (addr_tx, addr_rx) = mpsc::channel();
         let (metrics_tx, metrics_rx) = mpsc::channel();
         let (page_tx, page_rx) = mpsc::channel();
+        let (filer_tx, filer_rx) = mpsc::channel();
         // Keep draining both pipes for the server's whole life so it never
         // blocks on a full pipe; what it says shows up when the test fails.
         std::thread::spawn(move || {
@@ -113,6 +118,12 @@ impl Server {
                 if let Some(url) = page {
                     let _ = page_tx.send(url.trim().trim_end_matches('/').to_owned());
                 }
+                if let Some((_, weed)) = line
+                    .strip_prefix("seaweedfs filer API on ")
+                    .and_then(|rest| rest.split_once("(weed: -filer="))
+                {
+                    let _ = filer_tx.send(weed.trim_end_matches(')').to_owned());
+                }
             }
         });
         let stderr_lines = Arc::new(Mutex::new(Vec::new()));
@@ -130,6 +141,7 @@ impl Server {
             addr: String::new(),
             metrics: None,
             page: None,
+            filer_api: None,
             stderr: stderr_lines,
             exited,
             stopped: false,
@@ -147,6 +159,9 @@ impl Server {
         }
         if flags.contains(&"--http-listen") {
             server.page = Some(page_rx.recv_timeout(STARTUP).map_err(|_| stuck(pid))?);
+        }
+        if flags.contains(&"--filer-listen") {
+            server.filer_api = Some(filer_rx.recv_timeout(STARTUP).map_err(|_| stuck(pid))?);
         }
         Ok(server)
     }

@@ -182,6 +182,13 @@ impl Weed {
         SeaweedFilerClient::connect(format!("http://{}", self.filer_grpc)).await
     }
 
+    /// A `weed` client command (`filer.meta.tail`, ...), run in the scratch dir.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(&self.weed);
+        command.current_dir(self.dir.path()).args(args);
+        command
+    }
+
     /// Sends `signal` (`STOP`, `CONT`) to the filer process.
     pub fn signal_filer(&self, signal: &str) {
         let (_, _, child) = &self.processes[2];

@@ -1,0 +1,435 @@
+//! SeaweedFS's filer gRPC API (`filer_pb.SeaweedFiler`, 4.48's field
+//! numbers) on `serve --filer-listen`, for SeaweedFS's own clients: the
+//! metadata feed (`SubscribeMetadata`, `SubscribeLocalMetadata`) and
+//! `GetFilerConfiguration`. Every other RPC is answered UNIMPLEMENTED, saying
+//! that ringfeed serves the metadata feed only.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ringfeed_engine::clock::now_ns;
+use ringfeed_engine::{Engine, Start, SubscribeRequest};
+use ringfeed_proto::filer_pb;
+use ringfeed_proto::filer_pb::seaweed_filer_server::SeaweedFiler;
+use ringfeed_proto::prost::Message as _;
+use ringfeed_proto::tonic::codegen::http;
+use ringfeed_proto::tonic::{self, Request, Response, Status};
+use ringfeed_proto::v1;
+use tokio::sync::{mpsc, watch};
+
+use super::follow::MAX_CLOCK_AHEAD;
+use super::merge::Merge;
+use super::view::{FilerEvent, Matcher};
+use super::FilerProgress;
+
+/// A source not heard from for this long is not waited for (a live filer
+/// heartbeats every 5 s): its events go out late instead.
+const HOLD: Duration = Duration::from_secs(8);
+/// How often a waiting stream looks at the sources' watermarks again.
+const TICK: Duration = Duration::from_millis(20);
+/// A caught-up subscriber that asked for idle heartbeats gets one this often.
+const IDLE_HEARTBEAT: Duration = Duration::from_secs(5);
+/// After this many events filtered out in a row, an empty notification with
+/// the time tells the subscriber how far it is (as a filer does).
+const MAX_UNSYNCED_EVENTS: u64 = 1000;
+/// The most events a stream holds read and not yet sent (beyond it, reading
+/// waits for the merge: a source held back by another holds at most this).
+const MAX_QUEUED: usize = 4096;
+/// Responses a stream queues for the transport.
+const STREAM_QUEUE: usize = 64;
+
+/// The shared state of the filer API.
+pub struct FilerApi {
+    engine: Arc<Engine>,
+    filers: Vec<Arc<FilerProgress>>,
+    /// This server's signature on the events it sends.
+    signature: i32,
+    /// The followed filers' configuration, for `GetFilerConfiguration`.
+    upstream: Mutex<Option<filer_pb::GetFilerConfigurationResponse>>,
+    /// Streams by client id: the epoch of the one open, and how to end it.
+    clients: Mutex<HashMap<i32, (i32, watch::Sender<bool>)>>,
+    stop: watch::Receiver<bool>,
+}
+
+impl FilerApi {
+    /// `signature`: stable for this data dir (from its feed id), never 0.
+    pub fn new(
+        engine: Arc<Engine>,
+        filers: Vec<Arc<FilerProgress>>,
+        signature: i32,
+        stop: watch::Receiver<bool>,
+    ) -> Arc<FilerApi> {
+        Arc::new(FilerApi {
+            engine,
+            filers,
+            signature: if signature == 0 { 1 } else { signature },
+            upstream: Mutex::new(None),
+            clients: Mutex::new(HashMap::new()),
+            stop,
+        })
+    }
+
+    /// Registers a stream of `client_id` at `epoch`: a higher epoch replaces
+    /// the one open (which ends), the same or a lower one is refused.
+    fn register(&self, client_id: i32, epoch: i32) -> Result<watch::Receiver<bool>, Status> {
+        let (replace, replaced) = watch::channel(false);
+        if client_id == 0 {
+            return Ok(replaced);
+        }
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((open, _)) = clients.get(&client_id) {
+            if *open >= epoch {
+                return Err(Status::unknown(format!(
+                    "duplicated subscription detected for client id {client_id}"
+                )));
+            }
+        }
+        if let Some((_, previous)) = clients.insert(client_id, (epoch, replace)) {
+            let _ = previous.send(true);
+        }
+        Ok(replaced)
+    }
+
+    fn unregister(&self, client_id: i32, epoch: i32) {
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if clients
+            .get(&client_id)
+            .is_some_and(|(open, _)| *open == epoch)
+        {
+            clients.remove(&client_id);
+        }
+    }
+
+    fn subscribe(
+        self: &Arc<Self>,
+        request: filer_pb::SubscribeMetadataRequest,
+    ) -> Result<SubscribeStream, Status> {
+        let replaced = self.register(request.client_id, request.client_epoch)?;
+        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+        let api = self.clone();
+        tokio::spawn(async move {
+            let (id, epoch) = (request.client_id, request.client_epoch);
+            let ended = api.stream(request, replaced, &tx).await;
+            api.unregister(id, epoch);
+            if let Err(status) = ended {
+                let _ = tx.send(Err(status)).await;
+            }
+        });
+        Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+
+    /// One subscription: reads ringfeed's feed from where the request's
+    /// `since_ns` can first be found, merges the sources, filters, sends.
+    /// Ends OK only past `until_ns`; shutdown and a replacing stream end it
+    /// UNAVAILABLE (a SeaweedFS client stops following for good on OK).
+    async fn stream(
+        &self,
+        request: filer_pb::SubscribeMetadataRequest,
+        mut replaced: watch::Receiver<bool>,
+        tx: &mpsc::Sender<Result<filer_pb::SubscribeMetadataResponse, Status>>,
+    ) -> Result<(), Status> {
+        let since = request.since_ns.max(0);
+        let until = (request.until_ns > 0).then_some(request.until_ns);
+        // Every filer event after filer time T is stamped after
+        // T - MAX_CLOCK_AHEAD (the follower holds back events of a filer
+        // whose clock runs further ahead); ringfeed's own events are stamped
+        // in its time.
+        let start = match since.saturating_sub(MAX_CLOCK_AHEAD.as_nanos() as i64 + 1) {
+            at if at <= 0 => Start::Beginning,
+            at => Start::SinceNs(at),
+        };
+        let mut feed = self
+            .engine
+            .subscribe(SubscribeRequest::from(start))
+            .map_err(|e| Status::internal(format!("reading the feed: {e}")))?;
+        let matcher = Matcher::new(&request);
+        let by_name: HashMap<&str, usize> = self
+            .filers
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.filer.given.as_str(), i))
+            .collect();
+        // Sources: each followed filer, then ringfeed's own events, then the
+        // events of filers no longer followed (nothing to wait for).
+        let own = self.filers.len();
+        let unfollowed = own + 1;
+        let mut merge = Merge::new(own + 2, since, HOLD.as_nanos() as i64, now_ns());
+        merge.advance(unfollowed, i64::MAX, now_ns());
+        // Per filer: (ringfeed time, the filer's complete watermark then).
+        // A watermark counts once the feed has been read past the time it
+        // was taken: its events were stored before.
+        let mut taken: Vec<std::collections::VecDeque<(i64, i64)>> = vec![Default::default(); own];
+        let mut last_complete = vec![i64::MIN; own];
+        let mut filtered = 0u64;
+        let mut sent_at = now_ns();
+        let mut claimed_at = 0;
+        let mut stop = self.stop.clone();
+        loop {
+            if *stop.borrow() || *replaced.borrow() {
+                return Err(Status::unavailable(if *replaced.borrow() {
+                    "replaced by a stream of the same client id with a higher epoch"
+                } else {
+                    "the server is shutting down: subscribe again"
+                }));
+            }
+            // Read what the feed has, up to the bound.
+            while merge.queued() < MAX_QUEUED {
+                let next = futures_lite::future::poll_once(feed.next()).await;
+                let Some(next) = next else { break };
+                let Some(delivered) =
+                    next.map_err(|e| Status::unavailable(format!("reading the feed: {e}")))?
+                else {
+                    break;
+                };
+                let event = v1::Event::decode(delivered.payload()).map_err(|e| {
+                    Status::internal(format!("a stored event does not decode: {e}"))
+                })?;
+                let source = match &event.seaweedfs {
+                    Some(s) => by_name.get(s.filer.as_str()).copied().unwrap_or(unfollowed),
+                    None => own,
+                };
+                let event =
+                    FilerEvent::of(&event, delivered.header().ts).map_err(Status::internal)?;
+                if event.ts_ns > since {
+                    merge.push(source, event);
+                }
+            }
+            let now = now_ns();
+            let read_through = feed.watermark();
+            merge.advance(own, read_through, now);
+            for (i, filer) in self.filers.iter().enumerate() {
+                let taken = &mut taken[i];
+                let complete = filer.complete_ts_ns();
+                if complete > last_complete[i] {
+                    last_complete[i] = complete;
+                    taken.push_back((now, complete));
+                }
+                while taken.front().is_some_and(|(at, _)| *at <= read_through) {
+                    let (_, complete) = taken.pop_front().unwrap_or_default();
+                    merge.advance(i, complete, now);
+                }
+            }
+            tracing::debug!(
+                queued = merge.queued(),
+                read_through,
+                since,
+                "filer view: {:?}",
+                taken
+            );
+            let mut batch = Vec::new();
+            while let Some((event, _late)) = merge.pop(now) {
+                if until.is_some_and(|u| event.ts_ns > u) {
+                    break;
+                }
+                if matcher.wants(&event.paths(), &event.notification.signatures) {
+                    batch.push(event.response(self.signature));
+                    filtered = 0;
+                } else {
+                    filtered += 1;
+                    if filtered > MAX_UNSYNCED_EVENTS {
+                        batch.push(filer_pb::SubscribeMetadataResponse {
+                            event_notification: Some(filer_pb::EventNotification::default()),
+                            ts_ns: event.ts_ns,
+                            ..Default::default()
+                        });
+                        filtered = 0;
+                    }
+                }
+            }
+            if !batch.is_empty() {
+                sent_at = now;
+                if !send(tx, batch, request.client_supports_batching).await {
+                    return Ok(());
+                }
+            } else if request.client_supports_idle_heartbeat
+                && now - sent_at >= IDLE_HEARTBEAT.as_nanos() as i64
+                && merge.queued() == 0
+            {
+                sent_at = now;
+                let heartbeat = filer_pb::SubscribeMetadataResponse {
+                    ts_ns: now,
+                    ..Default::default()
+                };
+                if tx.send(Ok(heartbeat)).await.is_err() {
+                    return Ok(());
+                }
+            }
+            if let Some(until) = until {
+                if merge.passed(until, now) {
+                    return Ok(());
+                }
+            }
+            // An idle shard's stamps pass only when it is asked to claim
+            // them: asked (at most once a tick) while something waits on a
+            // watermark, so an idle view with nothing pending wakes no shard.
+            let waiting =
+                merge.queued() > 0 || until.is_some() || taken.iter().any(|t| !t.is_empty());
+            if waiting && now - claimed_at >= TICK.as_nanos() as i64 {
+                feed.request_claims(now);
+                claimed_at = now;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(TICK) => {}
+                _ = feed.changed() => {}
+                _ = stop.changed() => {}
+                _ = replaced.changed() => {}
+            }
+        }
+    }
+}
+
+/// Sends `batch`: in one response (the rest in `events`) to a client that
+/// asked for batching, else one by one. `false` once the client is gone.
+async fn send(
+    tx: &mpsc::Sender<Result<filer_pb::SubscribeMetadataResponse, Status>>,
+    batch: Vec<filer_pb::SubscribeMetadataResponse>,
+    batching: bool,
+) -> bool {
+    if batching {
+        for chunk in batch.chunks(256) {
+            let mut first = chunk[0].clone();
+            first.events = chunk[1..].to_vec();
+            if tx.send(Ok(first)).await.is_err() {
+                return false;
+            }
+        }
+        return true;
+    }
+    for response in batch {
+        if tx.send(Ok(response)).await.is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+type SubscribeStream = tonic::codegen::BoxStream<filer_pb::SubscribeMetadataResponse>;
+
+/// The service on the filer listener.
+#[derive(Clone)]
+pub struct FilerService(pub Arc<FilerApi>);
+
+#[tonic::async_trait]
+impl SeaweedFiler for FilerService {
+    async fn subscribe_metadata(
+        &self,
+        request: Request<filer_pb::SubscribeMetadataRequest>,
+    ) -> Result<Response<SubscribeStream>, Status> {
+        Ok(Response::new(self.0.subscribe(request.into_inner())?))
+    }
+
+    /// The same feed: ringfeed has no other filers' events to leave out.
+    async fn subscribe_local_metadata(
+        &self,
+        request: Request<filer_pb::SubscribeMetadataRequest>,
+    ) -> Result<Response<SubscribeStream>, Status> {
+        Ok(Response::new(self.0.subscribe(request.into_inner())?))
+    }
+
+    async fn get_filer_configuration(
+        &self,
+        _request: Request<filer_pb::GetFilerConfigurationRequest>,
+    ) -> Result<Response<filer_pb::GetFilerConfigurationResponse>, Status> {
+        let mut configuration = self.0.upstream_configuration().await;
+        configuration.signature = self.0.signature;
+        configuration.version = format!(
+            "ringfeed {} (the metadata feed of the SeaweedFS filer API)",
+            env!("CARGO_PKG_VERSION")
+        );
+        Ok(Response::new(configuration))
+    }
+}
+
+impl FilerApi {
+    /// The first followed filer's configuration (masters, replication, ...),
+    /// asked once; empty when none answers.
+    async fn upstream_configuration(&self) -> filer_pb::GetFilerConfigurationResponse {
+        if let Some(known) = self
+            .upstream
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            return known;
+        }
+        for filer in &self.filers {
+            let asked = async {
+                let mut client = filer_pb::seaweed_filer_client::SeaweedFilerClient::connect(
+                    format!("http://{}", filer.filer.grpc),
+                )
+                .await
+                .ok()?;
+                client
+                    .get_filer_configuration(filer_pb::GetFilerConfigurationRequest::default())
+                    .await
+                    .ok()
+                    .map(|r| r.into_inner())
+            };
+            if let Ok(Some(configuration)) =
+                tokio::time::timeout(Duration::from_secs(5), asked).await
+            {
+                *self.upstream.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(configuration.clone());
+                return configuration;
+            }
+        }
+        filer_pb::GetFilerConfigurationResponse::default()
+    }
+}
+
+/// The RPCs ringfeed answers; every other path is UNIMPLEMENTED.
+const SERVED: &[&str] = &[
+    "/filer_pb.SeaweedFiler/SubscribeMetadata",
+    "/filer_pb.SeaweedFiler/SubscribeLocalMetadata",
+    "/filer_pb.SeaweedFiler/GetFilerConfiguration",
+];
+
+/// Answers UNIMPLEMENTED, saying why, for the filer API's RPCs ringfeed does
+/// not serve; passes the others to the service.
+#[derive(Clone)]
+pub struct OnlyTheFeed<S>(pub S);
+
+impl<S> tonic::server::NamedService for OnlyTheFeed<S>
+where
+    S: tonic::server::NamedService,
+{
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, B> tonic::codegen::Service<http::Request<B>> for OnlyTheFeed<S>
+where
+    S: tonic::codegen::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = S::Error;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, S::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if SERVED.contains(&request.uri().path()) {
+            return Box::pin(self.0.call(request));
+        }
+        let method = request
+            .uri()
+            .path()
+            .rsplit('/')
+            .next()
+            .unwrap_or("")
+            .to_owned();
+        let status = Status::unimplemented(format!(
+            "{method}: ringfeed serves the SeaweedFS metadata feed only (SubscribeMetadata, \
+             SubscribeLocalMetadata, GetFilerConfiguration); point this client at a filer"
+        ));
+        Box::pin(async move { Ok(status.into_http()) })
+    }
+}

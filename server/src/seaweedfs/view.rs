@@ -1,0 +1,364 @@
+//! ringfeed's feed as SeaweedFS's `SubscribeMetadata` shows it: which events
+//! a request wants, matched as a SeaweedFS 4.48 filer matches them, and each
+//! event as a `SubscribeMetadataResponse`.
+//!
+//! A filer's event goes out as the notification it was stored with (checked
+//! strictly when ingested, so its decoding is the one every decoder reads),
+//! this server's signature added when it is not there yet. An event appended
+//! through ringfeed's own API goes out as the notification a filer would
+//! have logged for it.
+
+use ringfeed_proto::filer_pb;
+use ringfeed_proto::prost::Message as _;
+use ringfeed_proto::v1;
+
+use super::log_files::LOG_DIR;
+
+/// What a `SubscribeMetadata` request selects.
+#[derive(Clone, Debug, Default)]
+pub struct Matcher {
+    path_prefix: String,
+    path_prefixes: Vec<String>,
+    directories: Vec<String>,
+    /// Events carrying it are the subscriber's own: not sent back (0: none).
+    signature: i32,
+}
+
+/// The parts of one event matching reads.
+#[derive(Clone, Copy, Debug)]
+pub struct Paths<'a> {
+    pub directory: &'a str,
+    pub old_name: Option<&'a str>,
+    pub new_name: Option<&'a str>,
+    pub new_parent_path: &'a str,
+}
+
+impl Matcher {
+    pub fn new(request: &filer_pb::SubscribeMetadataRequest) -> Matcher {
+        Matcher {
+            path_prefix: request.path_prefix.clone(),
+            path_prefixes: request.path_prefixes.clone(),
+            directories: request.directories.clone(),
+            signature: request.signature,
+        }
+    }
+
+    /// Whether the subscriber gets the event. As SeaweedFS: its signature
+    /// drops it; the filer's own log directory is never sent; then the
+    /// source path, or for an event with a new entry the target path,
+    /// matches any of `path_prefixes`, `directories` (the parent exactly) or
+    /// `path_prefix` (an empty one matches every path).
+    pub fn wants(&self, paths: &Paths<'_>, signatures: &[i32]) -> bool {
+        if self.signature != 0 && signatures.contains(&self.signature) {
+            return false;
+        }
+        let source_name = paths.old_name.or(paths.new_name).unwrap_or("");
+        let source = join(paths.directory, source_name);
+        if source.starts_with(LOG_DIR) {
+            return false;
+        }
+        if self.matches(&source, paths.directory) {
+            return true;
+        }
+        let Some(new_name) = paths.new_name else {
+            return false;
+        };
+        let target_directory = if paths.new_parent_path.is_empty() {
+            paths.directory
+        } else {
+            paths.new_parent_path
+        };
+        self.matches(&join(target_directory, new_name), target_directory)
+    }
+
+    fn matches(&self, full_path: &str, directory: &str) -> bool {
+        self.path_prefixes
+            .iter()
+            .any(|p| full_path.starts_with(p.as_str()))
+            || self.directories.iter().any(|d| d == directory)
+            || full_path.starts_with(self.path_prefix.as_str())
+    }
+}
+
+/// `directory` and `name` joined and cleaned, as Go's `filepath.Join`.
+pub fn join(directory: &str, name: &str) -> String {
+    let joined = match (directory.is_empty(), name.is_empty()) {
+        (true, true) => return String::new(),
+        (true, false) => name.to_owned(),
+        (false, true) => directory.to_owned(),
+        (false, false) => format!("{directory}/{name}"),
+    };
+    clean(&joined)
+}
+
+/// Go's `path.Clean`: one slash between elements, no `.`, `..` resolved
+/// (above the root it stays the root), no trailing slash but on the root.
+fn clean(path: &str) -> String {
+    let rooted = path.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                if parts.last().is_some_and(|p| *p != "..") {
+                    parts.pop();
+                } else if !rooted {
+                    parts.push("..");
+                }
+            }
+            part => parts.push(part),
+        }
+    }
+    let body = parts.join("/");
+    match (rooted, body.is_empty()) {
+        (true, _) => format!("/{body}"),
+        (false, true) => ".".to_owned(),
+        (false, false) => body,
+    }
+}
+
+/// One event as a filer's log holds it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FilerEvent {
+    pub directory: String,
+    pub ts_ns: i64,
+    pub notification: filer_pb::EventNotification,
+}
+
+impl FilerEvent {
+    /// A stored event as SeaweedFS clients see it: a filer's with its
+    /// bytes and time; one of ringfeed's own as the notification a filer
+    /// would log, at `stamp_ns` (ringfeed's time for it).
+    pub fn of(event: &v1::Event, stamp_ns: i64) -> Result<FilerEvent, String> {
+        if let Some(s) = &event.seaweedfs {
+            let notification = filer_pb::EventNotification::decode(s.event_notification.clone())
+                .map_err(|e| format!("a stored filer notification does not decode: {e}"))?;
+            return Ok(FilerEvent {
+                directory: event.directory.clone(),
+                ts_ns: s.ts_ns,
+                notification,
+            });
+        }
+        let entry = |e: &v1::Entry| filer_pb::Entry {
+            name: e.name.clone(),
+            is_directory: e.is_directory,
+            attributes: Some(filer_pb::FuseAttributes {
+                file_size: e.size,
+                mtime: e.mtime_ns.div_euclid(1_000_000_000),
+                mtime_ns: e.mtime_ns.rem_euclid(1_000_000_000) as i32,
+                file_mode: e.mode,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        // A filer names the new entry's directory on every event with one.
+        let new_parent_path = match &event.new_entry {
+            Some(_) if event.new_parent_path.is_empty() => event.directory.clone(),
+            _ => event.new_parent_path.clone(),
+        };
+        let notification = filer_pb::EventNotification {
+            old_entry: event.old_entry.as_ref().map(entry),
+            new_entry: event.new_entry.as_ref().map(entry),
+            new_parent_path,
+            signatures: event.signatures.clone(),
+            ..Default::default()
+        };
+        Ok(FilerEvent {
+            directory: event.directory.clone(),
+            ts_ns: stamp_ns,
+            notification,
+        })
+    }
+
+    pub fn paths(&self) -> Paths<'_> {
+        let n = &self.notification;
+        Paths {
+            directory: &self.directory,
+            old_name: n.old_entry.as_ref().map(|e| e.name.as_str()),
+            new_name: n.new_entry.as_ref().map(|e| e.name.as_str()),
+            new_parent_path: &n.new_parent_path,
+        }
+    }
+
+    /// The `SubscribeMetadataResponse` for it, `signature` (this server's)
+    /// added to the notification's signatures when it is not among them.
+    pub fn response(&self, signature: i32) -> filer_pb::SubscribeMetadataResponse {
+        let mut notification = self.notification.clone();
+        if !notification.signatures.contains(&signature) {
+            notification.signatures.push(signature);
+        }
+        filer_pb::SubscribeMetadataResponse {
+            directory: self.directory.clone(),
+            event_notification: Some(notification),
+            ts_ns: self.ts_ns,
+            ..Default::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(prefix: &str, prefixes: &[&str], directories: &[&str]) -> Matcher {
+        Matcher::new(&filer_pb::SubscribeMetadataRequest {
+            path_prefix: prefix.into(),
+            path_prefixes: prefixes.iter().map(|p| p.to_string()).collect(),
+            directories: directories.iter().map(|p| p.to_string()).collect(),
+            ..Default::default()
+        })
+    }
+
+    fn create(directory: &'static str, name: &'static str) -> Paths<'static> {
+        Paths {
+            directory,
+            old_name: None,
+            new_name: Some(name),
+            new_parent_path: directory,
+        }
+    }
+
+    #[test]
+    fn paths_join_as_go_joins_them() {
+        for (directory, name, joined) in [
+            ("/", "a", "/a"),
+            ("/d", "a", "/d/a"),
+            ("/d/", "a", "/d/a"),
+            ("/d", "", "/d"),
+            ("", "", ""),
+            ("", "a", "a"),
+            ("/d//e/./f/..", "g", "/d/e/g"),
+            ("/", "..", "/"),
+        ] {
+            assert_eq!(join(directory, name), joined, "{directory:?} {name:?}");
+        }
+    }
+
+    #[test]
+    fn a_request_matches_as_seaweedfs_matches() {
+        let created = create("/photos", "cat.jpg");
+        // An empty prefix matches everything, whatever else is asked.
+        assert!(request("", &[], &[]).wants(&created, &[]));
+        assert!(request("", &["/other"], &["/other"]).wants(&created, &[]));
+        assert!(request("/pho", &[], &[]).wants(&created, &[]));
+        assert!(request("/photos/cat", &[], &[]).wants(&created, &[]));
+        assert!(!request("/video", &[], &[]).wants(&created, &[]));
+        assert!(request("/video", &["/photos/"], &[]).wants(&created, &[]));
+        assert!(request("/video", &[], &["/photos"]).wants(&created, &[]));
+        // Directories match the parent exactly, not an ancestor.
+        assert!(!request("/video", &[], &["/"]).wants(&created, &[]));
+        // A move matches by its source or its target.
+        let moved = Paths {
+            directory: "/inbox",
+            old_name: Some("a"),
+            new_name: Some("b"),
+            new_parent_path: "/done",
+        };
+        assert!(request("/inbox/a", &[], &[]).wants(&moved, &[]));
+        assert!(request("/done/b", &[], &[]).wants(&moved, &[]));
+        assert!(request("/x", &[], &["/done"]).wants(&moved, &[]));
+        assert!(!request("/inbox/b", &[], &[]).wants(&moved, &[]));
+        // A delete has no target.
+        let deleted = Paths {
+            directory: "/inbox",
+            old_name: Some("a"),
+            new_name: None,
+            new_parent_path: "",
+        };
+        assert!(!request("/done", &[], &[]).wants(&deleted, &[]));
+        // The subscriber's own signature drops an event; 0 is no signature.
+        let mut own = request("/", &[], &[]);
+        own.signature = 7;
+        assert!(!own.wants(&created, &[3, 7]));
+        assert!(own.wants(&created, &[3]));
+        own.signature = 0;
+        assert!(own.wants(&created, &[0]));
+        // The filer's own log is never sent.
+        assert!(!request("/", &[], &[])
+            .wants(&create("/topics/.system/log/2026-12-06", "10-00.a"), &[]));
+    }
+
+    #[test]
+    fn a_filer_event_goes_out_with_its_bytes_and_this_servers_signature() {
+        let notification = filer_pb::EventNotification {
+            new_entry: Some(filer_pb::Entry {
+                name: "f".into(),
+                ..Default::default()
+            }),
+            new_parent_path: "/d".into(),
+            signatures: vec![5],
+            ..Default::default()
+        };
+        let bytes = notification.encode_to_vec();
+        let stored = v1::Event {
+            directory: "/d".into(),
+            seaweedfs: Some(v1::SeaweedfsEvent {
+                filer: "127.0.0.1:8888".into(),
+                ts_ns: 42,
+                event_notification: bytes.clone().into(),
+            }),
+            ..Default::default()
+        };
+        let event = FilerEvent::of(&stored, 99).unwrap();
+        let sent = event.response(9);
+        assert_eq!((sent.directory.as_str(), sent.ts_ns), ("/d", 42));
+        let mut signed = notification.clone();
+        signed.signatures.push(9);
+        assert_eq!(sent.event_notification, Some(signed));
+        // Already signed by this server: the notification goes out as stored.
+        let sent = event.response(5);
+        assert_eq!(sent.event_notification.unwrap().encode_to_vec(), bytes);
+    }
+
+    #[test]
+    fn a_native_event_is_what_a_filer_would_log() {
+        let stored = v1::Event {
+            directory: "/inbox".into(),
+            old_entry: Some(v1::Entry {
+                name: "a".into(),
+                ..Default::default()
+            }),
+            new_entry: Some(v1::Entry {
+                name: "b".into(),
+                size: 3,
+                mtime_ns: 1_700_000_000_250_000_000,
+                mode: 0o644,
+                ..Default::default()
+            }),
+            new_parent_path: "/done".into(),
+            signatures: vec![1],
+            seaweedfs: None,
+        };
+        let event = FilerEvent::of(&stored, 77).unwrap();
+        let sent = event.response(9);
+        assert_eq!((sent.directory.as_str(), sent.ts_ns), ("/inbox", 77));
+        let n = sent.event_notification.unwrap();
+        assert_eq!(n.old_entry.unwrap().name, "a");
+        let new = n.new_entry.unwrap();
+        let attributes = new.attributes.unwrap();
+        assert_eq!((new.name.as_str(), attributes.file_size), ("b", 3));
+        assert_eq!(
+            (attributes.mtime, attributes.mtime_ns),
+            (1_700_000_000, 250_000_000)
+        );
+        assert_eq!(attributes.file_mode, 0o644);
+        assert_eq!(n.new_parent_path, "/done");
+        assert_eq!(n.signatures, vec![1, 9]);
+        // A create names its own directory as the new parent, as a filer does.
+        let created = v1::Event {
+            directory: "/d".into(),
+            new_entry: Some(v1::Entry {
+                name: "x".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            FilerEvent::of(&created, 1)
+                .unwrap()
+                .notification
+                .new_parent_path,
+            "/d"
+        );
+    }
+}
