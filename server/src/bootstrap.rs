@@ -238,6 +238,7 @@ pub fn serve(config: ServerConfig) -> Result<()> {
                 engine.clone(),
                 filers.clone(),
                 engine.feed_id() as i32,
+                crate::seaweedfs::Kv::open(&data_dir).map_err(|e| anyhow::anyhow!("filer API: {e}"))?,
                 stop_rx.clone(),
             );
             let service = crate::seaweedfs::OnlyTheFeed(

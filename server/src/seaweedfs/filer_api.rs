@@ -1,8 +1,12 @@
 //! SeaweedFS's filer gRPC API (`filer_pb.SeaweedFiler`, 4.48's field
 //! numbers) on `serve --filer-listen`, for SeaweedFS's own clients: the
-//! metadata feed (`SubscribeMetadata`, `SubscribeLocalMetadata`) and
-//! `GetFilerConfiguration`. Every other RPC is answered UNIMPLEMENTED, saying
-//! that ringfeed serves the metadata feed only.
+//! metadata feed (`SubscribeMetadata`, `SubscribeLocalMetadata`),
+//! `GetFilerConfiguration`, `KvGet`/`KvPut` (kept durably here: where
+//! `filer.backup` keeps its offset), and the reads of the tree and of
+//! volumes its clients make beside the feed (`ListEntries`,
+//! `LookupDirectoryEntry`, `LookupVolume`), forwarded to the first followed
+//! filer. Every other RPC is answered UNIMPLEMENTED, saying that ringfeed
+//! serves the metadata feed only.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -48,6 +52,11 @@ pub struct FilerApi {
     signature: i32,
     /// The followed filers' configuration, for `GetFilerConfiguration`.
     upstream: Mutex<Option<filer_pb::GetFilerConfigurationResponse>>,
+    /// `KvGet`/`KvPut`.
+    kv: super::kv::Kv,
+    /// The first followed filer, for the reads forwarded to it.
+    forward_to:
+        Option<filer_pb::seaweed_filer_client::SeaweedFilerClient<tonic::transport::Channel>>,
     /// Streams by client id: the epoch of the one open, and how to end it.
     clients: Mutex<HashMap<i32, (i32, watch::Sender<bool>)>>,
     stop: watch::Receiver<bool>,
@@ -59,10 +68,22 @@ impl FilerApi {
         engine: Arc<Engine>,
         filers: Vec<Arc<FilerProgress>>,
         signature: i32,
+        kv: super::kv::Kv,
         stop: watch::Receiver<bool>,
     ) -> Arc<FilerApi> {
+        let forward_to = filers.first().and_then(|f| {
+            let endpoint =
+                tonic::transport::Endpoint::from_shared(format!("http://{}", f.filer.grpc));
+            endpoint.ok().map(|e| {
+                filer_pb::seaweed_filer_client::SeaweedFilerClient::new(
+                    e.connect_timeout(Duration::from_secs(5)).connect_lazy(),
+                )
+            })
+        });
         Arc::new(FilerApi {
             engine,
+            kv,
+            forward_to,
             filers,
             signature: if signature == 0 { 1 } else { signature },
             upstream: Mutex::new(None),
@@ -328,6 +349,56 @@ impl SeaweedFiler for FilerService {
         Ok(Response::new(self.0.subscribe(request.into_inner())?))
     }
 
+    async fn kv_get(
+        &self,
+        request: Request<filer_pb::KvGetRequest>,
+    ) -> Result<Response<filer_pb::KvGetResponse>, Status> {
+        // A missing key is an empty value, as a filer answers it.
+        let value = self.0.kv.get(&request.into_inner().key).unwrap_or_default();
+        Ok(Response::new(filer_pb::KvGetResponse {
+            value: value.into(),
+            error: String::new(),
+        }))
+    }
+
+    async fn kv_put(
+        &self,
+        request: Request<filer_pb::KvPutRequest>,
+    ) -> Result<Response<filer_pb::KvPutResponse>, Status> {
+        let request = request.into_inner();
+        // As a filer: an error in the answer, not in the status.
+        let error = match self.0.kv.put(&request.key, &request.value) {
+            Ok(()) => String::new(),
+            Err(e) => format!("ringfeed: {e}"),
+        };
+        Ok(Response::new(filer_pb::KvPutResponse { error }))
+    }
+
+    async fn list_entries(
+        &self,
+        request: Request<filer_pb::ListEntriesRequest>,
+    ) -> Result<Response<tonic::codegen::BoxStream<filer_pb::ListEntriesResponse>>, Status> {
+        let listed = self.0.forward()?.list_entries(request.into_inner()).await?;
+        Ok(Response::new(Box::pin(listed.into_inner())))
+    }
+
+    async fn lookup_directory_entry(
+        &self,
+        request: Request<filer_pb::LookupDirectoryEntryRequest>,
+    ) -> Result<Response<filer_pb::LookupDirectoryEntryResponse>, Status> {
+        self.0
+            .forward()?
+            .lookup_directory_entry(request.into_inner())
+            .await
+    }
+
+    async fn lookup_volume(
+        &self,
+        request: Request<filer_pb::LookupVolumeRequest>,
+    ) -> Result<Response<filer_pb::LookupVolumeResponse>, Status> {
+        self.0.forward()?.lookup_volume(request.into_inner()).await
+    }
+
     async fn get_filer_configuration(
         &self,
         _request: Request<filer_pb::GetFilerConfigurationRequest>,
@@ -343,6 +414,18 @@ impl SeaweedFiler for FilerService {
 }
 
 impl FilerApi {
+    /// The filer reads are forwarded to; FAILED_PRECONDITION when none is followed.
+    fn forward(
+        &self,
+    ) -> Result<filer_pb::seaweed_filer_client::SeaweedFilerClient<tonic::transport::Channel>, Status>
+    {
+        self.forward_to.clone().ok_or_else(|| {
+            Status::failed_precondition(
+                "ringfeed follows no filer (serve --follow-filer) to forward this read to",
+            )
+        })
+    }
+
     /// The first followed filer's configuration (masters, replication, ...),
     /// asked once; empty when none answers.
     async fn upstream_configuration(&self) -> filer_pb::GetFilerConfigurationResponse {
@@ -384,6 +467,11 @@ const SERVED: &[&str] = &[
     "/filer_pb.SeaweedFiler/SubscribeMetadata",
     "/filer_pb.SeaweedFiler/SubscribeLocalMetadata",
     "/filer_pb.SeaweedFiler/GetFilerConfiguration",
+    "/filer_pb.SeaweedFiler/KvGet",
+    "/filer_pb.SeaweedFiler/KvPut",
+    "/filer_pb.SeaweedFiler/ListEntries",
+    "/filer_pb.SeaweedFiler/LookupDirectoryEntry",
+    "/filer_pb.SeaweedFiler/LookupVolume",
 ];
 
 /// Answers UNIMPLEMENTED, saying why, for the filer API's RPCs ringfeed does
@@ -428,7 +516,9 @@ where
             .to_owned();
         let status = Status::unimplemented(format!(
             "{method}: ringfeed serves the SeaweedFS metadata feed only (SubscribeMetadata, \
-             SubscribeLocalMetadata, GetFilerConfiguration); point this client at a filer"
+             SubscribeLocalMetadata, GetFilerConfiguration, KvGet, KvPut, and ListEntries, \
+             LookupDirectoryEntry, LookupVolume forwarded to the filer it follows); point this \
+             client at a filer"
         ));
         Box::pin(async move { Ok(status.into_http()) })
     }

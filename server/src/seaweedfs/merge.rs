@@ -137,6 +137,9 @@ mod tests {
         merge.advance(1, 40, 0);
         assert_eq!(drain(&mut merge, 0), vec![(30, false)]);
         assert_eq!(merge.queued(), 0);
+        // Passed (an until_ns reached) needs every source's word, its own too.
+        assert!(!merge.passed(40, 0));
+        merge.advance(0, 40, 0);
         assert!(merge.passed(40, 0) && !merge.passed(41, 0));
     }
 

@@ -13,6 +13,7 @@
 mod address;
 mod filer_api;
 mod follow;
+mod kv;
 mod log_files;
 mod merge;
 mod metrics;
@@ -21,4 +22,5 @@ mod view;
 pub use address::FilerAddress;
 pub use filer_api::{FilerApi, FilerService, OnlyTheFeed};
 pub use follow::{follow, FilerProgress, FilerReading, FollowFrom};
+pub use kv::Kv;
 pub use metrics::FilerMetrics;

@@ -200,9 +200,9 @@ async fn the_filer_apis_other_rpcs_say_ringfeed_serves_the_feed_only() {
         .await
         .unwrap();
     let refused = client
-        .lookup_directory_entry(filer_pb::LookupDirectoryEntryRequest {
+        .create_entry(filer_pb::CreateEntryRequest {
             directory: "/".into(),
-            name: "x".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -210,9 +210,26 @@ async fn the_filer_apis_other_rpcs_say_ringfeed_serves_the_feed_only() {
     assert!(
         refused
             .message()
-            .contains("LookupDirectoryEntry: ringfeed serves the SeaweedFS metadata feed only"),
+            .starts_with("CreateEntry: ringfeed serves the SeaweedFS metadata feed only"),
         "{}",
         refused.message()
+    );
+    // Reads forwarded to the followed filer: none is followed here.
+    let unanswered = client
+        .lookup_directory_entry(filer_pb::LookupDirectoryEntryRequest {
+            directory: "/".into(),
+            name: "x".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        unanswered.code(),
+        ringfeed_proto::tonic::Code::FailedPrecondition
+    );
+    assert!(
+        unanswered.message().contains("follows no filer"),
+        "{}",
+        unanswered.message()
     );
     let configuration = client
         .get_filer_configuration(filer_pb::GetFilerConfigurationRequest::default())
@@ -247,4 +264,179 @@ fn an_open_filer_api_needs_insecure() {
         "{refused}"
     );
     assert!(!data.exists(), "refused before the data dir is made");
+}
+
+/// The files under `dir`, by path relative to it, with their contents.
+fn tree(dir: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(at) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&at) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                let name = path.strip_prefix(dir).unwrap().display().to_string();
+                files.insert(name, bytes);
+            }
+        }
+    }
+    files
+}
+
+/// `weed filer.backup` (local sink) pointed at ringfeed copies what it
+/// copies pointed at the filer: the same files with the same contents (read
+/// from the volume servers the forwarded `LookupVolume` names; the sink
+/// holds the paths under `-filerPath`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weed_filer_backup_copies_the_same_through_ringfeed() {
+    let _watchdog = ringfeed_testkit::arm_for(Duration::from_secs(120));
+    let Some(weed) = Weed::start().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        dir.path().join("data").as_path(),
+        2,
+        &[
+            "--follow-filer",
+            &weed.filer,
+            "--filer-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let ringfeed = server.filer_api.clone().unwrap();
+    for i in 0..10 {
+        weed.put_file(
+            &format!("/bk/f{i}.txt"),
+            format!("file {i} ").repeat(i + 1).as_bytes(),
+        );
+    }
+    weed.put_file("/bk/sub/deep.bin", &[7u8; 3000]);
+    weed.put_file("/bk/f3.txt", b"written again");
+    let want: std::collections::BTreeMap<String, Vec<u8>> = (0..10)
+        .map(|i| {
+            let body = match i {
+                3 => b"written again".to_vec(),
+                i => format!("file {i} ").repeat(i + 1).into_bytes(),
+            };
+            (format!("f{i}.txt"), body)
+        })
+        .chain([("sub/deep.bin".to_owned(), vec![7u8; 3000])])
+        .collect();
+    let dir = dir.path().to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut copies = Vec::new();
+        for (name, filer) in [("direct", weed.filer.clone()), ("ringfeed", ringfeed)] {
+            let at = dir.join(name);
+            std::fs::create_dir_all(&at).unwrap();
+            std::fs::write(
+                at.join("replication.toml"),
+                format!(
+                    "[sink.local]\nenabled = true\ndirectory = \"{}\"\nis_incremental = false\n",
+                    at.join("out").display()
+                ),
+            )
+            .unwrap();
+            let mut backup =
+                weed.command(&["filer.backup", &format!("-filer={filer}"), "-filerPath=/bk"]);
+            backup.current_dir(&at);
+            backup
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            let mut child = backup.spawn().unwrap();
+            let started = Instant::now();
+            let copied = loop {
+                let copied = tree(&at.join("out"));
+                if copied == want {
+                    break copied;
+                }
+                assert!(
+                    child.try_wait().unwrap().is_none(),
+                    "weed filer.backup -filer={filer} exited"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            };
+            eprintln!(
+                "filer.backup through {name}: {} files in {:?}",
+                copied.len(),
+                started.elapsed()
+            );
+            let _ = child.kill();
+            let _ = child.wait();
+            copies.push(copied);
+        }
+        assert_eq!(copies[0], copies[1]);
+        drop(weed);
+    })
+    .await
+    .unwrap();
+    server.stop();
+}
+
+/// `KvPut` is durable: a restarted server answers `KvGet` with it (where
+/// `filer.backup` and `filer.sync` keep their offsets); a missing key is an
+/// empty value, and an empty value removes a key, as on a filer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_puts_survive_a_restart() {
+    let _watchdog = ringfeed_testkit::arm();
+    let dir = tempfile::tempdir().unwrap();
+    let client = |server: &Server| {
+        let api = server.filer_api.clone().unwrap();
+        let (host, grpc) = (
+            api.rsplit_once(':').unwrap().0.to_owned(),
+            api.rsplit_once('.').unwrap().1.to_owned(),
+        );
+        async move {
+            SeaweedFilerClient::connect(format!("http://{host}:{grpc}"))
+                .await
+                .unwrap()
+        }
+    };
+    let server = Server::start_with(dir.path(), 1, &["--filer-listen", "127.0.0.1:0"]);
+    let mut kv = client(&server).await;
+    let get = |key: &'static [u8]| filer_pb::KvGetRequest {
+        key: key.to_vec().into(),
+    };
+    assert!(kv
+        .kv_get(get(b"backup.offset"))
+        .await
+        .unwrap()
+        .into_inner()
+        .value
+        .is_empty());
+    for (key, value) in [
+        (&b"backup.offset"[..], &b"\x00\x01\x02\x03"[..]),
+        (b"gone", b"x"),
+        (b"gone", b""),
+    ] {
+        let put = kv
+            .kv_put(filer_pb::KvPutRequest {
+                key: key.to_vec().into(),
+                value: value.to_vec().into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(put.error.is_empty(), "{}", put.error);
+    }
+    server.kill();
+    let server = Server::start_with(dir.path(), 1, &["--filer-listen", "127.0.0.1:0"]);
+    let mut kv = client(&server).await;
+    let got = kv.kv_get(get(b"backup.offset")).await.unwrap().into_inner();
+    assert_eq!(
+        (&got.value[..], got.error.as_str()),
+        (&b"\x00\x01\x02\x03"[..], "")
+    );
+    assert!(kv
+        .kv_get(get(b"gone"))
+        .await
+        .unwrap()
+        .into_inner()
+        .value
+        .is_empty());
+    server.stop();
 }

@@ -189,6 +189,28 @@ impl Weed {
         command
     }
 
+    /// Writes `body` as the file `path` through the filer's HTTP API.
+    pub fn put_file(&self, path: &str, body: &[u8]) {
+        use std::io::{Read as _, Write as _};
+        let http = self
+            .filer
+            .rsplit_once('.')
+            .map_or(&self.filer[..], |(h, _)| h);
+        let mut conn = std::net::TcpStream::connect(http).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        write!(
+            conn,
+            "PUT {path} HTTP/1.1\r\nhost: {http}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        )
+        .unwrap();
+        conn.write_all(body).unwrap();
+        let mut response = String::new();
+        conn.read_to_string(&mut response).unwrap();
+        assert!(response.starts_with("HTTP/1.1 2"), "PUT {path}: {response}");
+    }
+
     /// Sends `signal` (`STOP`, `CONT`) to the filer process.
     pub fn signal_filer(&self, signal: &str) {
         let (_, _, child) = &self.processes[2];
