@@ -215,10 +215,11 @@ pub fn serve(config: ServerConfig) -> Result<()> {
         .with_membership(membership)
         .with_auth(auth.clone());
         let service = service.with_data_dir(data_dir.display().to_string());
+        let completed = Arc::new(tokio::sync::Notify::new());
         let filers: Vec<Arc<crate::seaweedfs::FilerProgress>> = config
             .follow_filers
             .iter()
-            .map(|filer| crate::seaweedfs::FilerProgress::new(filer.clone()))
+            .map(|filer| crate::seaweedfs::FilerProgress::new(filer.clone(), completed.clone()))
             .collect();
         for progress in &filers {
             tokio::spawn(crate::seaweedfs::follow(

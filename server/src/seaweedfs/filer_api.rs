@@ -187,7 +187,18 @@ impl FilerApi {
         let mut sent_at = now_ns();
         let mut claimed_at = 0;
         let mut stop = self.stop.clone();
+        let completed = self.filers.first().map(|f| f.completed().clone());
         loop {
+            // Before any watermark is read: a filer moving on after this
+            // wakes the wait below.
+            let moved = async {
+                match &completed {
+                    Some(notify) => notify.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let mut moved = std::pin::pin!(moved);
+            futures_lite::future::poll_once(moved.as_mut()).await;
             if *stop.borrow() || *replaced.borrow() {
                 return Err(Status::unavailable(if *replaced.borrow() {
                     "replaced by a stream of the same client id with a higher epoch"
@@ -291,9 +302,22 @@ impl FilerApi {
                 feed.request_claims(now);
                 claimed_at = now;
             }
+            // Waiting on a watermark (asked to claim, a hold to run out):
+            // looked at again each tick. Else only what can change it wakes
+            // the stream: the feed, a filer moving on, the heartbeat's time.
+            let wake = if waiting {
+                TICK
+            } else if request.client_supports_idle_heartbeat {
+                Duration::from_nanos(
+                    (sent_at + IDLE_HEARTBEAT.as_nanos() as i64 - now).max(0) as u64
+                )
+            } else {
+                Duration::from_secs(3600)
+            };
             tokio::select! {
-                _ = tokio::time::sleep(TICK) => {}
+                _ = tokio::time::sleep(wake) => {}
                 _ = feed.changed() => {}
+                _ = moved => {}
                 _ = stop.changed() => {}
                 _ = replaced.changed() => {}
             }

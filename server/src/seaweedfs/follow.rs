@@ -92,6 +92,9 @@ pub struct FilerProgress {
     /// events' and heartbeats' `ts_ns`, moved only after the append): the
     /// watermark the SeaweedFS view merges filers by.
     complete_ts_ns: AtomicI64,
+    /// Woken when `complete_ts_ns` moves (shared by every followed filer:
+    /// the SeaweedFS view waits on it).
+    completed: Arc<tokio::sync::Notify>,
     /// How far the filer's clock was ahead of this server's at the last
     /// append (its last event's `ts_ns` minus now; negative: behind).
     clock_ahead_ns: AtomicI64,
@@ -130,9 +133,11 @@ pub struct FilerReading {
 }
 
 impl FilerProgress {
-    pub fn new(filer: FilerAddress) -> Arc<FilerProgress> {
+    /// `completed`: woken when what is stored from the filer moves on.
+    pub fn new(filer: FilerAddress, completed: Arc<tokio::sync::Notify>) -> Arc<FilerProgress> {
         Arc::new(FilerProgress {
             filer,
+            completed,
             connected: AtomicBool::new(false),
             stored_ts_ns: AtomicI64::new(0),
             seen_ts_ns: AtomicI64::new(0),
@@ -189,6 +194,17 @@ impl FilerProgress {
     /// See [`FilerProgress::complete_ts_ns`](Self).
     pub fn complete_ts_ns(&self) -> i64 {
         self.complete_ts_ns.load(Ordering::Acquire)
+    }
+
+    /// Woken when any followed filer's `complete_ts_ns` moves.
+    pub fn completed(&self) -> &Arc<tokio::sync::Notify> {
+        &self.completed
+    }
+
+    fn complete_through(&self, ts_ns: i64) {
+        if self.complete_ts_ns.fetch_max(ts_ns, Ordering::Release) < ts_ns {
+            self.completed.notify_waiters();
+        }
     }
 
     fn seen(&self, ts_ns: i64) {
@@ -407,9 +423,7 @@ impl Session<'_> {
             // Whatever ended the stream, what arrived before it is stored.
             let heard = std::mem::take(&mut batch.heard_ts);
             let appended = self.append(&mut batch, position).await?;
-            self.progress
-                .complete_ts_ns
-                .fetch_max(heard, Ordering::Release);
+            self.progress.complete_through(heard);
             if appended {
                 // Progress: the next failure starts the backoff over.
                 *attempt = 0;
