@@ -106,7 +106,7 @@ pub(super) async fn append(system: &mut dyn System, cases: &AppendCases<'_>) -> 
                             row.figure("acks per fdatasync", acks as f64 / syncs as f64);
                         }
                     }
-                    server_figures(&mut row, system, cpu_s);
+                    server_figures(&mut row, system, cpu_s, &[]);
                     rows.push(row);
                 }
             }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
 
-use super::measure::{cpu, server_figures, ClientCost};
+use super::measure::{cpu, cpu_each, server_figures, ClientCost};
 use super::subscribers::{catch_up_figures, collect, subscriber_variants, subscribers};
 use super::subscribers::{Collected, Tally};
 use super::{PRELOAD_BATCH, PRELOAD_PRODUCERS};
@@ -33,6 +33,7 @@ pub(super) async fn catchup(
         system.set_chunk_mode(chunk_mode);
         for &k in ks {
             let cpu0 = cpu(system);
+            let each0 = cpu_each(system);
             let client0 = ClientCost::now();
             let (tasks, _) = subscribers(
                 system,
@@ -49,14 +50,15 @@ pub(super) async fn catchup(
             row.figures.insert(1, ("events each".into(), events as f64));
             catch_up_figures(&mut row, &collected, size);
             client0.figures(&mut row, collected.delivered);
-            server_figures(&mut row, system, cpu(system) - cpu0);
+            server_figures(&mut row, system, cpu(system) - cpu0, &each0);
             rows.push(row);
         }
     }
     if let Some(cli) = system.tail_cli() {
         let cpu0 = cpu(system);
+        let each0 = cpu_each(system);
         let mut row = cli_catch_up(kind, cli, events, size, time_limit).await?;
-        server_figures(&mut row, system, cpu(system) - cpu0);
+        server_figures(&mut row, system, cpu(system) - cpu0, &each0);
         rows.push(row);
     }
     Ok(rows)

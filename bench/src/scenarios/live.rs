@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
 
-use super::measure::{cpu, server_figures};
+use super::measure::{cpu, cpu_each, server_figures};
 use super::subscribers::{collect, subscribers};
 use crate::results::Row;
 use crate::systems::{From, System};
@@ -35,6 +35,7 @@ pub(super) async fn live(
             t0.elapsed().as_secs_f64()
         );
         let cpu0 = cpu(system);
+        let each0 = cpu_each(system);
         let appender = system.appender();
         let period = Duration::from_secs_f64(1.0 / rate as f64);
         let started = Instant::now();
@@ -63,7 +64,7 @@ pub(super) async fn live(
         row.figures
             .insert(2, ("deliveries".into(), total as f64 * k as f64));
         row.figure("inexact", inexact as f64);
-        server_figures(&mut row, system, cpu(system) - cpu0);
+        server_figures(&mut row, system, cpu(system) - cpu0, &each0);
         rows.push(row);
     }
     Ok(rows)

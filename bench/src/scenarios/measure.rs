@@ -9,6 +9,11 @@ pub(super) fn cpu(system: &dyn System) -> f64 {
     system.processes().iter().map(|p| p.cpu_seconds()).sum()
 }
 
+/// CPU seconds of each of the system's processes so far, in their order.
+pub(super) fn cpu_each(system: &dyn System) -> Vec<f64> {
+    system.processes().iter().map(|p| p.cpu_seconds()).collect()
+}
+
 /// Sum over the system's processes of a `/proc/PID/status` memory line, MiB.
 pub(super) fn memory_mib(system: &dyn System, key: &str) -> f64 {
     system
@@ -50,10 +55,24 @@ impl ClientCost {
     }
 }
 
-/// Adds the server's CPU and memory figures, when the bench started it.
-pub(super) fn server_figures(row: &mut Row, system: &dyn System, cpu_s: f64) {
+/// Adds the server's CPU and memory figures, when the bench started it;
+/// for a system of several processes also each one's (its CPU since
+/// `each_before`, from [`cpu_each`], when given).
+pub(super) fn server_figures(row: &mut Row, system: &dyn System, cpu_s: f64, each_before: &[f64]) {
     if !system.processes().is_empty() {
         row.figure("server CPU s", cpu_s);
         row.figure("server peak RSS MiB", memory_mib(system, "VmHWM"));
+    }
+    // A system of several processes: each one's share, by name.
+    if system.processes().len() > 1 {
+        for (i, p) in system.processes().iter().enumerate() {
+            if let Some(before) = each_before.get(i) {
+                row.figure(&format!("{} CPU s", p.name), p.cpu_seconds() - before);
+            }
+            row.figure(
+                &format!("{} peak RSS MiB", p.name),
+                p.memory("VmHWM") as f64 / f64::from(1 << 20),
+            );
+        }
     }
 }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use super::measure::{cpu, memory_mib, server_figures};
+use super::measure::{cpu, cpu_each, memory_mib, server_figures};
 use super::subscribers::{catch_up_figures, collect, subscriber_variants, subscribers};
 use super::{PRELOAD_BATCH, PRELOAD_PRODUCERS};
 use crate::results::Row;
@@ -50,6 +50,7 @@ pub(super) async fn storm(
             }
             let rss_before = memory_mib(system, "VmRSS");
             let cpu0 = cpu(system);
+            let each0 = cpu_each(system);
             let want = backlog..backlog + behind;
             let (tasks, _) = subscribers(system, k, from, want, false, Some(time_limit)).await?;
             let mut row = Row::new(kind, format!("K={k}"), variant);
@@ -60,7 +61,7 @@ pub(super) async fn storm(
             if !system.processes().is_empty() {
                 row.figure("server RSS before MiB", rss_before);
             }
-            server_figures(&mut row, system, cpu(system) - cpu0);
+            server_figures(&mut row, system, cpu(system) - cpu0, &each0);
             rows.push(row);
         }
     }

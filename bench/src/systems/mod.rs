@@ -49,6 +49,10 @@ pub enum Kind {
     Seaweedfs,
     Etcd,
     Nats,
+    /// ringfeed in front of SeaweedFS: events created on the filer, read
+    /// through ringfeed's filer API (`--follow-filer`, `--filer-listen`).
+    /// Not in [`Kind::ALL`]: run with `--system ringfeed-seaweedfs`.
+    RingfeedSeaweedfs,
     /// Not a system: the machine's own limits (`ceiling`).
     #[value(skip)]
     Machine,
@@ -60,7 +64,7 @@ impl Kind {
     pub fn from_name(name: &str) -> Option<Kind> {
         Kind::ALL
             .into_iter()
-            .chain([Kind::Machine])
+            .chain([Kind::RingfeedSeaweedfs, Kind::Machine])
             .find(|k| k.name() == name)
     }
 
@@ -70,6 +74,7 @@ impl Kind {
             Kind::Seaweedfs => "seaweedfs",
             Kind::Etcd => "etcd",
             Kind::Nats => "nats",
+            Kind::RingfeedSeaweedfs => "ringfeed-seaweedfs",
             Kind::Machine => "machine",
         }
     }
@@ -281,7 +286,7 @@ pub async fn start(kind: Kind, dir: &Path, options: &RingfeedOptions) -> Result<
         Kind::Ringfeed => Box::new(ringfeed::Ringfeed::start(dir, options).await?),
         Kind::Machine => anyhow::bail!("the machine is not a system to start"),
         #[cfg(not(feature = "peers"))]
-        Kind::Etcd | Kind::Nats | Kind::Seaweedfs => {
+        Kind::Etcd | Kind::Nats | Kind::Seaweedfs | Kind::RingfeedSeaweedfs => {
             return Ok(Start::Skipped(format!(
                 "{} not built in (the bench was built without its `peers` feature: \
                  cargo build --release -p ringfeed-bench --features peers)",
@@ -301,6 +306,11 @@ pub async fn start(kind: Kind, dir: &Path, options: &RingfeedOptions) -> Result<
         #[cfg(feature = "peers")]
         Kind::Seaweedfs => match find_binary("weed") {
             Some(weed) => Box::new(seaweedfs::Seaweedfs::start(&weed, dir).await?),
+            None => return Ok(Start::Skipped(not_installed("weed"))),
+        },
+        #[cfg(feature = "peers")]
+        Kind::RingfeedSeaweedfs => match find_binary("weed") {
+            Some(weed) => Box::new(seaweedfs::Fronted::start(&weed, dir).await?),
             None => return Ok(Start::Skipped(not_installed("weed"))),
         },
     };

@@ -321,44 +321,49 @@ impl super::System for Seaweedfs {
     }
 
     async fn subscribe(&self, from: From) -> Result<Box<dyn super::Subscriber>> {
-        // The filer's log is keyed by its own wall-clock ns (same host, same
-        // clock as ours), and it replays entries stamped after `since_ns`.
-        let since_ns = match from {
-            From::Beginning => 0,
-            From::Now => now_ns(),
-            From::Resume { wall_ns, .. } => wall_ns,
-        };
-        // The filer keys subscribers by (client_name, client_id): each
-        // subscription gets its own so none replaces another.
-        static NEXT: AtomicI32 = AtomicI32::new(1);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let client_id = (std::process::id() as i32).wrapping_mul(1 << 12) ^ n;
-        let request = pb::SubscribeMetadataRequest {
-            client_name: format!("ringfeed-bench-{}-{n}", std::process::id()),
-            path_prefix: "/bench/".into(),
-            since_ns,
-            client_id,
-            client_epoch: 1,
-            ..Default::default()
-        };
-        let mut client = connect(&self.filer).await?;
-        // The position is fixed by `since_ns`, so the subscription is
-        // established now whatever the stream does; the call is not awaited
-        // here because the Go server may hold back the response headers
-        // until it has a first event to send.
-        let opening = tokio::spawn(async move {
-            Ok(client
-                .subscribe_metadata(request)
-                .await
-                .map_err(|e| anyhow!("SubscribeMetadata: {e}"))?
-                .into_inner())
-        });
-        Ok(Box::new(Subscriber {
-            opening: Some(opening),
-            stream: None,
-            pending: VecDeque::new(),
-        }))
+        subscribe_at(&self.filer, from).await
     }
+}
+
+/// A `SubscribeMetadata` stream under `/bench/` on the filer API at `addr`.
+async fn subscribe_at(addr: &str, from: From) -> Result<Box<dyn super::Subscriber>> {
+    // The filer's log is keyed by its own wall-clock ns (same host, same
+    // clock as ours), and it replays entries stamped after `since_ns`.
+    let since_ns = match from {
+        From::Beginning => 0,
+        From::Now => now_ns(),
+        From::Resume { wall_ns, .. } => wall_ns,
+    };
+    // The filer keys subscribers by (client_name, client_id): each
+    // subscription gets its own so none replaces another.
+    static NEXT: AtomicI32 = AtomicI32::new(1);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let client_id = (std::process::id() as i32).wrapping_mul(1 << 12) ^ n;
+    let request = pb::SubscribeMetadataRequest {
+        client_name: format!("ringfeed-bench-{}-{n}", std::process::id()),
+        path_prefix: "/bench/".into(),
+        since_ns,
+        client_id,
+        client_epoch: 1,
+        ..Default::default()
+    };
+    let mut client = connect(addr).await?;
+    // The position is fixed by `since_ns`, so the subscription is
+    // established now whatever the stream does; the call is not awaited
+    // here because the Go server may hold back the response headers
+    // until it has a first event to send.
+    let opening = tokio::spawn(async move {
+        Ok(client
+            .subscribe_metadata(request)
+            .await
+            .map_err(|e| anyhow!("SubscribeMetadata: {e}"))?
+            .into_inner())
+    });
+    Ok(Box::new(Subscriber {
+        opening: Some(opening),
+        stream: None,
+        pending: VecDeque::new(),
+    }))
 }
 
 impl Drop for Seaweedfs {
@@ -454,6 +459,87 @@ impl super::Subscriber for Subscriber {
             return unstamp(&entry.content)
                 .map(Some)
                 .ok_or_else(|| anyhow!("a file event without the bench's stamp at {}", path()));
+        }
+    }
+}
+
+/// ringfeed in front of SeaweedFS: the same master, volume server and filer
+/// (events created on the filer, as for [`Seaweedfs`]), and a ringfeed
+/// server that follows the filer (`--follow-filer`) and serves its feed
+/// (`--filer-listen`): subscribers' `SubscribeMetadata` streams go to
+/// ringfeed, and the filer serves one stream, ringfeed's.
+pub struct Fronted {
+    weed: Seaweedfs,
+    /// ringfeed's filer API, host:port.
+    api: String,
+    /// The filer's three, then ringfeed (stopped first).
+    processes: Vec<Process>,
+}
+
+impl Fronted {
+    pub async fn start(weed: &Path, dir: &Path) -> Result<Fronted> {
+        let mut seaweedfs = Seaweedfs::start(weed, &dir.join("weed")).await?;
+        let api = format!("127.0.0.1:{}", free_ports(1)?[0]);
+        let (ringfeed, _) = super::ringfeed::spawn_server_with(
+            &dir.join("ringfeed"),
+            2,
+            &[
+                "--follow-filer",
+                &seaweedfs.filer_cli,
+                "--filer-listen",
+                &api,
+            ],
+        )?;
+        let mut processes = std::mem::take(&mut seaweedfs.processes);
+        processes.push(ringfeed);
+        Ok(Fronted {
+            weed: seaweedfs,
+            api,
+            processes,
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl super::System for Fronted {
+    fn kind(&self) -> Kind {
+        Kind::RingfeedSeaweedfs
+    }
+
+    fn durability(&self, durable: bool) -> Durability {
+        let _ = durable;
+        "filer store write, no fsync (as SeaweedFS); ringfeed stores each event with fdatasync before it reads on"
+    }
+
+    fn processes(&self) -> &[Process] {
+        &self.processes
+    }
+
+    async fn append(
+        &self,
+        events: Range<u64>,
+        payload: usize,
+        producers: usize,
+        batch: usize,
+        durable: bool,
+    ) -> Result<Histogram<u64>> {
+        super::System::append(&self.weed, events, payload, producers, batch, durable).await
+    }
+
+    fn appender(&self) -> Arc<dyn super::Appender> {
+        super::System::appender(&self.weed)
+    }
+
+    async fn subscribe(&self, from: From) -> Result<Box<dyn super::Subscriber>> {
+        subscribe_at(&self.api, from).await
+    }
+}
+
+impl Drop for Fronted {
+    /// ringfeed first, then the filer, the volume server and the master.
+    fn drop(&mut self) {
+        while let Some(p) = self.processes.pop() {
+            drop(p);
         }
     }
 }

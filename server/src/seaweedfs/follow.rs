@@ -212,21 +212,58 @@ impl FilerProgress {
     }
 }
 
-/// Where a filer's events continue: the next producer sequence and the filer
-/// timestamp of the last event stored (the `since_ns` to ask for).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Position {
-    next_sequence: u64,
-    since_ns: i64,
+/// How far out of time order a filer's own log may be. A filer stamps an
+/// event (`time.Now()`) before it takes its log buffer's lock to add it, so
+/// concurrent writes land in its log slightly out of `ts_ns` order (seen:
+/// 11 µs apart, under the bench's 4 concurrent creators). Within this
+/// window an event at or before the newest stored is taken unless it is
+/// one already stored; older than it, it is refused.
+pub const REORDER: Duration = Duration::from_secs(2);
+
+fn reorder_ns() -> i64 {
+    REORDER.as_nanos() as i64
 }
 
-/// Where the engine's copy of the filer ends, as recovery found it: right
-/// after its last stored event, or `since_ns` for a filer never followed.
-fn resume(engine: &Engine, filer: &FilerAddress, since_ns: i64) -> Result<Position, String> {
+/// Where a filer's events continue.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Position {
+    next_sequence: u64,
+    /// The newest `ts_ns` stored from the filer (0: none yet).
+    last_ts: i64,
+    /// Every `ts_ns` stored within [`REORDER`] of `last_ts`: the filer,
+    /// asked again from `last_ts` - REORDER, sends these again.
+    recent: std::collections::BTreeSet<i64>,
+    /// Where a filer never followed starts (`--follow-since`).
+    start_ns: i64,
+}
+
+impl Position {
+    /// The `since_ns` to ask the filer for.
+    fn since_ns(&self) -> i64 {
+        if self.next_sequence == 0 {
+            self.start_ns
+        } else {
+            (self.last_ts - reorder_ns()).max(0)
+        }
+    }
+
+    fn stored(&mut self, ts_ns: i64) {
+        self.recent.insert(ts_ns);
+        self.last_ts = self.last_ts.max(ts_ns);
+        let floor = self.last_ts - reorder_ns();
+        self.recent = self.recent.split_off(&floor);
+    }
+}
+
+/// Where the engine's copy of the filer ends, as recovery found it: after
+/// its last stored event, with the times of those stored within
+/// [`REORDER`] of the newest (read back from the feed); or `start_ns` for a
+/// filer never followed.
+async fn resume(engine: &Engine, filer: &FilerAddress, start_ns: i64) -> Result<Position, String> {
     let Some((sequence, at)) = engine.last_stored(filer.producer_id()) else {
         return Ok(Position {
-            next_sequence: 0,
-            since_ns,
+            start_ns,
+            ..Position::default()
         });
     };
     let stored = engine
@@ -238,16 +275,51 @@ fn resume(engine: &Engine, filer: &FilerAddress, since_ns: i64) -> Result<Positi
                 at.shard, at.offset
             )
         })?;
+    let last = filer_ts(filer, &stored)?;
+    // The newest is at most REORDER after the last (older is refused), so
+    // every event within REORDER of it has ts_ns >= last - REORDER, and was
+    // stamped no earlier than MAX_CLOCK_AHEAD before that.
+    let from = last - reorder_ns() - MAX_CLOCK_AHEAD.as_nanos() as i64 - 1;
+    let mut request =
+        ringfeed_engine::SubscribeRequest::from(ringfeed_engine::Start::SinceNs(from.max(0)));
+    request.ordering = ringfeed_engine::Ordering::PerShard;
+    let mut feed = engine
+        .subscribe(request)
+        .map_err(|e| format!("reading back what was stored from {filer}: {e}"))?;
+    let mut position = Position {
+        next_sequence: sequence + 1,
+        start_ns,
+        ..Position::default()
+    };
+    loop {
+        let delivered = feed
+            .next()
+            .await
+            .map_err(|e| format!("reading back what was stored from {filer}: {e}"))?
+            .ok_or_else(|| format!("the feed ended before the last event stored from {filer}"))?;
+        let event = v1::Event::decode(delivered.payload())
+            .map_err(|e| format!("an event stored from {filer} does not decode: {e}"))?;
+        if event
+            .seaweedfs
+            .as_ref()
+            .is_some_and(|s| s.filer == filer.given)
+        {
+            position.stored(filer_ts(filer, &delivered)?);
+        }
+        if (delivered.shard, delivered.offset) == (at.shard, at.offset) {
+            return Ok(position);
+        }
+    }
+}
+
+/// The filer's `ts_ns` of an event stored from it.
+fn filer_ts(filer: &FilerAddress, stored: &ringfeed_engine::Delivered) -> Result<i64, String> {
     let event = v1::Event::decode(stored.payload())
-        .map_err(|e| format!("the last event stored from {filer} does not decode: {e}"))?;
-    let ts_ns = event
+        .map_err(|e| format!("an event stored from {filer} does not decode: {e}"))?;
+    event
         .seaweedfs
         .map(|s| s.ts_ns)
-        .ok_or_else(|| format!("the last event stored as {filer}'s is not a SeaweedFS event"))?;
-    Ok(Position {
-        next_sequence: sequence + 1,
-        since_ns: ts_ns,
-    })
+        .ok_or_else(|| format!("an event stored as {filer}'s is not a SeaweedFS event"))
 }
 
 /// Follows `filer` into `engine` until `stop` turns true: reconnects with
@@ -260,7 +332,7 @@ pub async fn follow(
 ) {
     let filer = progress.filer.clone();
     let shard = (filer.producer_id() % u64::from(engine.shard_count())) as u32;
-    let mut position = match resume(&engine, &filer, from.since_ns) {
+    let mut position = match resume(&engine, &filer, from.since_ns).await {
         Ok(position) => position,
         Err(e) => {
             // Nothing is appended for this filer until an operator looks:
@@ -269,12 +341,13 @@ pub async fn follow(
             return;
         }
     };
-    progress
-        .stored_ts_ns
-        .store(position.since_ns, Ordering::Relaxed);
-    progress
-        .complete_ts_ns
-        .fetch_max(position.since_ns, Ordering::Release);
+    let through = if position.next_sequence == 0 {
+        position.start_ns
+    } else {
+        position.last_ts
+    };
+    progress.stored_ts_ns.store(through, Ordering::Relaxed);
+    progress.complete_through(through - reorder_ns());
     // Above any epoch an earlier run of this server used (seconds since
     // 2020), so the filer replaces a stream of ours it still holds instead of
     // refusing this one as a duplicate.
@@ -366,9 +439,9 @@ impl Session<'_> {
             .connect()
             .await
             .map_err(|e| format!("connecting to {}: {e}", filer.grpc))?;
-        if position.next_sequence > 0 && *reaches != Some(position.since_ns) {
+        if position.next_sequence > 0 && *reaches != Some(position.since_ns()) {
             self.check_log_reaches(position, channel.clone()).await?;
-            *reaches = Some(position.since_ns);
+            *reaches = Some(position.since_ns());
         }
         let mut grpc = tonic::client::Grpc::new(channel);
         grpc.ready()
@@ -377,7 +450,7 @@ impl Session<'_> {
         let request = filer_pb::SubscribeMetadataRequest {
             client_name: "ringfeed".into(),
             path_prefix: "/".into(),
-            since_ns: position.since_ns,
+            since_ns: position.since_ns(),
             // Stable for this filer: the filer keys its subscribers by it.
             client_id: (filer.producer_id() >> 33) as i32,
             client_epoch: self.epoch,
@@ -423,7 +496,9 @@ impl Session<'_> {
             // Whatever ended the stream, what arrived before it is stored.
             let heard = std::mem::take(&mut batch.heard_ts);
             let appended = self.append(&mut batch, position).await?;
-            self.progress.complete_through(heard);
+            // An event up to REORDER older than what was heard may still
+            // come: complete only that far back.
+            self.progress.complete_through(heard - reorder_ns());
             if appended {
                 // Progress: the next failure starts the backoff over.
                 *attempt = 0;
@@ -451,7 +526,7 @@ impl Session<'_> {
             .await
             .map_err(|_| stalled())?
             .map_err(|e| format!("finding where the filer's log begins: {e}"))?;
-        let Some(oldest) = oldest.filter(|o| o.starts_ns > position.since_ns) else {
+        let Some(oldest) = oldest.filter(|o| o.starts_ns > position.last_ts) else {
             self.progress.log_gap.store(false, Ordering::Relaxed);
             return Ok(());
         };
@@ -460,7 +535,7 @@ impl Session<'_> {
              whatever it logged between them is gone from it (its log was pruned)",
             log_files::format_ns(oldest.starts_ns),
             oldest.path,
-            log_files::format_ns(position.since_ns),
+            log_files::format_ns(position.last_ts),
         );
         if !self.skip_gap {
             self.progress.log_gap.store(true, Ordering::Relaxed);
@@ -507,10 +582,11 @@ impl Session<'_> {
             return Ok(false);
         }
         let events = std::mem::take(&mut batch.events);
+        let times = std::mem::take(&mut batch.times);
         let count = events.len() as u64;
-        let last_ts = batch.last_ts;
+        let newest = times.iter().copied().max().unwrap_or_default();
         batch.bytes = 0;
-        self.not_before_filer_time(last_ts).await;
+        self.not_before_filer_time(newest).await;
         let producer = Producer {
             id: self.progress.filer.producer_id(),
             first_sequence: position.next_sequence,
@@ -522,8 +598,12 @@ impl Session<'_> {
         {
             Ok(_) => {
                 position.next_sequence += count;
-                position.since_ns = last_ts;
-                self.progress.stored_ts_ns.store(last_ts, Ordering::Relaxed);
+                for ts in times {
+                    position.stored(ts);
+                }
+                self.progress
+                    .stored_ts_ns
+                    .store(position.last_ts, Ordering::Relaxed);
                 self.progress.events.fetch_add(count, Ordering::Relaxed);
                 Ok(true)
             }
@@ -544,24 +624,25 @@ impl Session<'_> {
 #[derive(Default)]
 struct Batch {
     events: Vec<NewEvent>,
+    /// Each event's filer `ts_ns`.
+    times: Vec<i64>,
     bytes: usize,
     /// The latest filer time taken (events and heartbeats).
     heard_ts: i64,
-    /// The filer timestamp of the last event in `events`.
-    last_ts: i64,
 }
 
 impl Batch {
-    /// Takes one response (and the events batched in it). An event at or
-    /// before the last one taken is refused: the filer's timestamps increase
-    /// along its log, so one going back is a filer fault, not an event to
-    /// store (storing it could put it twice).
     /// The filer said it has sent everything through `ts_ns`.
     fn heard(&mut self, progress: &FilerProgress, ts_ns: i64) {
         progress.seen(ts_ns);
         self.heard_ts = self.heard_ts.max(ts_ns);
     }
 
+    /// Takes one response (and the events batched in it). An event already
+    /// stored or taken (the filer sends again what follows `since_ns`, which
+    /// is [`REORDER`] before the newest stored) is skipped; one more than
+    /// REORDER before the newest is refused: the filer's log went back
+    /// further than a filer's own disorder explains.
     fn take(
         &mut self,
         filer: &FilerAddress,
@@ -583,25 +664,21 @@ impl Batch {
                 self.heard(progress, r.ts_ns);
                 continue;
             };
-            let after = if self.events.is_empty() {
-                position.since_ns
-            } else {
-                self.last_ts
-            };
-            if self.events.is_empty() && r.ts_ns == position.since_ns {
-                // The filer answers `since_ns` from its in-memory log with
-                // the event at exactly that time too (from its log files it
-                // starts after it): that is the last event stored, sent
-                // again. A filer's timestamps are unique along its log, so
-                // the same time is the same event.
+            if position.recent.contains(&r.ts_ns) || self.times.contains(&r.ts_ns) {
+                // Stored already (a filer's timestamps are unique along its
+                // log, so the same time is the same event): sent again.
                 self.heard(progress, r.ts_ns);
                 continue;
             }
-            if r.ts_ns <= after {
+            let newest = self.times.iter().copied().fold(position.last_ts, i64::max);
+            if position.next_sequence + (self.times.len() as u64) > 0
+                && r.ts_ns <= newest - reorder_ns()
+            {
                 return Err(progress.refuse(format!(
-                    "the filer sent an event at ts_ns {} after {after}: its log went backwards; \
-                     nothing of it is stored",
-                    r.ts_ns
+                    "the filer sent an event at ts_ns {} after one at {newest}: its log went back \
+                     more than {} s; nothing of it is stored",
+                    r.ts_ns,
+                    REORDER.as_secs()
                 )));
             }
             let Some(event) =
@@ -614,7 +691,7 @@ impl Batch {
             };
             self.heard(progress, r.ts_ns);
             self.bytes += event.payload.len();
-            self.last_ts = r.ts_ns;
+            self.times.push(r.ts_ns);
             self.events.push(event);
         }
         Ok(())
@@ -675,4 +752,80 @@ fn stored_event(
         signatures: event.signatures,
         directory,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(ts_ns: i64, name: &str) -> Received {
+        let notification = filer_pb::EventNotification {
+            new_entry: Some(filer_pb::Entry {
+                name: name.into(),
+                ..Default::default()
+            }),
+            new_parent_path: "/d".into(),
+            ..Default::default()
+        };
+        Received {
+            directory: "/d".into(),
+            event_notification: Some(notification.encode_to_vec().into()),
+            ts_ns,
+            events: Vec::new(),
+            flushed_ts_ns: 0,
+        }
+    }
+
+    /// A filer's log slightly out of time order (concurrent writes) is
+    /// taken whole; what it sends again is skipped; a step back past the
+    /// window is refused.
+    #[test]
+    fn a_filer_log_out_of_order_within_the_window_is_taken_once() {
+        let filer = FilerAddress::parse("127.0.0.1:8888").unwrap();
+        let progress = FilerProgress::new(filer.clone(), Arc::default());
+        let second = 1_000_000_000;
+        let mut position = Position::default();
+        let mut batch = Batch::default();
+        for (ts, name) in [
+            (10 * second, "a"),
+            (10 * second - 11_000, "b"),
+            (11 * second, "c"),
+        ] {
+            batch
+                .take(&filer, event(ts, name), &position, &progress)
+                .unwrap();
+        }
+        assert_eq!(
+            batch.times,
+            vec![10 * second, 10 * second - 11_000, 11 * second]
+        );
+        for ts in std::mem::take(&mut batch.times) {
+            position.stored(ts);
+        }
+        position.next_sequence = 3;
+        batch.events.clear();
+        // Asked again from 2 s before the newest: all three come back.
+        assert_eq!(position.since_ns(), 9 * second);
+        for (ts, name) in [
+            (10 * second, "a"),
+            (10 * second - 11_000, "b"),
+            (11 * second, "c"),
+        ] {
+            batch
+                .take(&filer, event(ts, name), &position, &progress)
+                .unwrap();
+        }
+        assert!(batch.times.is_empty(), "nothing taken twice");
+        batch
+            .take(&filer, event(12 * second, "d"), &position, &progress)
+            .unwrap();
+        let refused = batch
+            .take(&filer, event(9 * second, "old"), &position, &progress)
+            .unwrap_err();
+        assert!(refused.contains("went back more than 2 s"), "{refused}");
+        assert_eq!(batch.times, vec![12 * second]);
+        // The window forgets what is older than it.
+        position.stored(12 * second);
+        assert_eq!(position.recent.first(), Some(&(10 * second)));
+    }
 }

@@ -313,7 +313,7 @@ async fn a_filer_killed_mid_ingest_loses_nothing_ringfeed_stored() {
     );
     let warned = filer_warnings(&server);
     assert!(
-        warned.iter().all(|w| !w.contains("backwards")),
+        warned.iter().all(|w| !w.contains("went back")),
         "{warned:?}"
     );
     server.stop();
