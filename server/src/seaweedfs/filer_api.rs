@@ -38,11 +38,18 @@ const IDLE_HEARTBEAT: Duration = Duration::from_secs(5);
 /// After this many events filtered out in a row, an empty notification with
 /// the time tells the subscriber how far it is (as a filer does).
 const MAX_UNSYNCED_EVENTS: u64 = 1000;
-/// The most events a stream holds read and not yet sent (beyond it, reading
-/// waits for the merge: a source held back by another holds at most this).
-const MAX_QUEUED: usize = 4096;
-/// Responses a stream queues for the transport.
-const STREAM_QUEUE: usize = 64;
+/// The most events a stream holds read and not yet given out (beyond it,
+/// reading waits for the merge: a source held back by another holds at most
+/// this many of the others' events).
+const MAX_QUEUED: usize = 1024;
+/// Events read from the feed per round before what is ready is sent: a
+/// stream catching up holds about this many, plus what its queue holds.
+const READ_CHUNK: usize = 64;
+/// The most events in one batched response.
+const BATCH: usize = 64;
+/// Responses a stream queues for the transport: with the rounds above, what
+/// a stream holds is bounded by events, not by the log it catches up on.
+const STREAM_QUEUE: usize = 2;
 
 /// The shared state of the filer API.
 pub struct FilerApi {
@@ -130,9 +137,20 @@ impl FilerApi {
         let replaced = self.register(request.client_id, request.client_epoch)?;
         let (tx, rx) = mpsc::channel(STREAM_QUEUE);
         let api = self.clone();
+        let (id, epoch) = (request.client_id, request.client_epoch);
+        let streaming = tokio::spawn({
+            let tx = tx.clone();
+            async move { api.stream(request, replaced, &tx).await }
+        });
+        let api = self.clone();
         tokio::spawn(async move {
-            let (id, epoch) = (request.client_id, request.client_epoch);
-            let ended = api.stream(request, replaced, &tx).await;
+            // A stream that ends without a status would read as a clean end
+            // (a SeaweedFS client then stops following for good): a failure,
+            // a panic included, ends it with one.
+            let ended = match streaming.await {
+                Ok(ended) => ended,
+                Err(e) => Err(Status::internal(format!("the stream's task failed: {e}"))),
+            };
             api.unregister(id, epoch);
             if let Err(status) = ended {
                 let _ = tx.send(Err(status)).await;
@@ -187,18 +205,18 @@ impl FilerApi {
         let mut sent_at = now_ns();
         let mut claimed_at = 0;
         let mut stop = self.stop.clone();
-        let completed = self.filers.first().map(|f| f.completed().clone());
+        // Woken when a followed filer's stored watermark moves (none
+        // followed: never).
+        let completed = self
+            .filers
+            .first()
+            .map_or_else(Arc::default, |f| f.completed().clone());
         loop {
-            // Before any watermark is read: a filer moving on after this
-            // wakes the wait below.
-            let moved = async {
-                match &completed {
-                    Some(notify) => notify.notified().await,
-                    None => std::future::pending().await,
-                }
-            };
+            // Enabled before any watermark is read: a filer moving on after
+            // this wakes the wait below.
+            let moved = completed.notified();
             let mut moved = std::pin::pin!(moved);
-            futures_lite::future::poll_once(moved.as_mut()).await;
+            moved.as_mut().enable();
             if *stop.borrow() || *replaced.borrow() {
                 return Err(Status::unavailable(if *replaced.borrow() {
                     "replaced by a stream of the same client id with a higher epoch"
@@ -206,8 +224,12 @@ impl FilerApi {
                     "the server is shutting down: subscribe again"
                 }));
             }
-            // Read what the feed has, up to the bound.
-            while merge.queued() < MAX_QUEUED {
+            // Read what the feed has, a round at a time.
+            let mut read = 0;
+            while read < READ_CHUNK {
+                if merge.queued() >= MAX_QUEUED {
+                    break;
+                }
                 let next = futures_lite::future::poll_once(feed.next()).await;
                 let Some(next) = next else { break };
                 let Some(delivered) =
@@ -215,6 +237,7 @@ impl FilerApi {
                 else {
                     break;
                 };
+                read += 1;
                 let event = v1::Event::decode(delivered.payload()).map_err(|e| {
                     Status::internal(format!("a stored event does not decode: {e}"))
                 })?;
@@ -228,6 +251,10 @@ impl FilerApi {
                     merge.push(source, event);
                 }
             }
+            // A full round (not the feed's end, not the merge's bound): the
+            // feed may well have more, and nothing would wake this stream
+            // for it (no news comes for a backlog already there).
+            let more = read == READ_CHUNK && merge.queued() < MAX_QUEUED;
             let now = now_ns();
             let read_through = feed.watermark();
             merge.advance(own, read_through, now);
@@ -298,6 +325,11 @@ impl FilerApi {
             // watermark, so an idle view with nothing pending wakes no shard.
             let waiting =
                 merge.queued() > 0 || until.is_some() || taken.iter().any(|t| !t.is_empty());
+            if more {
+                // The feed has more already: the next round at once.
+                tokio::task::yield_now().await;
+                continue;
+            }
             if waiting && now - claimed_at >= TICK.as_nanos() as i64 {
                 feed.request_claims(now);
                 claimed_at = now;
@@ -317,7 +349,7 @@ impl FilerApi {
             tokio::select! {
                 _ = tokio::time::sleep(wake) => {}
                 _ = feed.changed() => {}
-                _ = moved => {}
+                _ = moved.as_mut() => {}
                 _ = stop.changed() => {}
                 _ = replaced.changed() => {}
             }
@@ -333,7 +365,7 @@ async fn send(
     batching: bool,
 ) -> bool {
     if batching {
-        for chunk in batch.chunks(256) {
+        for chunk in batch.chunks(BATCH) {
             let mut first = chunk[0].clone();
             first.events = chunk[1..].to_vec();
             if tx.send(Ok(first)).await.is_err() {
