@@ -1,14 +1,15 @@
 //! Generates the bench's gRPC bindings: the `ceiling` scenario's bare stream
-//! (client and server), and tonic clients for the parts of the other
-//! systems' APIs `compare` talks (`peers/proto/`, minimal schemas with the
-//! real packages, services and field numbers). protoc comes from
+//! (client and server), and a tonic client for the part of etcd's API
+//! `compare` talks (`peers/proto/`, a minimal schema with the real package,
+//! service and field numbers; SeaweedFS's filer API comes whole from the
+//! proto crate). protoc comes from
 //! `protoc-bin-vendored`, as in the proto crate, so building needs no system
 //! protoc.
 
 use std::error::Error;
 
 const CEILING: &str = "proto/ceiling.proto";
-const PEERS: &[&str] = &["peers/proto/etcd.proto", "peers/proto/filer.proto"];
+const PEERS: &[&str] = &["peers/proto/etcd.proto"];
 
 fn config() -> Result<prost_build::Config, Box<dyn Error>> {
     let mut config = prost_build::Config::new();

@@ -49,9 +49,11 @@ pub enum Kind {
     Seaweedfs,
     Etcd,
     Nats,
-    /// ringfeed in front of SeaweedFS: events created on the filer, read
-    /// through ringfeed's filer API (`--follow-filer`, `--filer-listen`).
-    /// Not in [`Kind::ALL`]: run with `--system ringfeed-seaweedfs`.
+    // ringfeed in front of SeaweedFS: events created on the filer, read
+    // through ringfeed's filer API (`--follow-filer`, `--filer-listen`).
+    // Not in `Kind::ALL`: run with `--system ringfeed-seaweedfs`. (A doc
+    // comment here would be clap's help for the value, and turn every
+    // scenario's --help into the long layout.)
     RingfeedSeaweedfs,
     /// Not a system: the machine's own limits (`ceiling`).
     #[value(skip)]

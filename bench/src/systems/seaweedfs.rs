@@ -30,11 +30,9 @@ use super::{
 };
 use crate::util::now_ns;
 
-/// Generated from `bench/peers/proto/filer.proto` (a subset of SeaweedFS's).
-mod pb {
-    #![allow(clippy::all, clippy::pedantic)]
-    tonic::include_proto!("filer_pb");
-}
+/// SeaweedFS 4.48's filer API, as ringfeed's proto crate generates it from
+/// the `weed` binary's own descriptor (`proto/seaweedfs/filer.proto`).
+use ringfeed_proto::filer_pb as pb;
 
 use pb::seaweed_filer_client::SeaweedFilerClient;
 
@@ -91,6 +89,7 @@ fn attributes(now_ns: i64, mode: u32, size: usize) -> pb::FuseAttributes {
         mtime: now_ns / 1_000_000_000,
         crtime: now_ns / 1_000_000_000,
         file_mode: mode,
+        ..Default::default()
     }
 }
 
@@ -101,9 +100,10 @@ fn directory(parent: &str, name: &str) -> pb::CreateEntryRequest {
             name: name.to_owned(),
             is_directory: true,
             attributes: Some(attributes(now_ns(), MODE_DIR | 0o755, 0)),
-            content: Vec::new(),
+            ..Default::default()
         }),
         o_excl: false,
+        ..Default::default()
     }
 }
 
@@ -118,9 +118,11 @@ fn event(index: u64, payload: usize) -> pb::CreateEntryRequest {
             name: format!("f{index}"),
             is_directory: false,
             attributes: Some(attributes(now_ns(), 0o644, content.len())),
-            content,
+            content: content.into(),
+            ..Default::default()
         }),
         o_excl: true,
+        ..Default::default()
     }
 }
 
