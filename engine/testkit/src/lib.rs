@@ -52,6 +52,9 @@ struct State {
     next_id: u64,
     armed: Vec<Entry>,
     children: Vec<u32>,
+    /// Children killed when the watchdog fires (with `children`), so a hung
+    /// test leaves no server of its own running after its binary exits.
+    owned: Vec<u32>,
     watcher_started: bool,
 }
 
@@ -136,7 +139,32 @@ impl Drop for Armed {
     }
 }
 
-/// Adds a child process's threads to the report while the guard lives.
+/// A child process the watchdog kills (SIGKILL, by its pid) if it fires
+/// while the guard lives, as it kills every watched child: the test binary
+/// exits at once, and no `Drop` of the test's would stop them.
+#[must_use = "the child is no longer killed on a hang as soon as the guard is dropped"]
+pub struct OwnedChild {
+    pid: u32,
+}
+
+/// Kills `pid` if the watchdog fires while the guard lives (a child that
+/// should not be in the report: a peer's process, say).
+pub fn own_child(pid: u32) -> OwnedChild {
+    lock(shared()).owned.push(pid);
+    OwnedChild { pid }
+}
+
+impl Drop for OwnedChild {
+    fn drop(&mut self) {
+        let mut state = lock(shared());
+        if let Some(at) = state.owned.iter().position(|&p| p == self.pid) {
+            state.owned.swap_remove(at);
+        }
+    }
+}
+
+/// Adds a child process's threads to the report while the guard lives (and
+/// kills it if the watchdog fires).
 pub fn watch_child(pid: u32) -> WatchedChild {
     lock(shared()).children.push(pid);
     WatchedChild { pid }
@@ -168,6 +196,13 @@ fn watch(shared: &'static Shared) {
                 // Print in one piece, to stderr: the harness does not capture
                 // this thread, and the process ends right after.
                 eprintln!("{report}");
+                // This test's children, and every other test's of this
+                // binary: they all end with it.
+                for pid in state.children.iter().chain(&state.owned) {
+                    let _ = std::process::Command::new("kill")
+                        .args(["-KILL", &pid.to_string()])
+                        .status();
+                }
                 std::process::exit(101);
             }
             Some(entry) => {

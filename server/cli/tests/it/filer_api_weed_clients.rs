@@ -348,6 +348,7 @@ async fn weed_filer_backup_copies_the_same_through_ringfeed() {
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null());
             let mut child = backup.spawn().unwrap();
+            let _owned = ringfeed_testkit::own_child(child.id());
             let started = Instant::now();
             let copied = loop {
                 let copied = tree(&at.join("out"));

@@ -20,6 +20,9 @@ pub struct Weed {
     weed: PathBuf,
     /// Master, volume server, filer: (name, arguments, the running process).
     processes: Vec<(&'static str, Vec<String>, Option<Child>)>,
+    /// Each running process's guard: the watchdog kills it if the test
+    /// hangs (it exits the binary at once, and no `Drop` here would run).
+    owned: [Option<ringfeed_testkit::OwnedChild>; 3],
     /// The filer as `weed` commands and `--follow-filer` name it: `127.0.0.1:PORT.GRPCPORT`.
     pub filer: String,
     /// The filer's gRPC address.
@@ -107,6 +110,7 @@ impl Weed {
             dir,
             weed,
             processes,
+            owned: [None, None, None],
         };
         for i in 0..3 {
             weed.spawn(i);
@@ -138,6 +142,7 @@ impl Weed {
                 .spawn()
                 .unwrap_or_else(|e| panic!("starting weed {name}: {e}")),
         );
+        self.owned[i] = child.as_ref().map(|c| ringfeed_testkit::own_child(c.id()));
     }
 
     /// Waits until the filer stores an entry (the volume server registered).
@@ -229,6 +234,7 @@ impl Weed {
             let _ = child.kill();
             let _ = child.wait();
         }
+        self.owned[2] = None;
         self.spawn(2);
         self.wait_ready().await;
     }
