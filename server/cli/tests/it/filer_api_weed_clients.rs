@@ -441,3 +441,76 @@ async fn kv_puts_survive_a_restart() {
         .is_empty());
     server.stop();
 }
+
+/// SubscribeMetadata streams stay open while a followed filer's stored
+/// watermark moves a thousand times a second (a fake filer heartbeating
+/// every millisecond): no stream ends on its own. (Written after a wake-up
+/// future polled once it had completed panicked and ended streams cleanly
+/// under the fanout bench; that race is nanoseconds wide, and this test did
+/// not hit it in three runs of the old code: the bench is what found it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_stay_open_while_a_filer_moves_on_every_millisecond() {
+    let _watchdog = ringfeed_testkit::arm();
+    let filer = crate::fake_filer::FakeFiler::start(
+        vec![crate::fake_filer::Sent::Create {
+            ts_ns: 10_000_000_000,
+            directory: "/m".into(),
+            name: "one".into(),
+        }],
+        crate::fake_filer::Then::Heartbeats,
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        dir.path(),
+        1,
+        &[
+            "--follow-filer",
+            &filer.address,
+            "--filer-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let api = server.filer_api.clone().unwrap();
+    let (host, grpc) = (
+        api.rsplit_once(':').unwrap().0,
+        api.rsplit_once('.').unwrap().1,
+    );
+    let mut streams = Vec::new();
+    for id in 1..=20 {
+        let mut client = SeaweedFilerClient::connect(format!("http://{host}:{grpc}"))
+            .await
+            .unwrap();
+        let mut stream = client
+            .subscribe_metadata(filer_pb::SubscribeMetadataRequest {
+                client_name: "still-open".into(),
+                path_prefix: "/".into(),
+                client_id: id,
+                client_epoch: 1,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let first = stream.message().await.unwrap().unwrap();
+        assert_eq!(first.ts_ns, 10_000_000_000, "the filer's one event");
+        streams.push(stream);
+    }
+    // Three seconds of the watermark moving: every stream is still open
+    // (nothing more to send: no event, and no heartbeat asked for).
+    let open: Vec<_> = streams
+        .into_iter()
+        .map(|mut stream| {
+            tokio::spawn(async move {
+                tokio::time::timeout(Duration::from_secs(3), stream.message())
+                    .await
+                    .map(|m| m.map(|m| m.is_some()))
+            })
+        })
+        .collect();
+    for (i, task) in open.into_iter().enumerate() {
+        let ended = task.await.unwrap();
+        assert!(ended.is_err(), "stream {i} ended: {ended:?}");
+    }
+    server.stop();
+}
