@@ -270,13 +270,6 @@ impl FilerApi {
                     merge.advance(i, complete, now);
                 }
             }
-            tracing::debug!(
-                queued = merge.queued(),
-                read_through,
-                since,
-                "filer view: {:?}",
-                taken
-            );
             let mut batch = Vec::new();
             while let Some((event, _late)) = merge.pop(now) {
                 if until.is_some_and(|u| event.ts_ns > u) {
@@ -365,9 +358,9 @@ async fn send(
     batching: bool,
 ) -> bool {
     if batching {
-        for chunk in batch.chunks(BATCH) {
-            let mut first = chunk[0].clone();
-            first.events = chunk[1..].to_vec();
+        let mut batch = batch.into_iter();
+        while let Some(mut first) = batch.next() {
+            first.events = batch.by_ref().take(BATCH - 1).collect();
             if tx.send(Ok(first)).await.is_err() {
                 return false;
             }

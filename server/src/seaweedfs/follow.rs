@@ -95,9 +95,6 @@ pub struct FilerProgress {
     /// Woken when `complete_ts_ns` moves (shared by every followed filer:
     /// the SeaweedFS view waits on it).
     completed: Arc<tokio::sync::Notify>,
-    /// How far the filer's clock was ahead of this server's at the last
-    /// append (its last event's `ts_ns` minus now; negative: behind).
-    clock_ahead_ns: AtomicI64,
     events: AtomicU64,
     reconnects: AtomicU64,
     /// Why the last stream ended, if it ended with an error.
@@ -143,7 +140,6 @@ impl FilerProgress {
             seen_ts_ns: AtomicI64::new(0),
             flushed_ts_ns: AtomicI64::new(0),
             complete_ts_ns: AtomicI64::new(0),
-            clock_ahead_ns: AtomicI64::new(0),
             events: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
             error: Mutex::new(None),
@@ -299,12 +295,8 @@ async fn resume(engine: &Engine, filer: &FilerAddress, start_ns: i64) -> Result<
             .ok_or_else(|| format!("the feed ended before the last event stored from {filer}"))?;
         let event = v1::Event::decode(delivered.payload())
             .map_err(|e| format!("an event stored from {filer} does not decode: {e}"))?;
-        if event
-            .seaweedfs
-            .as_ref()
-            .is_some_and(|s| s.filer == filer.given)
-        {
-            position.stored(filer_ts(filer, &delivered)?);
+        if let Some(stored) = event.seaweedfs.filter(|s| s.filer == filer.given) {
+            position.stored(stored.ts_ns);
         }
         if (delivered.shard, delivered.offset) == (at.shard, at.offset) {
             return Ok(position);
@@ -363,7 +355,7 @@ pub async fn follow(
     };
     let mut attempt = 0;
     let mut replaced = 0;
-    // The position the filer's log was last found to reach back to.
+    // The newest stored `ts_ns` the filer's log was last found to reach back to.
     let mut reaches = None;
     loop {
         let session = Session {
@@ -439,9 +431,9 @@ impl Session<'_> {
             .connect()
             .await
             .map_err(|e| format!("connecting to {}: {e}", filer.grpc))?;
-        if position.next_sequence > 0 && *reaches != Some(position.since_ns()) {
+        if position.next_sequence > 0 && *reaches != Some(position.last_ts) {
             self.check_log_reaches(position, channel.clone()).await?;
-            *reaches = Some(position.since_ns());
+            *reaches = Some(position.last_ts);
         }
         let mut grpc = tonic::client::Grpc::new(channel);
         grpc.ready()
@@ -557,7 +549,6 @@ impl Session<'_> {
     /// says so.
     async fn not_before_filer_time(&self, ts_ns: i64) {
         let ahead = ts_ns.saturating_sub(ringfeed_engine::clock::now_ns());
-        self.progress.clock_ahead_ns.store(ahead, Ordering::Relaxed);
         let wait = ahead - MAX_CLOCK_AHEAD.as_nanos() as i64;
         if wait > 0 {
             if let Some(suppressed) = self.progress.warnings.check() {
@@ -583,8 +574,8 @@ impl Session<'_> {
         }
         let events = std::mem::take(&mut batch.events);
         let times = std::mem::take(&mut batch.times);
+        let newest = std::mem::take(&mut batch.newest);
         let count = events.len() as u64;
-        let newest = times.iter().copied().max().unwrap_or_default();
         batch.bytes = 0;
         self.not_before_filer_time(newest).await;
         let producer = Producer {
@@ -626,6 +617,8 @@ struct Batch {
     events: Vec<NewEvent>,
     /// Each event's filer `ts_ns`.
     times: Vec<i64>,
+    /// The newest of `times` (0: none).
+    newest: i64,
     bytes: usize,
     /// The latest filer time taken (events and heartbeats).
     heard_ts: i64,
@@ -664,13 +657,17 @@ impl Batch {
                 self.heard(progress, r.ts_ns);
                 continue;
             };
-            if position.recent.contains(&r.ts_ns) || self.times.contains(&r.ts_ns) {
+            // Only an event at or before the newest can be one already
+            // stored or taken: in a log in time order, none is looked up.
+            let newest = self.newest.max(position.last_ts);
+            if r.ts_ns <= newest
+                && (position.recent.contains(&r.ts_ns) || self.times.contains(&r.ts_ns))
+            {
                 // Stored already (a filer's timestamps are unique along its
                 // log, so the same time is the same event): sent again.
                 self.heard(progress, r.ts_ns);
                 continue;
             }
-            let newest = self.times.iter().copied().fold(position.last_ts, i64::max);
             if position.next_sequence + (self.times.len() as u64) > 0
                 && r.ts_ns <= newest - reorder_ns()
             {
@@ -692,6 +689,7 @@ impl Batch {
             self.heard(progress, r.ts_ns);
             self.bytes += event.payload.len();
             self.times.push(r.ts_ns);
+            self.newest = self.newest.max(r.ts_ns);
             self.events.push(event);
         }
         Ok(())

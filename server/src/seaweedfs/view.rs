@@ -182,13 +182,13 @@ impl FilerEvent {
 
     /// The `SubscribeMetadataResponse` for it, `signature` (this server's)
     /// added to the notification's signatures when it is not among them.
-    pub fn response(&self, signature: i32) -> filer_pb::SubscribeMetadataResponse {
-        let mut notification = self.notification.clone();
+    pub fn response(self, signature: i32) -> filer_pb::SubscribeMetadataResponse {
+        let mut notification = self.notification;
         if !notification.signatures.contains(&signature) {
             notification.signatures.push(signature);
         }
         filer_pb::SubscribeMetadataResponse {
-            directory: self.directory.clone(),
+            directory: self.directory,
             event_notification: Some(notification),
             ts_ns: self.ts_ns,
             ..Default::default()
@@ -300,7 +300,7 @@ mod tests {
             ..Default::default()
         };
         let event = FilerEvent::of(&stored, 99).unwrap();
-        let sent = event.response(9);
+        let sent = event.clone().response(9);
         assert_eq!((sent.directory.as_str(), sent.ts_ns), ("/d", 42));
         let mut signed = notification.clone();
         signed.signatures.push(9);
