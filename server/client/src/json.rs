@@ -42,9 +42,10 @@ pub fn write_event_parts_json(
 }
 
 /// Writes the event's JSON; `Ok(false)` when an entry holds extended
-/// attributes or the event is a SeaweedFS filer's (the full decode writes those).
+/// attributes or the event has fields the parts do not hold (a SeaweedFS
+/// filer's `seaweedfs`): the full decode writes those.
 fn write_parts(event: &EventParts<'_>, out: &mut Vec<u8>) -> Result<bool, DecodeError> {
-    if event.has_seaweedfs {
+    if event.has_other_fields {
         return Ok(false);
     }
     let mut object = Object::open(out);

@@ -198,9 +198,10 @@ pub struct EventParts<'a> {
     /// (otherwise an entry given twice was merged by a full decode and is
     /// the last one here).
     pub canonical: bool,
-    /// Whether it carries field 6, a followed SeaweedFS filer's event
-    /// (which these parts do not hold).
-    pub has_seaweedfs: bool,
+    /// Whether it carries a field these parts do not hold (a followed
+    /// SeaweedFS filer's `seaweedfs`, field 6, or one this build does not
+    /// know): whoever writes the event whole must take the full decode.
+    pub has_other_fields: bool,
     view: EventView<'a>,
 }
 
@@ -253,7 +254,7 @@ impl<'a> EventView<'a> {
         let (mut old_entry, mut new_entry) = (None, None);
         let mut seen = 0u32;
         let mut canonical = true;
-        let mut has_seaweedfs = false;
+        let mut has_other_fields = false;
         for field in Fields::new(self.bytes) {
             let (tag, value) = field?;
             if (1..=4).contains(&tag) {
@@ -274,8 +275,7 @@ impl<'a> EventView<'a> {
                     }
                     _ => return Err(DecodeError::new("invalid wire type for signatures")),
                 },
-                6 => has_seaweedfs = true,
-                _ => {}
+                _ => has_other_fields = true,
             }
         }
         let old_entry = message(old_entry)?.map(|e| e.parts()).transpose()?;
@@ -287,7 +287,7 @@ impl<'a> EventView<'a> {
             new_entry,
             new_parent_path: string(parent)?,
             canonical,
-            has_seaweedfs,
+            has_other_fields,
             view: *self,
         })
     }
