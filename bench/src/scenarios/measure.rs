@@ -6,7 +6,7 @@ use crate::systems::System;
 
 /// CPU seconds of the system's processes so far (0 against a `--target`).
 pub(super) fn cpu(system: &dyn System) -> f64 {
-    system.processes().iter().map(|p| p.cpu_seconds()).sum()
+    cpu_each(system).into_iter().sum()
 }
 
 /// CPU seconds of each of the system's processes so far, in their order.

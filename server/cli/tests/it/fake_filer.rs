@@ -11,6 +11,9 @@ use ringfeed_proto::prost::Message;
 use ringfeed_proto::tonic::codegen::http;
 use tokio::net::TcpListener;
 
+use crate::serve_binary::Server;
+use ringfeed_proto::{v1, RingFeedClient};
+
 /// One response of the script.
 #[derive(Clone)]
 pub enum Sent {
@@ -269,4 +272,28 @@ fn list(files: &[String], request: &filer_pb::ListEntriesRequest) -> Vec<String>
         request.limit as usize
     });
     names
+}
+
+/// The first followed filer's row in `server`'s status once `done` holds
+/// for it, and the events committed then (the watchdog bounds the wait).
+pub async fn first_filer_until(
+    server: &Server,
+    done: impl Fn(&v1::FollowedFiler) -> bool,
+) -> (v1::FollowedFiler, u64) {
+    let mut client = RingFeedClient::connect(format!("http://{}", server.addr))
+        .await
+        .unwrap();
+    loop {
+        let status = client
+            .status(v1::StatusRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        let filer = status.filers[0].clone();
+        if done(&filer) {
+            let committed = status.shards.iter().map(|s| s.committed_next).sum();
+            return (filer, committed);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

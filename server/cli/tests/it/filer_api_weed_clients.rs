@@ -10,6 +10,7 @@ use crate::serve_binary::{run_bounded, Server};
 use crate::weed::{self, Weed};
 use ringfeed_proto::filer_pb;
 use ringfeed_proto::filer_pb::seaweed_filer_client::SeaweedFilerClient;
+use ringfeed_proto::tonic::transport::Channel;
 
 /// What `weed filer.meta.tail` printed: one JSON object per event, without
 /// its signatures (each server adds its own) and without the response's
@@ -72,6 +73,19 @@ fn assert_same(ringfeed: &[serde_json::Value], filer: &[serde_json::Value]) {
     for (r, f) in ringfeed.iter().zip(filer) {
         assert_eq!(r, f, "the event at {}", f["tsNs"]);
     }
+}
+
+/// A client of `server`'s filer API (`--filer-listen`), on the gRPC port of
+/// the `HOST:PORT.GRPCPORT` it printed.
+async fn filer_api_client(server: &Server) -> SeaweedFilerClient<Channel> {
+    let api = server.filer_api.clone().unwrap();
+    let (host, grpc) = (
+        api.rsplit_once(':').unwrap().0,
+        api.rsplit_once('.').unwrap().1,
+    );
+    SeaweedFilerClient::connect(format!("http://{host}:{grpc}"))
+        .await
+        .unwrap()
 }
 
 fn ms_since(at: Instant) -> String {
@@ -193,12 +207,7 @@ async fn the_filer_apis_other_rpcs_say_ringfeed_serves_the_feed_only() {
     let _watchdog = ringfeed_testkit::arm();
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start_with(dir.path(), 1, &["--filer-listen", "127.0.0.1:0"]);
-    let api = server.filer_api.clone().unwrap();
-    let grpc = api.rsplit_once('.').unwrap().1;
-    let host = api.rsplit_once(':').unwrap().0;
-    let mut client = SeaweedFilerClient::connect(format!("http://{host}:{grpc}"))
-        .await
-        .unwrap();
+    let mut client = filer_api_client(&server).await;
     let refused = client
         .create_entry(filer_pb::CreateEntryRequest {
             directory: "/".into(),
@@ -385,20 +394,8 @@ async fn weed_filer_backup_copies_the_same_through_ringfeed() {
 async fn kv_puts_survive_a_restart() {
     let _watchdog = ringfeed_testkit::arm();
     let dir = tempfile::tempdir().unwrap();
-    let client = |server: &Server| {
-        let api = server.filer_api.clone().unwrap();
-        let (host, grpc) = (
-            api.rsplit_once(':').unwrap().0.to_owned(),
-            api.rsplit_once('.').unwrap().1.to_owned(),
-        );
-        async move {
-            SeaweedFilerClient::connect(format!("http://{host}:{grpc}"))
-                .await
-                .unwrap()
-        }
-    };
     let server = Server::start_with(dir.path(), 1, &["--filer-listen", "127.0.0.1:0"]);
-    let mut kv = client(&server).await;
+    let mut kv = filer_api_client(&server).await;
     let get = |key: &'static [u8]| filer_pb::KvGetRequest {
         key: key.to_vec().into(),
     };
@@ -426,7 +423,7 @@ async fn kv_puts_survive_a_restart() {
     }
     server.kill();
     let server = Server::start_with(dir.path(), 1, &["--filer-listen", "127.0.0.1:0"]);
-    let mut kv = client(&server).await;
+    let mut kv = filer_api_client(&server).await;
     let got = kv.kv_get(get(b"backup.offset")).await.unwrap().into_inner();
     assert_eq!(
         (&got.value[..], got.error.as_str()),
@@ -471,16 +468,9 @@ async fn streams_stay_open_while_a_filer_moves_on_every_millisecond() {
             "127.0.0.1:0",
         ],
     );
-    let api = server.filer_api.clone().unwrap();
-    let (host, grpc) = (
-        api.rsplit_once(':').unwrap().0,
-        api.rsplit_once('.').unwrap().1,
-    );
     let mut streams = Vec::new();
     for id in 1..=20 {
-        let mut client = SeaweedFilerClient::connect(format!("http://{host}:{grpc}"))
-            .await
-            .unwrap();
+        let mut client = filer_api_client(&server).await;
         let mut stream = client
             .subscribe_metadata(filer_pb::SubscribeMetadataRequest {
                 client_name: "still-open".into(),

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::fake_filer::{FakeFiler, Sent, Then};
+use crate::fake_filer::{first_filer_until, FakeFiler, Sent, Then};
 use crate::metrics_endpoint::Scrape;
 use crate::serve_binary::{run_bounded, Server};
 use ringfeed_proto::v1::subscribe_request::Start;
@@ -193,22 +193,11 @@ async fn a_silent_filer_is_given_up_as_stalled() {
     let silent = FakeFiler::start(vec![create(100, "/quiet", "only")], Then::Hold).await;
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start_with(dir.path(), 1, &["--follow-filer", &silent.address]);
-    let mut client = RingFeedClient::connect(format!("http://{}", server.addr))
-        .await
-        .unwrap();
     let started = std::time::Instant::now();
-    let filer = loop {
-        let status = client
-            .status(v1::StatusRequest::default())
-            .await
-            .unwrap()
-            .into_inner();
-        let filer = status.filers[0].clone();
-        if filer.reconnects >= 1 && filer.error.contains("stalled") {
-            break filer;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let (filer, _) = first_filer_until(&server, |f| {
+        f.reconnects >= 1 && f.error.contains("stalled")
+    })
+    .await;
     eprintln!(
         "given up as stalled after {:?}: {}",
         started.elapsed(),

@@ -4,11 +4,9 @@
 //! stream: an error in `status` and on `/metrics`, nothing followed, until
 //! it is restarted with `--follow-skip-gap`, which goes on and counts it.
 
-use crate::fake_filer::{FakeFiler, Sent, Then};
+use crate::fake_filer::{first_filer_until, FakeFiler, Sent, Then};
 use crate::metrics_endpoint::Scrape;
 use crate::serve_binary::Server;
-use ringfeed_proto::{v1, RingFeedClient};
-use std::time::Duration;
 
 /// 2026-12-06T10:00:00Z in ns.
 const TEN: i64 = 1_796_551_200_000_000_000;
@@ -22,29 +20,6 @@ fn create(ts_ns: i64, name: &str) -> Sent {
     }
 }
 
-/// The filer's row once `done` holds for it, and the events committed.
-async fn wait_for(
-    server: &Server,
-    done: impl Fn(&v1::FollowedFiler) -> bool,
-) -> (v1::FollowedFiler, u64) {
-    let mut client = RingFeedClient::connect(format!("http://{}", server.addr))
-        .await
-        .unwrap();
-    loop {
-        let status = client
-            .status(v1::StatusRequest::default())
-            .await
-            .unwrap()
-            .into_inner();
-        let filer = status.filers[0].clone();
-        if done(&filer) {
-            let committed = status.shards.iter().map(|s| s.committed_next).sum();
-            return (filer, committed);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pruned_filer_log_is_a_gap_not_a_silent_jump() {
     let _watchdog = ringfeed_testkit::arm();
@@ -54,13 +29,13 @@ async fn a_pruned_filer_log_is_a_gap_not_a_silent_jump() {
     let follow = ["--follow-filer", filer.address.as_str()];
     let metrics = ["--metrics-listen", "127.0.0.1:0"];
     let server = Server::start_with(dir.path(), 1, &follow);
-    wait_for(&server, |f| f.events == 1).await;
+    first_filer_until(&server, |f| f.events == 1).await;
     server.stop();
 
     // Restarted with the log intact (its oldest file is older): no gap.
     let server = Server::start_with(dir.path(), 1, &follow);
     // (a heartbeat after the event: the stream is open past the check)
-    let (row, _) = wait_for(&server, |f| {
+    let (row, _) = first_filer_until(&server, |f| {
         f.connected && f.seen_ts_ns > TEN + 30_000_000_000
     })
     .await;
@@ -72,7 +47,7 @@ async fn a_pruned_filer_log_is_a_gap_not_a_silent_jump() {
     filer.push(create(TEN + 7 * MINUTE + 10_000_000_000, "two"));
     filer.set_log_files(&["2026-12-06/10-07.0000000a"]);
     let server = Server::start_with(dir.path(), 1, &[&follow[..], &metrics[..]].concat());
-    let (row, committed) = wait_for(&server, |f| f.log_gap && !f.error.is_empty()).await;
+    let (row, committed) = first_filer_until(&server, |f| f.log_gap && !f.error.is_empty()).await;
     eprintln!("{}", row.error);
     assert!(row.error.contains("2026-12-06T10:07:00"), "{}", row.error);
     assert!(row
@@ -99,7 +74,7 @@ async fn a_pruned_filer_log_is_a_gap_not_a_silent_jump() {
         1,
         &[&follow[..], &metrics[..], &skip[..]].concat(),
     );
-    let (row, committed) = wait_for(&server, |f| f.events == 1).await;
+    let (row, committed) = first_filer_until(&server, |f| f.events == 1).await;
     assert!(!row.log_gap && row.gaps_skipped == 1, "{row:?}");
     assert_eq!(committed, 2);
     let at = server.metrics.clone().unwrap();
