@@ -52,12 +52,31 @@ const RAW_SERVER_TYPES: &[(&str, Side, &str, &str)] = &[
     ),
 ];
 
+/// The same for SeaweedFS's filer API: the feed's responses go out as
+/// frames encoded once for every stream (`src/raw.rs`, `RawFilerResponse`).
+const RAW_FILER_SERVER_TYPES: &[(&str, Side, &str, &str)] = &[
+    (
+        "SubscribeMetadata",
+        Side::Response,
+        "SubscribeMetadataResponse",
+        "crate::raw::RawFilerResponse",
+    ),
+    (
+        "SubscribeLocalMetadata",
+        Side::Response,
+        "SubscribeMetadataResponse",
+        "crate::raw::RawFilerResponse",
+    ),
+];
+
 /// Runs tonic's client generator on the service as declared, and tonic's
-/// server generator on a copy whose methods in `RAW_SERVER_TYPES` name the raw
+/// server generator on a copy whose methods in `types` name the raw
 /// types. tonic-build uses a `crate::`-prefixed type path verbatim, so the
 /// generated server's codec becomes e.g.
-/// `ProstCodec<RawSubscribeResponse, SubscribeRequest>`.
+/// `ServerCodec<RawSubscribeResponse, SubscribeRequest>`.
 struct RawServerGenerator {
+    proto: &'static str,
+    types: &'static [(&'static str, Side, &'static str, &'static str)],
     client: Box<dyn ServiceGenerator>,
     server: Box<dyn ServiceGenerator>,
 }
@@ -66,19 +85,20 @@ impl ServiceGenerator for RawServerGenerator {
     fn generate(&mut self, service: Service, buf: &mut String) {
         self.client.generate(service.clone(), buf);
         let mut server = service;
-        for &(rpc, side, generated, raw) in RAW_SERVER_TYPES {
+        let proto = self.proto;
+        for &(rpc, side, generated, raw) in self.types {
             let method: &mut Method = server
                 .methods
                 .iter_mut()
                 .find(|m| m.proto_name == rpc)
-                .unwrap_or_else(|| panic!("{PROTO}: rpc {rpc} not found"));
+                .unwrap_or_else(|| panic!("{proto}: rpc {rpc} not found"));
             let ty = match side {
                 Side::Request => &mut method.input_type,
                 Side::Response => &mut method.output_type,
             };
             assert_eq!(
                 ty, generated,
-                "{PROTO}: rpc {rpc} no longer uses {generated}; update RAW_SERVER_TYPES and src/raw.rs"
+                "{proto}: rpc {rpc} no longer uses {generated}; update the raw types and src/raw.rs"
             );
             *ty = raw.to_owned();
         }
@@ -109,6 +129,8 @@ fn main() -> Result<(), Box<dyn Error>> {
         .bytes(["."])
         .file_descriptor_set_path(&descriptor_path)
         .service_generator(Box::new(RawServerGenerator {
+            proto: PROTO,
+            types: RAW_SERVER_TYPES,
             client: tonic_build::configure()
                 .build_client(true)
                 .build_server(false)
@@ -131,14 +153,25 @@ fn main() -> Result<(), Box<dyn Error>> {
     filer
         .protoc_executable(protoc_bin_vendored::protoc_bin_path()?)
         .bytes(["."])
-        .file_descriptor_set_path(out_dir.join(FILER_DESCRIPTOR));
-    // Default stubs: ringfeed serves the metadata feed's RPCs only, and
-    // answers the rest UNIMPLEMENTED (server/src/seaweedfs/filer_api.rs says why).
-    tonic_build::configure()
-        .build_client(true)
-        .build_server(true)
-        .generate_default_stubs(true)
-        .compile_protos_with_config(filer, &[FILER_PROTO], &["seaweedfs"])?;
+        .file_descriptor_set_path(out_dir.join(FILER_DESCRIPTOR))
+        .service_generator(Box::new(RawServerGenerator {
+            proto: FILER_PROTO,
+            types: RAW_FILER_SERVER_TYPES,
+            client: tonic_build::configure()
+                .build_client(true)
+                .build_server(false)
+                .service_generator(),
+            // Default stubs: ringfeed serves the metadata feed's RPCs only,
+            // and answers the rest UNIMPLEMENTED
+            // (server/src/seaweedfs/filer_api.rs says why).
+            server: tonic_build::configure()
+                .build_client(false)
+                .build_server(true)
+                .generate_default_stubs(true)
+                .codec_path("crate::raw::FilerServerCodec")
+                .service_generator(),
+        }));
+    filer.compile_protos(&[FILER_PROTO], &["seaweedfs"])?;
 
     let descriptors = fs::read(&descriptor_path)?;
     pbjson_build::Builder::new()

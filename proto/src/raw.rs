@@ -402,3 +402,141 @@ impl From<v1::AppendRequest> for RawAppendRequest {
         }
     }
 }
+
+/// `filer_pb.SubscribeMetadataResponse` as ringfeed's filer API sends it:
+/// the item type of the generated filer server's metadata streams. Either
+/// its fields, encoded as usual, or complete gRPC frames: one message or
+/// several back to back, encoded once and sent to every stream they go to
+/// (a client reads a stream's messages from its bytes whatever the HTTP/2
+/// frames, so many small messages go out in one write).
+///
+/// Not a `prost::Message` on purpose: frames of several messages have no
+/// single message's encoding, and [`FilerServerCodec`] sends them only as
+/// they are.
+#[derive(Clone, PartialEq, Debug)]
+pub enum RawFilerResponse {
+    Fields(Box<crate::filer_pb::SubscribeMetadataResponse>),
+    /// One or more gRPC messages, each its 5-byte prefix (0: not
+    /// compressed, then the length, big-endian) and then the encoding of a
+    /// `filer_pb.SubscribeMetadataResponse`.
+    Frames(Bytes),
+}
+
+impl RawFilerResponse {
+    /// `message`'s encoding as one gRPC frame.
+    pub fn frame(message: &crate::filer_pb::SubscribeMetadataResponse) -> Bytes {
+        use bytes::BufMut;
+        let len = message.encoded_len();
+        let mut buf = bytes::BytesMut::with_capacity(PREFIX + len);
+        buf.put_u8(0);
+        buf.put_u32(u32::try_from(len).expect("a response is far below 4 GiB"));
+        message.encode_raw(&mut buf);
+        buf.freeze()
+    }
+
+    /// The messages of [`RawFilerResponse::Frames`] (for tests and checks):
+    /// `None` when the bytes are not whole frames.
+    pub fn messages(frames: &[u8]) -> Option<Vec<&[u8]>> {
+        let mut rest = frames;
+        let mut messages = Vec::new();
+        while !rest.is_empty() {
+            let (prefix, after) = rest.split_first_chunk::<PREFIX>()?;
+            let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
+            if prefix[0] != 0 || after.len() < len {
+                return None;
+            }
+            messages.push(&after[..len]);
+            rest = &after[len..];
+        }
+        Some(messages)
+    }
+}
+
+/// What the filer server sends: encoded by prost, or frames as they are.
+pub trait FilerServerItem: Sized {
+    /// Encodes the item as one message (the path tonic takes without frames).
+    fn encode_message(self, buf: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status>;
+    /// The item as complete gRPC frames, or itself to be encoded.
+    fn into_frames(self) -> Result<Bytes, Self> {
+        Err(self)
+    }
+}
+
+impl<M: Message> FilerServerItem for M {
+    fn encode_message(self, buf: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        self.encode(buf)
+            .expect("Message only errors if not enough space");
+        Ok(())
+    }
+}
+
+impl FilerServerItem for RawFilerResponse {
+    fn encode_message(self, buf: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        match self {
+            RawFilerResponse::Fields(fields) => fields.encode_message(buf),
+            // Only compression takes this path, and the filer listener
+            // never compresses.
+            RawFilerResponse::Frames(_) => Err(tonic::Status::internal(
+                "encoded responses cannot be compressed",
+            )),
+        }
+    }
+
+    fn into_frames(self) -> Result<Bytes, Self> {
+        match self {
+            RawFilerResponse::Frames(bytes) => Ok(bytes),
+            fields => Err(fields),
+        }
+    }
+}
+
+/// The generated filer server's codec: prost's for every RPC, except that
+/// [`RawFilerResponse::Frames`] go to the transport as they are (through
+/// the patched tonic's `Encoder::frame`), and a request that does not
+/// decode is INVALID_ARGUMENT ([`ServerDecoder`]).
+pub struct FilerServerCodec<T, U>(std::marker::PhantomData<(T, U)>);
+
+impl<T, U> Default for FilerServerCodec<T, U> {
+    fn default() -> Self {
+        FilerServerCodec(std::marker::PhantomData)
+    }
+}
+
+impl<T, U> tonic::codec::Codec for FilerServerCodec<T, U>
+where
+    T: FilerServerItem + Send + 'static,
+    U: Message + Default + Send + 'static,
+{
+    type Encode = T;
+    type Decode = U;
+    type Encoder = FilerServerEncoder<T>;
+    type Decoder = ServerDecoder<U>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        FilerServerEncoder(std::marker::PhantomData)
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        ServerDecoder(std::marker::PhantomData)
+    }
+}
+
+/// [`FilerServerCodec`]'s encoder.
+pub struct FilerServerEncoder<T>(std::marker::PhantomData<T>);
+
+impl<T: FilerServerItem> tonic::codec::Encoder for FilerServerEncoder<T> {
+    type Item = T;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: T,
+        buf: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        item.encode_message(buf)
+    }
+
+    fn frame(&mut self, item: T) -> Result<Bytes, T> {
+        item.into_frames()
+    }
+}

@@ -14,18 +14,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ringfeed_engine::clock::now_ns;
-use ringfeed_engine::{Engine, Start, SubscribeRequest};
+use ringfeed_engine::{Delivered, Engine, Start, Step, SubscribeRequest};
+use ringfeed_proto::bytes::BytesMut;
 use ringfeed_proto::filer_pb;
 use ringfeed_proto::filer_pb::seaweed_filer_server::SeaweedFiler;
 use ringfeed_proto::prost::Message as _;
+use ringfeed_proto::raw::RawFilerResponse;
 use ringfeed_proto::tonic::codegen::http;
 use ringfeed_proto::tonic::{self, Request, Response, Status};
 use ringfeed_proto::v1;
 use tokio::sync::{mpsc, watch};
 
+use super::cache::PreparedCache;
 use super::follow::MAX_CLOCK_AHEAD;
 use super::merge::Merge;
-use super::view::{FilerEvent, Matcher};
+use super::view::{append_batch, Matcher, Prepared};
 use super::FilerProgress;
 
 /// A source not heard from for this long is not waited for (a live filer
@@ -47,9 +50,12 @@ const MAX_QUEUED: usize = 1024;
 const READ_CHUNK: usize = 64;
 /// The most events in one batched response.
 const BATCH: usize = 64;
-/// Responses a stream queues for the transport: with the rounds above, what
+/// Items a stream queues for the transport: with the rounds above, what
 /// a stream holds is bounded by events, not by the log it catches up on.
 const STREAM_QUEUE: usize = 2;
+/// An item handed to the transport holds the responses of about this many
+/// bytes, as gRPC frames back to back: one write for many small messages.
+const ITEM_BYTES: usize = 32 * 1024;
 
 /// The shared state of the filer API.
 pub struct FilerApi {
@@ -57,6 +63,10 @@ pub struct FilerApi {
     filers: Vec<Arc<FilerProgress>>,
     /// This server's signature on the events it sends.
     signature: i32,
+    /// Each followed filer's source number in the view, by its address as given.
+    sources: HashMap<String, usize>,
+    /// Events as the streams send them, prepared once for all.
+    cache: PreparedCache,
     /// The followed filers' configuration, for `GetFilerConfiguration`.
     upstream: Mutex<Option<filer_pb::GetFilerConfigurationResponse>>,
     /// `KvGet`/`KvPut`.
@@ -87,8 +97,15 @@ impl FilerApi {
                 )
             })
         });
+        let sources = filers
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.filer.given.clone(), i))
+            .collect();
         Arc::new(FilerApi {
             engine,
+            sources,
+            cache: PreparedCache::default(),
             kv,
             forward_to,
             filers,
@@ -167,7 +184,7 @@ impl FilerApi {
         &self,
         request: filer_pb::SubscribeMetadataRequest,
         mut replaced: watch::Receiver<bool>,
-        tx: &mpsc::Sender<Result<filer_pb::SubscribeMetadataResponse, Status>>,
+        tx: &mpsc::Sender<Result<RawFilerResponse, Status>>,
     ) -> Result<(), Status> {
         let since = request.since_ns.max(0);
         let until = (request.until_ns > 0).then_some(request.until_ns);
@@ -184,12 +201,6 @@ impl FilerApi {
             .subscribe(SubscribeRequest::from(start))
             .map_err(|e| Status::internal(format!("reading the feed: {e}")))?;
         let matcher = Matcher::new(&request);
-        let by_name: HashMap<&str, usize> = self
-            .filers
-            .iter()
-            .enumerate()
-            .map(|(i, f)| (f.filer.given.as_str(), i))
-            .collect();
         // Sources: each followed filer, then ringfeed's own events, then the
         // events of filers no longer followed (nothing to wait for).
         let own = self.filers.len();
@@ -230,25 +241,14 @@ impl FilerApi {
                 if merge.queued() >= MAX_QUEUED {
                     break;
                 }
-                let next = futures_lite::future::poll_once(feed.next()).await;
-                let Some(next) = next else { break };
-                let Some(delivered) =
-                    next.map_err(|e| Status::unavailable(format!("reading the feed: {e}")))?
-                else {
-                    break;
-                };
+                let step = feed
+                    .poll()
+                    .map_err(|e| Status::unavailable(format!("reading the feed: {e}")))?;
+                let Step::Event(delivered) = step else { break };
                 read += 1;
-                let event = v1::Event::decode(delivered.payload()).map_err(|e| {
-                    Status::internal(format!("a stored event does not decode: {e}"))
-                })?;
-                let source = match &event.seaweedfs {
-                    Some(s) => by_name.get(s.filer.as_str()).copied().unwrap_or(unfollowed),
-                    None => own,
-                };
-                let event =
-                    FilerEvent::of(&event, delivered.header().ts).map_err(Status::internal)?;
+                let event = self.prepared(&delivered)?;
                 if event.ts_ns > since {
-                    merge.push(source, event);
+                    merge.push(event.source, event);
                 }
             }
             // A full round (not the feed's end, not the merge's bound): the
@@ -270,31 +270,35 @@ impl FilerApi {
                     merge.advance(i, complete, now);
                 }
             }
-            let mut batch = Vec::new();
+            let mut out = Outgoing::new(request.client_supports_batching);
+            let mut sent = false;
             while let Some((event, _late)) = merge.pop(now) {
                 if until.is_some_and(|u| event.ts_ns > u) {
                     break;
                 }
-                if matcher.wants(&event.paths(), &event.notification.signatures) {
-                    batch.push(event.response(self.signature));
+                if matcher.wants(&event.route, &event.signatures) {
+                    out.event(event);
                     filtered = 0;
                 } else {
                     filtered += 1;
                     if filtered > MAX_UNSYNCED_EVENTS {
-                        batch.push(filer_pb::SubscribeMetadataResponse {
-                            event_notification: Some(filer_pb::EventNotification::default()),
-                            ts_ns: event.ts_ns,
-                            ..Default::default()
-                        });
+                        out.marker(event.ts_ns);
                         filtered = 0;
                     }
                 }
-            }
-            if !batch.is_empty() {
-                sent_at = now;
-                if !send(tx, batch, request.client_supports_batching).await {
-                    return Ok(());
+                if out.full() {
+                    sent = true;
+                    if !out.send(tx).await {
+                        return Ok(());
+                    }
                 }
+            }
+            sent |= !out.is_empty();
+            if !out.send(tx).await {
+                return Ok(());
+            }
+            if sent {
+                sent_at = now;
             } else if request.client_supports_idle_heartbeat
                 && now - sent_at >= IDLE_HEARTBEAT.as_nanos() as i64
                 && merge.queued() == 0
@@ -304,7 +308,11 @@ impl FilerApi {
                     ts_ns: now,
                     ..Default::default()
                 };
-                if tx.send(Ok(heartbeat)).await.is_err() {
+                if tx
+                    .send(Ok(RawFilerResponse::Fields(Box::new(heartbeat))))
+                    .await
+                    .is_err()
+                {
                     return Ok(());
                 }
             }
@@ -350,32 +358,96 @@ impl FilerApi {
     }
 }
 
-/// Sends `batch`: in one response (the rest in `events`) to a client that
-/// asked for batching, else one by one. `false` once the client is gone.
-async fn send(
-    tx: &mpsc::Sender<Result<filer_pb::SubscribeMetadataResponse, Status>>,
-    batch: Vec<filer_pb::SubscribeMetadataResponse>,
-    batching: bool,
-) -> bool {
-    if batching {
-        let mut batch = batch.into_iter();
-        while let Some(mut first) = batch.next() {
-            first.events = batch.by_ref().take(BATCH - 1).collect();
-            if tx.send(Ok(first)).await.is_err() {
-                return false;
-            }
-        }
-        return true;
+impl FilerApi {
+    /// The event `delivered` as the view sends it: prepared by the first
+    /// stream that reads it, shared by the others.
+    fn prepared(&self, delivered: &Delivered) -> Result<Arc<Prepared>, Status> {
+        let key = (delivered.shard, delivered.offset, delivered.ts);
+        self.cache.get_or_prepare(key, || {
+            let event = v1::Event::decode(delivered.payload())
+                .map_err(|e| Status::internal(format!("a stored event does not decode: {e}")))?;
+            // Each followed filer, then ringfeed's own events, then the
+            // events of filers no longer followed.
+            let source = match &event.seaweedfs {
+                Some(s) => {
+                    (self.sources.get(s.filer.as_str()).copied()).unwrap_or(self.filers.len() + 1)
+                }
+                None => self.filers.len(),
+            };
+            Prepared::new(&event, delivered.ts, source, self.signature).map_err(Status::internal)
+        })
     }
-    for response in batch {
-        if tx.send(Ok(response)).await.is_err() {
-            return false;
-        }
-    }
-    true
 }
 
-type SubscribeStream = tonic::codegen::BoxStream<filer_pb::SubscribeMetadataResponse>;
+/// A stream's next responses, as gRPC frames back to back: each event's
+/// prepared frame as it is, or, to a client that asked for batching, up to
+/// `BATCH` events in one response (the first event's fields, the others in
+/// `events`).
+struct Outgoing {
+    batching: bool,
+    frames: BytesMut,
+    batch: Vec<Arc<Prepared>>,
+}
+
+impl Outgoing {
+    fn new(batching: bool) -> Outgoing {
+        Outgoing {
+            batching,
+            frames: BytesMut::new(),
+            batch: Vec::new(),
+        }
+    }
+
+    fn event(&mut self, event: Arc<Prepared>) {
+        if !self.batching {
+            self.frames.extend_from_slice(&event.frame);
+            return;
+        }
+        self.batch.push(event);
+        if self.batch.len() == BATCH {
+            self.close_batch();
+        }
+    }
+
+    /// The empty notification that tells a subscriber whose events were
+    /// all filtered out how far the feed is (never batched).
+    fn marker(&mut self, ts_ns: i64) {
+        self.close_batch();
+        let marker = filer_pb::SubscribeMetadataResponse {
+            event_notification: Some(filer_pb::EventNotification::default()),
+            ts_ns,
+            ..Default::default()
+        };
+        self.frames
+            .extend_from_slice(&RawFilerResponse::frame(&marker));
+    }
+
+    fn close_batch(&mut self) {
+        append_batch(&mut self.frames, &self.batch);
+        self.batch.clear();
+    }
+
+    fn full(&self) -> bool {
+        self.frames.len() + self.batch.len() * 256 >= ITEM_BYTES
+    }
+
+    fn is_empty(&self) -> bool {
+        self.frames.is_empty() && self.batch.is_empty()
+    }
+
+    /// Hands what is gathered to the transport; `false` once the client is
+    /// gone.
+    async fn send(&mut self, tx: &mpsc::Sender<Result<RawFilerResponse, Status>>) -> bool {
+        self.close_batch();
+        if self.frames.is_empty() {
+            return true;
+        }
+        let frames = self.frames.split().freeze();
+        tx.send(Ok(RawFilerResponse::Frames(frames))).await.is_ok()
+    }
+}
+
+type SubscribeStream = tonic::codegen::BoxStream<RawFilerResponse>;
 
 /// The service on the filer listener.
 #[derive(Clone)]

@@ -12,18 +12,27 @@
 
 use std::collections::VecDeque;
 
-use super::view::FilerEvent;
+/// What the merge orders: anything with a time.
+pub trait Timed {
+    fn ts_ns(&self) -> i64;
+}
 
-pub struct Merge {
-    sources: Vec<Source>,
+impl<T: Timed> Timed for std::sync::Arc<T> {
+    fn ts_ns(&self) -> i64 {
+        T::ts_ns(self)
+    }
+}
+
+pub struct Merge<E> {
+    sources: Vec<Source<E>>,
     /// The `ts_ns` of the latest event given out.
     last_ts: i64,
     hold_ns: i64,
 }
 
-struct Source {
+struct Source<E> {
     /// Its events not given out yet, in its `ts_ns` order.
-    queue: VecDeque<FilerEvent>,
+    queue: VecDeque<E>,
     /// The time through which every event of the source is in `queue` or
     /// given out.
     watermark: i64,
@@ -31,10 +40,10 @@ struct Source {
     moved_at: i64,
 }
 
-impl Merge {
+impl<E: Timed> Merge<E> {
     /// `sources` sources, each with nothing known past `start` (events at or
     /// before it are not wanted), at time `now`.
-    pub fn new(sources: usize, start: i64, hold_ns: i64, now: i64) -> Merge {
+    pub fn new(sources: usize, start: i64, hold_ns: i64, now: i64) -> Merge<E> {
         Merge {
             sources: (0..sources)
                 .map(|_| Source {
@@ -49,7 +58,7 @@ impl Merge {
     }
 
     /// An event of `source`, after the ones pushed before for it.
-    pub fn push(&mut self, source: usize, event: FilerEvent) {
+    pub fn push(&mut self, source: usize, event: E) {
         self.sources[source].queue.push_back(event);
     }
 
@@ -71,21 +80,21 @@ impl Merge {
     pub fn passed(&self, ts: i64, now: i64) -> bool {
         self.sources
             .iter()
-            .all(|s| s.queue.front().is_none_or(|e| e.ts_ns > ts) && self.waits_not(s, ts, now))
+            .all(|s| s.queue.front().is_none_or(|e| e.ts_ns() > ts) && self.waits_not(s, ts, now))
     }
 
-    fn waits_not(&self, s: &Source, ts: i64, now: i64) -> bool {
+    fn waits_not(&self, s: &Source<E>, ts: i64, now: i64) -> bool {
         s.watermark >= ts || now - s.moved_at > self.hold_ns
     }
 
     /// The next event to give out, if every source allows it; `true` with
     /// it when it is late (after an event with a higher `ts_ns`).
-    pub fn pop(&mut self, now: i64) -> Option<(FilerEvent, bool)> {
+    pub fn pop(&mut self, now: i64) -> Option<(E, bool)> {
         let (ts, index) = self
             .sources
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| s.queue.front().map(|e| (e.ts_ns, i)))
+            .filter_map(|(i, s)| s.queue.front().map(|e| (e.ts_ns(), i)))
             .min()?;
         let ready = self
             .sources
@@ -96,8 +105,8 @@ impl Merge {
             return None;
         }
         let event = self.sources[index].queue.pop_front()?;
-        let late = event.ts_ns < self.last_ts;
-        self.last_ts = self.last_ts.max(event.ts_ns);
+        let late = event.ts_ns() < self.last_ts;
+        self.last_ts = self.last_ts.max(event.ts_ns());
         Some((event, late))
     }
 }
@@ -105,19 +114,22 @@ impl Merge {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ringfeed_proto::filer_pb;
 
-    fn at(ts_ns: i64) -> FilerEvent {
-        FilerEvent {
-            directory: "/".into(),
-            ts_ns,
-            notification: filer_pb::EventNotification::default(),
+    struct At(i64);
+
+    impl Timed for At {
+        fn ts_ns(&self) -> i64 {
+            self.0
         }
     }
 
-    fn drain(merge: &mut Merge, now: i64) -> Vec<(i64, bool)> {
+    fn at(ts_ns: i64) -> At {
+        At(ts_ns)
+    }
+
+    fn drain(merge: &mut Merge<At>, now: i64) -> Vec<(i64, bool)> {
         std::iter::from_fn(|| merge.pop(now))
-            .map(|(e, late)| (e.ts_ns, late))
+            .map(|(e, late)| (e.0, late))
             .collect()
     }
 

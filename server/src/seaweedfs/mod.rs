@@ -11,6 +11,7 @@
 //! durable events.
 
 mod address;
+mod cache;
 mod filer_api;
 mod follow;
 mod kv;

@@ -8,11 +8,14 @@
 //! through ringfeed's own API goes out as the notification a filer would
 //! have logged for it.
 
+use ringfeed_proto::bytes::{BufMut, Bytes, BytesMut};
 use ringfeed_proto::filer_pb;
 use ringfeed_proto::prost::Message as _;
+use ringfeed_proto::raw::RawFilerResponse;
 use ringfeed_proto::v1;
 
 use super::log_files::LOG_DIR;
+use super::merge::Timed;
 
 /// What a `SubscribeMetadata` request selects.
 #[derive(Clone, Debug, Default)]
@@ -48,27 +51,18 @@ impl Matcher {
     /// source path, or for an event with a new entry the target path,
     /// matches any of `path_prefixes`, `directories` (the parent exactly) or
     /// `path_prefix` (an empty one matches every path).
-    pub fn wants(&self, paths: &Paths<'_>, signatures: &[i32]) -> bool {
+    pub fn wants(&self, route: &Route, signatures: &[i32]) -> bool {
         if self.signature != 0 && signatures.contains(&self.signature) {
             return false;
         }
-        let source_name = paths.old_name.or(paths.new_name).unwrap_or("");
-        let source = join(paths.directory, source_name);
-        if source.starts_with(LOG_DIR) {
+        if route.source.starts_with(LOG_DIR) {
             return false;
         }
-        if self.matches(&source, paths.directory) {
-            return true;
-        }
-        let Some(new_name) = paths.new_name else {
-            return false;
-        };
-        let target_directory = if paths.new_parent_path.is_empty() {
-            paths.directory
-        } else {
-            paths.new_parent_path
-        };
-        self.matches(&join(target_directory, new_name), target_directory)
+        self.matches(&route.source, &route.directory)
+            || route
+                .target
+                .as_ref()
+                .is_some_and(|(path, directory)| self.matches(path, directory))
     }
 
     fn matches(&self, full_path: &str, directory: &str) -> bool {
@@ -77,6 +71,35 @@ impl Matcher {
             .any(|p| full_path.starts_with(p.as_str()))
             || self.directories.iter().any(|d| d == directory)
             || full_path.starts_with(self.path_prefix.as_str())
+    }
+}
+
+/// The paths of one event a request is matched on, joined once for every
+/// subscriber: the source path and its directory, and for an event with a
+/// new entry the target path and its directory.
+#[derive(Clone, Debug)]
+pub struct Route {
+    source: String,
+    directory: String,
+    target: Option<(String, String)>,
+}
+
+impl Route {
+    pub fn new(paths: &Paths<'_>) -> Route {
+        let source_name = paths.old_name.or(paths.new_name).unwrap_or("");
+        let target = paths.new_name.map(|new_name| {
+            let directory = if paths.new_parent_path.is_empty() {
+                paths.directory
+            } else {
+                paths.new_parent_path
+            };
+            (join(directory, new_name), directory.to_owned())
+        });
+        Route {
+            source: join(paths.directory, source_name),
+            directory: paths.directory.to_owned(),
+            target,
+        }
     }
 }
 
@@ -196,6 +219,86 @@ impl FilerEvent {
     }
 }
 
+/// One stored event as every stream of the view sends it, prepared once:
+/// its time, its source, its paths joined, and its response encoded.
+#[derive(Debug)]
+pub struct Prepared {
+    pub ts_ns: i64,
+    /// Which of the view's sources it comes from.
+    pub source: usize,
+    pub route: Route,
+    /// The signatures it was stored with (a subscriber's own drops it).
+    pub signatures: Vec<i32>,
+    /// The `SubscribeMetadataResponse`, this server's signature added, as
+    /// one gRPC frame.
+    pub frame: Bytes,
+}
+
+impl Prepared {
+    pub fn new(
+        event: &v1::Event,
+        stamp_ns: i64,
+        source: usize,
+        signature: i32,
+    ) -> Result<Prepared, String> {
+        let event = FilerEvent::of(event, stamp_ns)?;
+        let route = Route::new(&event.paths());
+        let signatures = event.notification.signatures.clone();
+        let ts_ns = event.ts_ns;
+        Ok(Prepared {
+            ts_ns,
+            source,
+            route,
+            signatures,
+            frame: RawFilerResponse::frame(&event.response(signature)),
+        })
+    }
+
+    /// The response's encoding (its frame without the prefix).
+    pub fn message(&self) -> &[u8] {
+        &self.frame[GRPC_PREFIX..]
+    }
+}
+
+impl Timed for Prepared {
+    fn ts_ns(&self) -> i64 {
+        self.ts_ns
+    }
+}
+
+/// A gRPC message's prefix: a compression flag and a 4-byte length.
+const GRPC_PREFIX: usize = 5;
+/// `SubscribeMetadataResponse.events` (field 4, length-delimited).
+const EVENTS_KEY: u8 = (4 << 3) | 2;
+
+/// Appends, as one gRPC frame, the batched `SubscribeMetadataResponse` of
+/// `events` (at least one) to `out`: the first event's fields with the
+/// others in `events`, as a filer batches them. Built from the prepared
+/// encodings (an embedded message is its encoding after its length).
+pub fn append_batch(out: &mut BytesMut, events: &[std::sync::Arc<Prepared>]) {
+    let Some((first, rest)) = events.split_first() else {
+        return;
+    };
+    let len = first.message().len()
+        + rest
+            .iter()
+            .map(|e| 1 + varint_len(e.message().len()) + e.message().len())
+            .sum::<usize>();
+    out.reserve(GRPC_PREFIX + len);
+    out.put_u8(0);
+    out.put_u32(u32::try_from(len).expect("a batch is far below 4 GiB"));
+    out.put_slice(first.message());
+    for e in rest {
+        out.put_u8(EVENTS_KEY);
+        ringfeed_proto::prost::encoding::encode_varint(e.message().len() as u64, out);
+        out.put_slice(e.message());
+    }
+}
+
+fn varint_len(n: usize) -> usize {
+    ringfeed_proto::prost::encoding::encoded_len_varint(n as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,15 +341,15 @@ mod tests {
     fn a_request_matches_as_seaweedfs_matches() {
         let created = create("/photos", "cat.jpg");
         // An empty prefix matches everything, whatever else is asked.
-        assert!(request("", &[], &[]).wants(&created, &[]));
-        assert!(request("", &["/other"], &["/other"]).wants(&created, &[]));
-        assert!(request("/pho", &[], &[]).wants(&created, &[]));
-        assert!(request("/photos/cat", &[], &[]).wants(&created, &[]));
-        assert!(!request("/video", &[], &[]).wants(&created, &[]));
-        assert!(request("/video", &["/photos/"], &[]).wants(&created, &[]));
-        assert!(request("/video", &[], &["/photos"]).wants(&created, &[]));
+        assert!(request("", &[], &[]).wants(&Route::new(&created), &[]));
+        assert!(request("", &["/other"], &["/other"]).wants(&Route::new(&created), &[]));
+        assert!(request("/pho", &[], &[]).wants(&Route::new(&created), &[]));
+        assert!(request("/photos/cat", &[], &[]).wants(&Route::new(&created), &[]));
+        assert!(!request("/video", &[], &[]).wants(&Route::new(&created), &[]));
+        assert!(request("/video", &["/photos/"], &[]).wants(&Route::new(&created), &[]));
+        assert!(request("/video", &[], &["/photos"]).wants(&Route::new(&created), &[]));
         // Directories match the parent exactly, not an ancestor.
-        assert!(!request("/video", &[], &["/"]).wants(&created, &[]));
+        assert!(!request("/video", &[], &["/"]).wants(&Route::new(&created), &[]));
         // A move matches by its source or its target.
         let moved = Paths {
             directory: "/inbox",
@@ -254,10 +357,10 @@ mod tests {
             new_name: Some("b"),
             new_parent_path: "/done",
         };
-        assert!(request("/inbox/a", &[], &[]).wants(&moved, &[]));
-        assert!(request("/done/b", &[], &[]).wants(&moved, &[]));
-        assert!(request("/x", &[], &["/done"]).wants(&moved, &[]));
-        assert!(!request("/inbox/b", &[], &[]).wants(&moved, &[]));
+        assert!(request("/inbox/a", &[], &[]).wants(&Route::new(&moved), &[]));
+        assert!(request("/done/b", &[], &[]).wants(&Route::new(&moved), &[]));
+        assert!(request("/x", &[], &["/done"]).wants(&Route::new(&moved), &[]));
+        assert!(!request("/inbox/b", &[], &[]).wants(&Route::new(&moved), &[]));
         // A delete has no target.
         let deleted = Paths {
             directory: "/inbox",
@@ -265,17 +368,19 @@ mod tests {
             new_name: None,
             new_parent_path: "",
         };
-        assert!(!request("/done", &[], &[]).wants(&deleted, &[]));
+        assert!(!request("/done", &[], &[]).wants(&Route::new(&deleted), &[]));
         // The subscriber's own signature drops an event; 0 is no signature.
         let mut own = request("/", &[], &[]);
         own.signature = 7;
-        assert!(!own.wants(&created, &[3, 7]));
-        assert!(own.wants(&created, &[3]));
+        assert!(!own.wants(&Route::new(&created), &[3, 7]));
+        assert!(own.wants(&Route::new(&created), &[3]));
         own.signature = 0;
-        assert!(own.wants(&created, &[0]));
+        assert!(own.wants(&Route::new(&created), &[0]));
         // The filer's own log is never sent.
-        assert!(!request("/", &[], &[])
-            .wants(&create("/topics/.system/log/2026-12-06", "10-00.a"), &[]));
+        assert!(!request("/", &[], &[]).wants(
+            &Route::new(&create("/topics/.system/log/2026-12-06", "10-00.a")),
+            &[]
+        ));
     }
 
     #[test]
@@ -360,5 +465,37 @@ mod tests {
                 .new_parent_path,
             "/d"
         );
+    }
+
+    #[test]
+    fn a_batch_of_prepared_events_decodes_as_a_filer_batch() {
+        let prepared: Vec<std::sync::Arc<Prepared>> = (0..3)
+            .map(|i| {
+                let event = v1::Event {
+                    directory: format!("/d{i}"),
+                    new_entry: Some(v1::Entry {
+                        name: format!("f{i}"),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                };
+                std::sync::Arc::new(Prepared::new(&event, 10 + i, 0, 9).unwrap())
+            })
+            .collect();
+        let one = |p: &Prepared| filer_pb::SubscribeMetadataResponse::decode(p.message()).unwrap();
+        let mut out = BytesMut::new();
+        append_batch(&mut out, &prepared);
+        append_batch(&mut out, &prepared[2..]);
+        append_batch(&mut out, &[]);
+        let messages = RawFilerResponse::messages(&out).expect("whole frames");
+        assert_eq!(messages.len(), 2);
+        let batch = filer_pb::SubscribeMetadataResponse::decode(messages[0]).unwrap();
+        let mut expected = one(&prepared[0]);
+        expected.events = prepared[1..].iter().map(|p| one(p)).collect();
+        assert_eq!(batch, expected);
+        assert_eq!((batch.ts_ns, batch.events[1].ts_ns), (10, 12));
+        let alone = filer_pb::SubscribeMetadataResponse::decode(messages[1]).unwrap();
+        assert_eq!(alone, one(&prepared[2]));
+        assert_eq!(alone.event_notification.unwrap().signatures, vec![9]);
     }
 }

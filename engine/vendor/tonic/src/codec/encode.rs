@@ -120,7 +120,13 @@ where
                         None => match encoder.frame(item) {
                             Ok(framed) => {
                                 if let Err(status) = check_frame(&framed, *max_message_size) {
-                                    return Poll::Ready(Some(Err(status)));
+                                    // What was encoded before it still
+                                    // goes out, as before a source's error.
+                                    if buf.is_empty() {
+                                        return Poll::Ready(Some(Err(status)));
+                                    }
+                                    *error = Some(status);
+                                    return Poll::Ready(Some(Ok(buf.split_to(buf.len()).freeze())));
                                 }
                                 if buf.is_empty() {
                                     return Poll::Ready(Some(Ok(framed)));
@@ -164,22 +170,28 @@ where
 
 /// ringfeed patch: a frame from `Encoder::frame` has its 5-byte prefix,
 /// uncompressed, saying the length that follows, within the size limit.
-fn check_frame(frame: &[u8], max_message_size: Option<usize>) -> Result<(), Status> {
-    let Some((prefix, message)) = frame.split_first_chunk::<HEADER_SIZE>() else {
-        return Err(Status::internal("a gRPC frame shorter than its prefix"));
-    };
-    let said = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
-    if prefix[0] != 0 || said != message.len() {
-        return Err(Status::internal("a gRPC frame whose prefix does not match it"));
-    }
+fn check_frame(frames: &[u8], max_message_size: Option<usize>) -> Result<(), Status> {
+    // ringfeed patch: one or more frames back to back, each checked.
     let limit = max_message_size.unwrap_or(DEFAULT_MAX_SEND_MESSAGE_SIZE);
-    if message.len() > limit {
-        return Err(Status::out_of_range(format!(
-            "Error, encoded message length too large: found {} bytes, the limit is: {limit} bytes",
-            message.len()
-        )));
+    let mut rest = frames;
+    loop {
+        let Some((prefix, after)) = rest.split_first_chunk::<HEADER_SIZE>() else {
+            return Err(Status::internal("a gRPC frame shorter than its prefix"));
+        };
+        let said = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
+        if prefix[0] != 0 || said > after.len() {
+            return Err(Status::internal("a gRPC frame whose prefix does not match it"));
+        }
+        if said > limit {
+            return Err(Status::out_of_range(format!(
+                "Error, encoded message length too large: found {said} bytes, the limit is: {limit} bytes"
+            )));
+        }
+        rest = &after[said..];
+        if rest.is_empty() {
+            return Ok(());
+        }
     }
-    Ok(())
 }
 
 fn encode_item<T>(

@@ -136,10 +136,11 @@ pub trait Encoder {
         BufferSettings::default()
     }
 
-    /// ringfeed patch: an item that already is a complete gRPC message frame
-    /// (the 5-byte prefix, then the message) is returned as `Ok` and goes to
-    /// the transport as it is, never copied into the encode buffer; `Err`
-    /// gives the item back to be encoded as usual. Not used with compression.
+    /// ringfeed patch: an item that already is complete gRPC message frames
+    /// (one or more, each the 5-byte prefix, then the message) is returned
+    /// as `Ok` and goes to the transport as it is, never copied into the
+    /// encode buffer; `Err` gives the item back to be encoded as usual. Not
+    /// used with compression.
     fn frame(&mut self, item: Self::Item) -> Result<bytes::Bytes, Self::Item> {
         Err(item)
     }
