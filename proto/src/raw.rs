@@ -434,6 +434,20 @@ impl RawFilerResponse {
         buf.freeze()
     }
 
+    /// The response as gRPC frames whose bytes keep `lease` until the last
+    /// of them is dropped (by the transport once it has written them, or
+    /// its stream is gone). Frames are not copied again.
+    pub fn into_leased_frames<L: Send + 'static>(self, lease: L) -> Bytes {
+        let bytes = match self {
+            RawFilerResponse::Fields(fields) => RawFilerResponse::frame(&fields),
+            RawFilerResponse::Frames(bytes) => bytes,
+        };
+        Bytes::from_owner(Leased {
+            bytes,
+            _lease: lease,
+        })
+    }
+
     /// The messages of [`RawFilerResponse::Frames`] (for tests and checks):
     /// `None` when the bytes are not whole frames.
     pub fn messages(frames: &[u8]) -> Option<Vec<&[u8]>> {

@@ -83,16 +83,21 @@ async fn bind(config: &ServerConfig, clustered: bool) -> Result<Bound> {
     };
     let filer = match &config.filer_listen {
         Some(at) => {
-            // SeaweedFS clients send no ringfeed token: the filer API would
-            // be a way around them, and beyond loopback an open door.
+            // SeaweedFS clients send no ringfeed token: without client
+            // certificates (SeaweedFS's own gRPC security: mutual TLS) the
+            // filer API would be a way around tokens, and beyond loopback an
+            // open door.
             let reachable = tokio::net::lookup_host(at)
                 .await
                 .with_context(|| format!("filer API: listening on {at}"))?
                 .any(|a| !a.ip().is_loopback());
-            if (config.token_file.is_some() || reachable) && !config.insecure {
+            let mutual_tls = config.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
+            if (config.token_file.is_some() || reachable) && !mutual_tls && !config.insecure {
                 anyhow::bail!(
-                    "the SeaweedFS filer API (--filer-listen {at}) takes no tokens and no TLS: \
-                     {}. Listen on a loopback address, or give --insecure to accept that",
+                    "the SeaweedFS filer API (--filer-listen {at}) takes no tokens: {}. Give \
+                     --tls-cert, --tls-key and --tls-client-ca (SeaweedFS clients then connect \
+                     with the [grpc] ca and [grpc.client] cert and key of their security.toml), \
+                     listen on a loopback address, or give --insecure to accept that",
                     if config.token_file.is_some() {
                         "it would let any local client read the feed around --token-file"
                     } else {
@@ -240,6 +245,7 @@ pub fn serve(config: ServerConfig) -> Result<()> {
                 filers.clone(),
                 engine.feed_id() as i32,
                 crate::seaweedfs::Kv::open(&data_dir).map_err(|e| anyhow::anyhow!("filer API: {e}"))?,
+                service.streams().clone(),
                 stop_rx.clone(),
             );
             let service = crate::seaweedfs::OnlyTheFeed(
@@ -248,7 +254,15 @@ pub fn serve(config: ServerConfig) -> Result<()> {
                 ),
             );
             let mut stopping = stop_rx.clone();
-            let serving = transport(&config.subscribers)
+            // The same TLS as the ringfeed listener: with a client CA, only
+            // clients with a certificate it signed get in.
+            let mut filer_transport = transport(&config.subscribers);
+            if let Some(tls) = &tls {
+                filer_transport = filer_transport
+                    .tls_config(tls.clone())
+                    .context("filer API: TLS")?;
+            }
+            let serving = filer_transport
                 .add_service(service)
                 .serve_with_incoming_shutdown(
                     tokio_stream::wrappers::TcpListenerStream::new(listener),

@@ -106,6 +106,13 @@ impl Service {
         &self.metrics
     }
 
+    /// What every subscription stream's sender shares (the response budget,
+    /// the backlog places, the limits): the SeaweedFS filer API's streams
+    /// are held to them too.
+    pub(crate) fn streams(&self) -> &Arc<Streams> {
+        &self.streams
+    }
+
     /// Answers `ListNodes` from `membership` (a node without peers answers
     /// with itself alone, its address unknown).
     pub fn with_membership(self, membership: Arc<Membership>) -> Service {

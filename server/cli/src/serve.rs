@@ -92,8 +92,10 @@ pub struct ServeArgs {
     /// Serve SeaweedFS's filer gRPC API on ADDR for SeaweedFS's own clients (`weed
     /// filer.meta.tail -filer=HOST:PORT.GRPCPORT` with GRPCPORT = ADDR's port): the metadata
     /// feed of every followed filer and of this server's own appends, SubscribeMetadata and
-    /// SubscribeLocalMetadata; every other filer RPC is refused UNIMPLEMENTED. It has no
-    /// tokens: with --token-file it needs --insecure [default: off]. Config `filer_listen`.
+    /// SubscribeLocalMetadata; every other filer RPC is refused UNIMPLEMENTED. It takes no
+    /// tokens; it serves the TLS of --tls-cert/--tls-key, and with --token-file or beyond
+    /// loopback it needs --tls-client-ca (clients present certificates, SeaweedFS's own gRPC
+    /// security) or --insecure [default: off]. Config `filer_listen`.
     #[arg(long, value_name = "ADDR")]
     filer_listen: Option<String>,
     /// Serve Prometheus metrics at http://ADDR/metrics; port 0 picks a free port [default: off].

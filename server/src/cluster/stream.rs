@@ -24,7 +24,8 @@ impl ClusterStream {
             // A client that stopped reading gives its queue and budget back
             // after stall_timeout, as a node stream's does.
             stalled = stalls.stalled(stall_timeout) => {
-                Err(stalls.give_back(stalled, &registered, admission.metrics()))
+                let who = registered.update(|i| format!("{:?} at {}", i.client_name, i.peer));
+                Err(stalls.give_back(stalled, &who, admission.metrics()))
             }
         };
         if let Err(status) = outcome {

@@ -23,7 +23,9 @@ use ringfeed_proto::raw::RawFilerResponse;
 use ringfeed_proto::tonic::codegen::http;
 use ringfeed_proto::tonic::{self, Request, Response, Status};
 use ringfeed_proto::v1;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{watch, OwnedSemaphorePermit};
+
+use crate::sender::{budget_bytes, trim, Admission, Outbox, Place, Streams};
 
 use super::cache::PreparedCache;
 use super::follow::MAX_CLOCK_AHEAD;
@@ -67,6 +69,8 @@ pub struct FilerApi {
     sources: HashMap<String, usize>,
     /// Events as the streams send them, prepared once for all.
     cache: PreparedCache,
+    /// The native streams' response budget, backlog places and limits.
+    streams: Arc<Streams>,
     /// The followed filers' configuration, for `GetFilerConfiguration`.
     upstream: Mutex<Option<filer_pb::GetFilerConfigurationResponse>>,
     /// `KvGet`/`KvPut`.
@@ -86,6 +90,7 @@ impl FilerApi {
         filers: Vec<Arc<FilerProgress>>,
         signature: i32,
         kv: super::kv::Kv,
+        streams: Arc<Streams>,
         stop: watch::Receiver<bool>,
     ) -> Arc<FilerApi> {
         let forward_to = filers.first().and_then(|f| {
@@ -106,6 +111,7 @@ impl FilerApi {
             engine,
             sources,
             cache: PreparedCache::default(),
+            streams,
             kv,
             forward_to,
             filers,
@@ -147,33 +153,48 @@ impl FilerApi {
         }
     }
 
+    /// Starts a stream for `request` from `who` (its client's name and
+    /// address, for the log).
     fn subscribe(
         self: &Arc<Self>,
         request: filer_pb::SubscribeMetadataRequest,
+        who: String,
     ) -> Result<SubscribeStream, Status> {
         let replaced = self.register(request.client_id, request.client_epoch)?;
-        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
-        let api = self.clone();
+        let (outbox, responses) = Outbox::with_capacity(STREAM_QUEUE);
+        let outbox = Arc::new(outbox);
         let (id, epoch) = (request.client_id, request.client_epoch);
-        let streaming = tokio::spawn({
-            let tx = tx.clone();
-            async move { api.stream(request, replaced, &tx).await }
+        let mut streaming = tokio::spawn({
+            let (api, outbox) = (self.clone(), outbox.clone());
+            async move { api.stream(request, replaced, &outbox).await }
         });
         let api = self.clone();
         tokio::spawn(async move {
+            let stalls = outbox.stalls();
+            let stall_timeout = api.streams.limits.stall_timeout;
             // A stream that ends without a status would read as a clean end
             // (a SeaweedFS client then stops following for good): a failure,
-            // a panic included, ends it with one.
-            let ended = match streaming.await {
-                Ok(ended) => ended,
-                Err(e) => Err(Status::internal(format!("the stream's task failed: {e}"))),
+            // a panic included, ends it with one. A client that stopped
+            // reading gives its queue and budget back after stall_timeout,
+            // as a native stream's does, and reconnects from its last ts_ns.
+            let ended = tokio::select! {
+                biased;
+                joined = &mut streaming => match joined {
+                    Ok(ended) => ended,
+                    Err(e) => Err(Status::internal(format!("the stream's task failed: {e}"))),
+                },
+                _ = outbox.closed() => Ok(()),
+                stalled = stalls.stalled(stall_timeout) => {
+                    Err(stalls.give_back(stalled, &who, &api.streams.metrics))
+                }
             };
+            streaming.abort();
             api.unregister(id, epoch);
             if let Err(status) = ended {
-                let _ = tx.send(Err(status)).await;
+                outbox.fail(status);
             }
         });
-        Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+        Ok(responses)
     }
 
     /// One subscription: reads ringfeed's feed from where the request's
@@ -184,7 +205,7 @@ impl FilerApi {
         &self,
         request: filer_pb::SubscribeMetadataRequest,
         mut replaced: watch::Receiver<bool>,
-        tx: &mpsc::Sender<Result<RawFilerResponse, Status>>,
+        outbox: &Outbox<RawFilerResponse>,
     ) -> Result<(), Status> {
         let since = request.since_ns.max(0);
         let until = (request.until_ns > 0).then_some(request.until_ns);
@@ -216,6 +237,7 @@ impl FilerApi {
         let mut sent_at = now_ns();
         let mut claimed_at = 0;
         let mut stop = self.stop.clone();
+        let mut place: Option<Place> = None;
         // Woken when a followed filer's stored watermark moves (none
         // followed: never).
         let completed = self
@@ -235,7 +257,14 @@ impl FilerApi {
                     "the server is shutting down: subscribe again"
                 }));
             }
-            // Read what the feed has, a round at a time.
+            // Read what the feed has, a round at a time: below the ring
+            // (from segment files) only with one of the backlog readers'
+            // places, as a native stream.
+            if !feed.reads_backlog() {
+                place = None;
+            } else if place.is_none() {
+                place = Some(self.streams.admission.place().await);
+            }
             let mut read = 0;
             while read < READ_CHUNK {
                 if merge.queued() >= MAX_QUEUED {
@@ -272,6 +301,11 @@ impl FilerApi {
             }
             let mut out = Outgoing::new(request.client_supports_batching);
             let mut sent = false;
+            // The responses' bytes are taken from the response budget before
+            // they are built, and held until the transport has written them.
+            if merge.ready(now) {
+                out.reserve(&self.streams.admission).await;
+            }
             while let Some((event, _late)) = merge.pop(now) {
                 if until.is_some_and(|u| event.ts_ns > u) {
                     break;
@@ -288,13 +322,14 @@ impl FilerApi {
                 }
                 if out.full() {
                     sent = true;
-                    if !out.send(tx).await {
+                    if !out.send(outbox).await {
                         return Ok(());
                     }
+                    out.reserve(&self.streams.admission).await;
                 }
             }
             sent |= !out.is_empty();
-            if !out.send(tx).await {
+            if !out.send(outbox).await {
                 return Ok(());
             }
             if sent {
@@ -308,8 +343,8 @@ impl FilerApi {
                     ts_ns: now,
                     ..Default::default()
                 };
-                if tx
-                    .send(Ok(RawFilerResponse::Fields(Box::new(heartbeat))))
+                if outbox
+                    .send(RawFilerResponse::Fields(Box::new(heartbeat)), None)
                     .await
                     .is_err()
                 {
@@ -387,6 +422,8 @@ struct Outgoing {
     batching: bool,
     frames: BytesMut,
     batch: Vec<Arc<Prepared>>,
+    /// The response budget taken for them.
+    permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Outgoing {
@@ -395,6 +432,7 @@ impl Outgoing {
             batching,
             frames: BytesMut::new(),
             batch: Vec::new(),
+            permit: None,
         }
     }
 
@@ -427,8 +465,25 @@ impl Outgoing {
         self.batch.clear();
     }
 
+    /// Whether the responses gathered fill what was reserved for them (or
+    /// `ITEM_BYTES`): an event crossing the line still goes with them, so a
+    /// reservation is exceeded by at most one event, as a native batch is.
     fn full(&self) -> bool {
-        self.frames.len() + self.batch.len() * 256 >= ITEM_BYTES
+        let limit = self
+            .permit
+            .as_ref()
+            .map_or(ITEM_BYTES, |p| budget_bytes(p.num_permits()))
+            .min(ITEM_BYTES);
+        let batched: usize = self.batch.iter().map(|e| e.frame.len()).sum();
+        self.frames.len() + batched >= limit
+    }
+
+    /// Takes the budget for the next `ITEM_BYTES` (at most half the budget:
+    /// [`Admission::bytes`]), waiting in turn with every other stream.
+    async fn reserve(&mut self, admission: &Admission) {
+        if self.permit.is_none() {
+            self.permit = Some(admission.bytes(ITEM_BYTES).await);
+        }
     }
 
     fn is_empty(&self) -> bool {
@@ -437,17 +492,30 @@ impl Outgoing {
 
     /// Hands what is gathered to the transport; `false` once the client is
     /// gone.
-    async fn send(&mut self, tx: &mpsc::Sender<Result<RawFilerResponse, Status>>) -> bool {
+    async fn send(&mut self, outbox: &Outbox<RawFilerResponse>) -> bool {
         self.close_batch();
+        let permit = self.permit.take();
         if self.frames.is_empty() {
             return true;
         }
         let frames = self.frames.split().freeze();
-        tx.send(Ok(RawFilerResponse::Frames(frames))).await.is_ok()
+        let permit = permit.map(|p| trim(p, frames.len()));
+        outbox
+            .send(RawFilerResponse::Frames(frames), permit)
+            .await
+            .is_ok()
     }
 }
 
-type SubscribeStream = tonic::codegen::BoxStream<RawFilerResponse>;
+type SubscribeStream = crate::sender::Responses<RawFilerResponse>;
+
+/// A subscriber as the log names it: its client name and address.
+fn who(request: &Request<filer_pb::SubscribeMetadataRequest>) -> String {
+    let peer = request
+        .remote_addr()
+        .map_or_else(|| "an unknown address".to_owned(), |a| a.to_string());
+    format!("{:?} at {peer}", request.get_ref().client_name)
+}
 
 /// The service on the filer listener.
 #[derive(Clone)]
@@ -459,7 +527,8 @@ impl SeaweedFiler for FilerService {
         &self,
         request: Request<filer_pb::SubscribeMetadataRequest>,
     ) -> Result<Response<SubscribeStream>, Status> {
-        Ok(Response::new(self.0.subscribe(request.into_inner())?))
+        let who = who(&request);
+        Ok(Response::new(self.0.subscribe(request.into_inner(), who)?))
     }
 
     /// The same feed: ringfeed has no other filers' events to leave out.
@@ -467,7 +536,8 @@ impl SeaweedFiler for FilerService {
         &self,
         request: Request<filer_pb::SubscribeMetadataRequest>,
     ) -> Result<Response<SubscribeStream>, Status> {
-        Ok(Response::new(self.0.subscribe(request.into_inner())?))
+        let who = who(&request);
+        Ok(Response::new(self.0.subscribe(request.into_inner(), who)?))
     }
 
     async fn kv_get(
@@ -507,10 +577,12 @@ impl SeaweedFiler for FilerService {
         &self,
         request: Request<filer_pb::LookupDirectoryEntryRequest>,
     ) -> Result<Response<filer_pb::LookupDirectoryEntryResponse>, Status> {
-        self.0
-            .forward()?
-            .lookup_directory_entry(request.into_inner())
-            .await
+        // With no filer to ask, nothing is found, said as a filer says it:
+        // SeaweedFS clients match the message of `filer_pb.ErrNotFound`.
+        let Ok(mut forward) = self.0.forward() else {
+            return Err(Status::unknown(NOT_FOUND));
+        };
+        forward.lookup_directory_entry(request.into_inner()).await
     }
 
     async fn lookup_volume(
@@ -582,6 +654,9 @@ impl FilerApi {
         filer_pb::GetFilerConfigurationResponse::default()
     }
 }
+
+/// SeaweedFS's `filer_pb.ErrNotFound`, which its clients match by message.
+const NOT_FOUND: &str = "filer: no entry is found in filer store";
 
 /// The RPCs ringfeed answers; every other path is UNIMPLEMENTED.
 const SERVED: &[&str] = &[

@@ -87,9 +87,13 @@ impl<E: Timed> Merge<E> {
         s.watermark >= ts || now - s.moved_at > self.hold_ns
     }
 
-    /// The next event to give out, if every source allows it; `true` with
-    /// it when it is late (after an event with a higher `ts_ns`).
-    pub fn pop(&mut self, now: i64) -> Option<(E, bool)> {
+    /// Whether an event can be given out now.
+    pub fn ready(&self, now: i64) -> bool {
+        self.next(now).is_some()
+    }
+
+    /// The source whose event goes out next, if every source allows it.
+    fn next(&self, now: i64) -> Option<usize> {
         let (ts, index) = self
             .sources
             .iter()
@@ -101,9 +105,13 @@ impl<E: Timed> Merge<E> {
             .iter()
             .enumerate()
             .all(|(i, s)| i == index || !s.queue.is_empty() || self.waits_not(s, ts, now));
-        if !ready {
-            return None;
-        }
+        ready.then_some(index)
+    }
+
+    /// The next event to give out, if every source allows it; `true` with
+    /// it when it is late (after an event with a higher `ts_ns`).
+    pub fn pop(&mut self, now: i64) -> Option<(E, bool)> {
+        let index = self.next(now)?;
         let event = self.sources[index].queue.pop_front()?;
         let late = event.ts_ns() < self.last_ts;
         self.last_ts = self.last_ts.max(event.ts_ns());

@@ -17,6 +17,11 @@ pub(crate) fn budget_units(bytes: usize) -> usize {
     bytes.div_ceil(UNIT)
 }
 
+/// The bytes `units` of the budget cover.
+pub(crate) fn budget_bytes(units: usize) -> usize {
+    units * UNIT
+}
+
 /// The shared admission state of backlog readers.
 pub(crate) struct Admission {
     readers: Arc<Semaphore>,
@@ -38,7 +43,7 @@ impl Admission {
     }
 
     /// Waits for a backlog reader's place.
-    pub(super) async fn place(self: &Arc<Self>) -> Place {
+    pub(crate) async fn place(self: &Arc<Self>) -> Place {
         let _waiting = Waiting::new(&self.metrics);
         let permit = self
             .readers
@@ -135,7 +140,7 @@ impl Admission {
     /// sender waited: with `response_budget_bytes` below `batch_max_bytes`
     /// every stream stalled after its first response, found by
     /// `server/cli/tests/it/cluster_stream_within_budget.rs`.)
-    pub(super) async fn bytes(&self, bytes: usize) -> OwnedSemaphorePermit {
+    pub(crate) async fn bytes(&self, bytes: usize) -> OwnedSemaphorePermit {
         let most = (self.budget_units / 2).max(1);
         let units = budget_units(bytes).clamp(1, most) as u32;
         let _waiting = Waiting::new(&self.metrics);
@@ -148,7 +153,7 @@ impl Admission {
 }
 
 /// A backlog reader's place; given back when dropped.
-pub(super) struct Place {
+pub(crate) struct Place {
     _permit: OwnedSemaphorePermit,
     admission: Arc<Admission>,
 }
@@ -176,7 +181,7 @@ impl Drop for Waiting<'_> {
 }
 
 /// Gives back the part of a byte reservation a response did not use.
-pub(super) fn trim(mut permit: OwnedSemaphorePermit, used: usize) -> OwnedSemaphorePermit {
+pub(crate) fn trim(mut permit: OwnedSemaphorePermit, used: usize) -> OwnedSemaphorePermit {
     let keep = budget_units(used).max(1);
     if permit.num_permits() > keep {
         drop(permit.split(permit.num_permits() - keep));

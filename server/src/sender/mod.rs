@@ -60,7 +60,7 @@ use crate::registry::Registered;
 use crate::shared::Groups;
 use task::{Connected, Sender};
 
-pub(crate) use admission::{budget_units, Admission};
+pub(crate) use admission::{budget_bytes, budget_units, trim, Admission, Place};
 pub(crate) use limits::heartbeat_interval;
 pub use limits::SubscriberLimits;
 pub(crate) use outbox::{Outbox, Responses};

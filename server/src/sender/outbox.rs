@@ -8,36 +8,41 @@ use ringfeed_proto::RawSubscribeResponse;
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio_stream::{Stream, StreamExt};
 
-use super::queue::{Queue, QueueState, Queued};
+use super::queue::{Framed, Queue, QueueState, Queued};
 use super::stalls::Stalls;
 use super::SubscriberLimits;
 
 /// What a subscriber reads: its queued responses, then the final error if
 /// the stream failed (docs/design.md 2.10).
-pub(crate) type Responses =
-    std::pin::Pin<Box<dyn Stream<Item = Result<RawSubscribeResponse, Status>> + Send>>;
+pub(crate) type Responses<T = RawSubscribeResponse> =
+    std::pin::Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 /// The sending side of a stream's responses: its queue, and its final
 /// error on a channel of its own. Node and cluster streams both send
 /// through one.
-pub(crate) struct Outbox {
-    tx: mpsc::Sender<Queued>,
+pub(crate) struct Outbox<T = RawSubscribeResponse> {
+    tx: mpsc::Sender<Queued<T>>,
     /// The receiving side of `tx`, to give back what a stalled client holds.
     /// Weak: the transport owns the queue, and its dropping it (the client
     /// went away) is what `tx.closed()` reports.
-    queue: std::sync::Weak<Queue>,
+    queue: std::sync::Weak<Queue<T>>,
     /// The stream's final error, delivered after everything queued on `tx`.
     /// A channel of its own (used once) always has room, so a client that
     /// stopped reading can never turn the error into a clean end.
     final_status: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<Status>>>,
 }
 
-impl Outbox {
+impl<T: Framed> Outbox<T> {
     /// An outbox queueing up to `limits.queue_responses` responses, and what
     /// the client reads from it: the queued responses, then the final error
     /// if the stream failed.
-    pub(crate) fn new(limits: &SubscriberLimits) -> (Outbox, Responses) {
-        let (tx, rx) = mpsc::channel(limits.queue_responses.max(1));
+    pub(crate) fn new(limits: &SubscriberLimits) -> (Outbox<T>, Responses<T>) {
+        Outbox::with_capacity(limits.queue_responses)
+    }
+
+    /// An outbox queueing up to `responses` responses.
+    pub(crate) fn with_capacity(responses: usize) -> (Outbox<T>, Responses<T>) {
+        let (tx, rx) = mpsc::channel(responses.max(1));
         // A oneshot: an mpsc channel of one allocates 32 slots of Status
         // (5.8 KiB a stream).
         let (final_status, final_rx) = tokio::sync::oneshot::channel();
@@ -64,7 +69,7 @@ impl Outbox {
     /// gone.
     pub(crate) async fn send(
         &self,
-        response: RawSubscribeResponse,
+        response: T,
         permit: Option<OwnedSemaphorePermit>,
     ) -> Result<(), Gone> {
         self.tx
@@ -94,7 +99,7 @@ impl Outbox {
     }
 
     /// Watches for a client that stopped reading (see [`Stalls`]).
-    pub(crate) fn stalls(&self) -> Stalls {
+    pub(crate) fn stalls(&self) -> Stalls<T> {
         Stalls {
             queue: self.queue.clone(),
         }

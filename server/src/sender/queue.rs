@@ -5,22 +5,41 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use ringfeed_proto::raw::RawFilerResponse;
 use ringfeed_proto::tonic::Status;
 use ringfeed_proto::RawSubscribeResponse;
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
+
+/// A response a stream queues: it becomes a gRPC frame whose bytes keep a
+/// lease (its budget) until the transport drops them.
+pub(crate) trait Framed: Send + 'static {
+    fn into_leased<L: Send + 'static>(self, lease: L) -> Self;
+}
+
+impl Framed for RawSubscribeResponse {
+    fn into_leased<L: Send + 'static>(self, lease: L) -> Self {
+        RawSubscribeResponse::Framed(self.into_frame(lease))
+    }
+}
+
+impl Framed for RawFilerResponse {
+    fn into_leased<L: Send + 'static>(self, lease: L) -> Self {
+        RawFilerResponse::Frames(self.into_leased_frames(lease))
+    }
+}
 
 /// A queued response and the budget it holds until the transport has
 /// written it. Boxed: tokio's channel allocates 32 slots at once whatever
 /// its capacity, and a slot of the response itself (with the error it once
 /// carried) cost every stream 6 KiB (heap profile of 5,000 subscribers).
-pub(crate) type Queued = Box<(RawSubscribeResponse, Option<OwnedSemaphorePermit>)>;
+pub(crate) type Queued<T> = Box<(T, Option<OwnedSemaphorePermit>)>;
 
 /// A stream's queued responses, shared by its sender (which may give them
 /// back) and the transport (which takes them).
-pub(super) struct Queue(pub(super) std::sync::Mutex<QueueState>);
+pub(super) struct Queue<T>(pub(super) std::sync::Mutex<QueueState<T>>);
 
-pub(super) struct QueueState {
-    pub(super) rx: mpsc::Receiver<Queued>,
+pub(super) struct QueueState<T> {
+    pub(super) rx: mpsc::Receiver<Queued<T>>,
     /// The budget of the responses the transport has taken and not yet
     /// written.
     pub(super) leases: Arc<Leases>,
@@ -28,8 +47,8 @@ pub(super) struct QueueState {
     pub(super) last_pull: tokio::time::Instant,
 }
 
-impl Queue {
-    fn state(&self) -> std::sync::MutexGuard<'_, QueueState> {
+impl<T: Framed> Queue<T> {
+    fn state(&self) -> std::sync::MutexGuard<'_, QueueState<T>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -46,18 +65,18 @@ impl Queue {
     pub(super) fn poll_next(
         &self,
         cx: &mut std::task::Context<'_>,
-    ) -> Poll<Option<Result<RawSubscribeResponse, Status>>> {
+    ) -> Poll<Option<Result<T, Status>>> {
         let mut state = self.state();
         let (response, permit) = match std::task::ready!(state.rx.poll_recv(cx)) {
             Some(queued) => *queued,
             None => return Poll::Ready(None),
         };
         state.last_pull = tokio::time::Instant::now();
-        let frame = match permit {
-            Some(permit) => response.into_frame(Leases::lease(&state.leases, permit)),
-            None => response.into_frame(()),
+        let framed = match permit {
+            Some(permit) => response.into_leased(Leases::lease(&state.leases, permit)),
+            None => response.into_leased(()),
         };
-        Poll::Ready(Some(Ok(RawSubscribeResponse::Framed(frame))))
+        Poll::Ready(Some(Ok(framed)))
     }
 
     /// How long responses have waited with the transport taking none, if

@@ -5,17 +5,16 @@ use std::time::Duration;
 
 use ringfeed_proto::tonic::Status;
 
-use super::queue::Queue;
+use super::queue::{Framed, Queue};
 use crate::metrics::ServerMetrics;
-use crate::registry::Registered;
 
 /// Watches a stream's queue for a client that stopped reading, and gives
 /// back what it holds.
-pub(crate) struct Stalls {
-    pub(super) queue: std::sync::Weak<Queue>,
+pub(crate) struct Stalls<T> {
+    pub(super) queue: std::sync::Weak<Queue<T>>,
 }
 
-impl Stalls {
+impl<T: Framed> Stalls<T> {
     /// Completes once responses have waited `timeout` with the transport
     /// taking none: the client stopped reading. Checked four times per
     /// timeout; never completes once the client is gone.
@@ -39,23 +38,22 @@ impl Stalls {
         }
     }
 
-    /// The client took nothing for `stalled`: its queued responses and
+    /// The client (`who`: its name and address) took nothing for `stalled`: its queued responses and
     /// their budget are dropped, and the stream is to end with the
     /// UNAVAILABLE returned (after what the transport already holds), which
     /// the client library takes for "resume from the cursor".
     pub(crate) fn give_back(
         &self,
         stalled: Duration,
-        registered: &Registered,
+        who: &str,
         metrics: &ServerMetrics,
     ) -> Status {
         if let Some(queue) = self.queue.upgrade() {
             queue.give_back();
         }
         metrics.stalled_given_back();
-        let (name, peer) = registered.update(|i| (i.client_name.clone(), i.peer.clone()));
         tracing::warn!(
-            "subscriber {name:?} at {peer} read nothing for {} s (stall_timeout_secs): its queued \
+            "subscriber {who} read nothing for {} s (stall_timeout_secs): its queued \
              responses and their budget were given back and its stream ends with UNAVAILABLE; \
              its client resumes from its cursor when it reads again",
             stalled.as_secs()

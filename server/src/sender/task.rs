@@ -89,7 +89,8 @@ impl Sender {
             _ = shutdown.changed() => Err(Stop::Failed(Status::unavailable("the server is shutting down"))),
             _ = self.outbox.closed() => Err(Stop::Gone),
             stalled = stalls.stalled(self.limits.stall_timeout) => {
-                Err(Stop::Failed(stalls.give_back(stalled, &self.registered, &self.metrics.0)))
+                let who = self.registered.update(|i| format!("{:?} at {}", i.client_name, i.peer));
+                Err(Stop::Failed(stalls.give_back(stalled, &who, &self.metrics.0)))
             }
         };
         // The feed (with any backlog place or bytes it held) is gone by now.

@@ -10,7 +10,7 @@ use crate::serve_binary::{run_bounded, Server};
 use crate::weed::{self, Weed};
 use ringfeed_proto::filer_pb;
 use ringfeed_proto::filer_pb::seaweed_filer_client::SeaweedFilerClient;
-use ringfeed_proto::tonic::transport::Channel;
+use ringfeed_proto::tonic::transport::{Channel, Endpoint};
 
 /// What `weed filer.meta.tail` printed: one JSON object per event, without
 /// its signatures (each server adds its own) and without the response's
@@ -77,7 +77,7 @@ fn assert_same(ringfeed: &[serde_json::Value], filer: &[serde_json::Value]) {
 
 /// A client of `server`'s filer API (`--filer-listen`), on the gRPC port of
 /// the `HOST:PORT.GRPCPORT` it printed.
-async fn filer_api_client(server: &Server) -> SeaweedFilerClient<Channel> {
+pub(crate) async fn filer_api_client(server: &Server) -> SeaweedFilerClient<Channel> {
     let api = server.filer_api.clone().unwrap();
     let (host, grpc) = (
         api.rsplit_once(':').unwrap().0,
@@ -223,14 +223,31 @@ async fn the_filer_apis_other_rpcs_say_ringfeed_serves_the_feed_only() {
         "{}",
         refused.message()
     );
-    // Reads forwarded to the followed filer: none is followed here.
-    let unanswered = client
+    // Reads forwarded to the followed filer: none is followed here. A
+    // lookup finds nothing, said as a filer says it (SeaweedFS clients
+    // match `filer_pb.ErrNotFound`'s message); a listing is refused.
+    let not_found = client
         .lookup_directory_entry(filer_pb::LookupDirectoryEntryRequest {
             directory: "/".into(),
             name: "x".into(),
         })
         .await
         .unwrap_err();
+    assert_eq!(not_found.code(), ringfeed_proto::tonic::Code::Unknown);
+    assert_eq!(
+        not_found.message(),
+        "filer: no entry is found in filer store"
+    );
+    let unanswered = match client
+        .list_entries(filer_pb::ListEntriesRequest {
+            directory: "/".into(),
+            ..Default::default()
+        })
+        .await
+    {
+        Ok(listed) => listed.into_inner().message().await.unwrap_err(),
+        Err(status) => status,
+    };
     assert_eq!(
         unanswered.code(),
         ringfeed_proto::tonic::Code::FailedPrecondition
@@ -268,11 +285,211 @@ fn an_open_filer_api_needs_insecure() {
     assert_eq!(refused.code(), Some(1), "{refused}");
     assert!(
         refused.stderr.contains(
-            "the SeaweedFS filer API (--filer-listen 0.0.0.0:0) takes no tokens and no TLS"
+            "the SeaweedFS filer API (--filer-listen 0.0.0.0:0) takes no tokens: anyone on the network could read the feed"
         ),
         "{refused}"
     );
     assert!(!data.exists(), "refused before the data dir is made");
+}
+
+/// With a token file, the filer API is served over mutual TLS, SeaweedFS's
+/// own gRPC security: `weed filer.meta.tail` with the CA and a client
+/// certificate in its `security.toml` prints the feed; a client without a
+/// certificate gets nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weed_reads_the_filer_api_over_mutual_tls() {
+    let _watchdog = ringfeed_testkit::arm_for(Duration::from_secs(60));
+    let Some(weed) = Weed::start().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let pki = crate::tls_round_trip::make_pki(dir.path());
+    let (_, table) = crate::serve_binary::new_token(&["--read", "/"]);
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, table).unwrap();
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        2,
+        &[
+            "--follow-filer",
+            &weed.filer,
+            "--filer-listen",
+            "127.0.0.1:0",
+            "--token-file",
+            &path(&tokens),
+            "--tls-cert",
+            &path(&pki.server_cert),
+            "--tls-key",
+            &path(&pki.server_key),
+            "--tls-client-ca",
+            &path(&pki.ca),
+        ],
+    );
+    let ringfeed = server.filer_api.clone().unwrap();
+    let mut filer = weed.client().await.unwrap();
+    weed::create(&mut filer, "/", "tls", true).await.unwrap();
+    for i in 0..3 {
+        weed::create(&mut filer, "/tls", &format!("f{i}"), false)
+            .await
+            .unwrap();
+    }
+    // The plaintext client of the other tests is refused.
+    let api = ringfeed.clone();
+    let (host, grpc) = (
+        api.rsplit_once(':').unwrap().0,
+        api.rsplit_once('.').unwrap().1,
+    );
+    let plain = async {
+        let mut client = SeaweedFilerClient::connect(format!("http://{host}:{grpc}")).await?;
+        client
+            .get_filer_configuration(filer_pb::GetFilerConfigurationRequest::default())
+            .await
+            .map(|_| ())
+            .map_err(Into::<Box<dyn std::error::Error>>::into)
+    };
+    let refused = tokio::time::timeout(Duration::from_secs(10), plain).await;
+    assert!(
+        matches!(refused, Ok(Err(_))),
+        "a client without TLS must not be answered: {refused:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+
+    let secure = tempfile::tempdir().unwrap();
+    std::fs::write(
+        secure.path().join("security.toml"),
+        format!(
+            "[grpc]\nca = {:?}\n\n[grpc.client]\ncert = {:?}\nkey = {:?}\n",
+            path(&pki.ca),
+            path(&pki.client_cert),
+            path(&pki.client_key)
+        ),
+    )
+    .unwrap();
+    tokio::task::spawn_blocking(move || {
+        let mut command = weed.command(&[
+            "filer.meta.tail",
+            &format!("-filer={ringfeed}"),
+            "-timeAgo=1h",
+            "-untilTimeAgo=500ms",
+            "-pathPrefix=/tls",
+        ]);
+        command.current_dir(secure.path());
+        let out = run_bounded(command, None, Duration::from_secs(20));
+        assert_eq!(
+            out.code(),
+            Some(0),
+            "weed filer.meta.tail over mutual TLS: {out}"
+        );
+        for name in ["\"tls\"", "\"f0\"", "\"f1\"", "\"f2\""] {
+            assert!(out.stdout.contains(name), "{name} missing: {out}");
+        }
+        drop(weed);
+    })
+    .await
+    .unwrap();
+    server.stop();
+}
+
+/// The filer API's streams draw on the response budget the native streams
+/// do, and a SeaweedFS client that stops reading gives its share back after
+/// `stall_timeout`: a native reader waits for the budget until then, and the
+/// stalled client, once it reads again, gets what its transport held, then
+/// UNAVAILABLE (a SeaweedFS client reconnects from its last `ts_ns`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_filer_api_client_gives_its_budget_back() {
+    use crate::cluster_nodes::{append, client, config_file, events_of};
+    use ringfeed_proto::v1;
+    let _watchdog = ringfeed_testkit::arm();
+    let dir = tempfile::tempdir().unwrap();
+    let stall_timeout = Duration::from_secs(3);
+    let config = config_file(
+        dir.path(),
+        "response_budget_bytes = 16384\nsubscriber_send_buffer_bytes = 8192\n\
+         stall_timeout_secs = 3\n",
+    );
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        1,
+        &["--config", &config, "--filer-listen", "127.0.0.1:0"],
+    );
+    // ~0.5 MB of responses: far more than the budget covers.
+    const EVENTS: usize = 4_000;
+    append(&server.addr, 1, 0, EVENTS, true).await;
+    // A SeaweedFS client that never reads, with an 8 KiB stream window: its
+    // transport fills at once, then its queue, up to the budget.
+    let api = server.filer_api.clone().unwrap();
+    let (host, grpc) = (
+        api.rsplit_once(':').unwrap().0,
+        api.rsplit_once('.').unwrap().1,
+    );
+    let channel = Endpoint::from_shared(format!("http://{host}:{grpc}"))
+        .unwrap()
+        .initial_stream_window_size(Some(8 << 10))
+        .connect()
+        .await
+        .unwrap();
+    let subscribed = Instant::now();
+    let mut stalled = SeaweedFilerClient::new(channel)
+        .subscribe_metadata(filer_pb::SubscribeMetadataRequest {
+            client_name: "stalled".into(),
+            path_prefix: "/".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // A native reader of everything: each response waits for budget.
+    let reader = tokio::spawn({
+        let addr = server.addr.clone();
+        async move {
+            let mut stream = client(&addr)
+                .await
+                .subscribe(v1::SubscribeRequest {
+                    client_name: "reader".into(),
+                    start: Some(v1::subscribe_request::Start::Beginning(true)),
+                    batching: true,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            let mut seen = 0;
+            while seen < EVENTS {
+                seen += events_of(stream.message().await.unwrap().expect("a response")).len();
+            }
+            (seen, Instant::now())
+        }
+    });
+    let (seen, done) = tokio::time::timeout(Duration::from_secs(20), reader)
+        .await
+        .expect("the reader never got the budget back")
+        .unwrap();
+    assert!(
+        done >= subscribed + stall_timeout,
+        "the reader finished {:?} after the stalled filer API client subscribed, before its \
+         stall timeout of {stall_timeout:?} gave the budget back",
+        done - subscribed
+    );
+    assert_eq!(seen, EVENTS);
+    let mut received = 0;
+    let ended = loop {
+        match tokio::time::timeout(Duration::from_secs(20), stalled.message())
+            .await
+            .expect("the stalled stream neither sent nor ended")
+        {
+            Ok(Some(r)) => received += 1 + r.events.len(),
+            Ok(None) => panic!("the stream ended OK after {received} events"),
+            Err(status) => break status,
+        }
+    };
+    assert!(
+        received > 0 && received < EVENTS,
+        "{received} events before the end"
+    );
+    crate::common::assert_given_back(&ended);
+    server.stop();
 }
 
 /// The files under `dir`, by path relative to it, with their contents.

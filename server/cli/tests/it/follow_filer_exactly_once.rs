@@ -319,9 +319,12 @@ async fn a_filer_killed_mid_ingest_loses_nothing_ringfeed_stored() {
     server.stop();
 }
 
-/// Two filers followed, one frozen (SIGSTOP) while both take creates: the
-/// other's events are stored while it is frozen; once thawed (SIGCONT), its
-/// events are too; each of ringfeed's copies equals its filer's own log.
+/// Two filers followed, one frozen (SIGSTOP) while both take creates, for
+/// longer than the filer API's hold: the other's events are stored while it
+/// is frozen, and reach a `SubscribeMetadata` subscriber once the hold has
+/// run out; once thawed (SIGCONT), the frozen filer's events are stored and
+/// delivered too (late); each of ringfeed's copies equals its filer's own
+/// log, and the subscriber got every event once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_filer_holds_back_only_itself() {
     let _watchdog = ringfeed_testkit::arm_for(Duration::from_secs(120));
@@ -335,11 +338,57 @@ async fn a_frozen_filer_holds_back_only_itself() {
     let server = Server::start_with(
         dir.path(),
         2,
-        &["--follow-filer", &a.filer, "--follow-filer", &b.filer],
+        &[
+            "--follow-filer",
+            &a.filer,
+            "--follow-filer",
+            &b.filer,
+            "--filer-listen",
+            "127.0.0.1:0",
+        ],
     );
     let mut client = RingFeedClient::connect(format!("http://{}", server.addr))
         .await
         .unwrap();
+    // A SeaweedFS subscriber of both, through ringfeed's filer API: the
+    // names it got, in order.
+    let delivered = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let mut view = crate::filer_api_weed_clients::filer_api_client(&server)
+        .await
+        .subscribe_metadata(filer_pb::SubscribeMetadataRequest {
+            client_name: "frozen-filer-test".into(),
+            path_prefix: "/".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let reading = tokio::spawn({
+        let delivered = delivered.clone();
+        async move {
+            while let Some(response) = view.message().await.unwrap() {
+                let names = std::iter::once(&response).chain(&response.events);
+                for r in names {
+                    if let Some(entry) = r
+                        .event_notification
+                        .as_ref()
+                        .and_then(|n| n.new_entry.as_ref())
+                    {
+                        let path = format!("{}/{}", r.directory, entry.name);
+                        delivered.lock().unwrap().push(path);
+                    }
+                }
+            }
+        }
+    });
+    let got = |path: &str| {
+        delivered
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|p| *p == path)
+            .count()
+    };
     let events_of = |status: &v1::StatusResponse, filer: &str| {
         let f = status.filers.iter().find(|f| f.filer == filer).unwrap();
         (f.events, f.seen_ts_ns)
@@ -384,8 +433,9 @@ async fn a_frozen_filer_holds_back_only_itself() {
         let (b_events, b_seen) = events_of(status.get_ref(), &b.filer);
         assert_eq!(b_events, stored_b, "nothing came from the frozen filer");
         assert!(b_seen <= frozen_at, "nor a heartbeat");
-        // Frozen past one of its heartbeats (every 5 s): visibly behind.
-        if a_events >= want_a && now_ns() - frozen_at > 6_000_000_000 {
+        // Frozen past one of its heartbeats (every 5 s): visibly behind;
+        // and past the filer API's hold (8 s): the other's events go out.
+        if a_events >= want_a && now_ns() - frozen_at > 10_000_000_000 {
             assert!(now_ns() - b_seen > 5_000_000_000);
             break;
         }
@@ -395,6 +445,17 @@ async fn a_frozen_filer_holds_back_only_itself() {
         "while one filer was frozen for {:.1} s, the other's {want_a} events were stored",
         (now_ns() - frozen_at) as f64 / 1e9
     );
+    let waited = std::time::Instant::now();
+    while (0..200).any(|i| got(&format!("/a/f{i}")) == 0) {
+        assert!(
+            waited.elapsed() < Duration::from_secs(5),
+            "the other filer's events did not reach the subscriber while one was frozen \
+             past the hold: {} of 200",
+            (0..200).filter(|i| got(&format!("/a/f{i}")) > 0).count()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(got("/b/frozen0"), 0, "nothing of the frozen filer's yet");
     b.signal_filer("CONT");
     let mut to_b = writer.await.unwrap();
     for i in 0..20 {
@@ -408,6 +469,23 @@ async fn a_frozen_filer_holds_back_only_itself() {
         let stored = ringfeed_log_of(&server.addr, Some(&weed.filer), until).await;
         assert_same_log(&log, &stored);
     }
+    // The subscriber got every event of both, once (the frozen filer's late).
+    let names: Vec<String> = (0..200)
+        .map(|i| format!("/a/f{i}"))
+        .chain(
+            ["before", "frozen", "after"]
+                .iter()
+                .flat_map(|w| (0..20).map(move |i| format!("/b/{w}{i}"))),
+        )
+        .collect();
+    let waited = std::time::Instant::now();
+    while names.iter().any(|n| got(n) == 0) && waited.elapsed() < Duration::from_secs(15) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for name in &names {
+        assert_eq!(got(name), 1, "{name} through the filer API");
+    }
+    reading.abort();
     let warned = filer_warnings(&server);
     assert!(warned.is_empty(), "{warned:?}");
     server.stop();

@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 use crate::serve_binary::{new_token, run_bounded, Output, Server};
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
 
-struct Pki {
-    ca: PathBuf,
-    server_cert: PathBuf,
-    server_key: PathBuf,
-    client_cert: PathBuf,
-    client_key: PathBuf,
+pub(crate) struct Pki {
+    pub ca: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -32,7 +32,7 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 
 /// A CA, a server certificate (127.0.0.1, localhost) and a client
 /// certificate, both signed by it, as PEM files in `dir`.
-fn make_pki(dir: &Path) -> Pki {
+pub(crate) fn make_pki(dir: &Path) -> Pki {
     let ca_key = KeyPair::generate().unwrap();
     // Distinct names: a leaf whose issuer name equals its own looks
     // self-signed to BoringSSL (the Python client), whatever signed it.
