@@ -604,6 +604,96 @@ async fn weed_filer_backup_copies_the_same_through_ringfeed() {
     server.stop();
 }
 
+/// `weed filer.sync` with ringfeed as its source (`-a`, active-passive)
+/// copies a filer's files to a second filer: the files there before it
+/// started and those written after, an overwrite and a delete; the contents
+/// read from the first filer's volume servers (`LookupVolume` forwarded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weed_filer_sync_copies_from_ringfeed_to_another_filer() {
+    let _watchdog = ringfeed_testkit::arm_for(Duration::from_secs(120));
+    let Some(source) = Weed::start().await else {
+        return;
+    };
+    let Some(target) = Weed::start().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        dir.path(),
+        2,
+        &[
+            "--follow-filer",
+            &source.filer,
+            "--filer-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let ringfeed = server.filer_api.clone().unwrap();
+    let body = |name: &str| format!("{name} ").repeat(50).into_bytes();
+    for i in 0..5 {
+        source.put_file(&format!("/sync/f{i}.txt"), &body(&format!("f{i}")));
+    }
+    let mut sync = source.command(&[
+        "filer.sync",
+        &format!("-a={ringfeed}"),
+        &format!("-b={}", target.filer),
+        "-isActivePassive",
+    ]);
+    sync.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = sync.spawn().unwrap();
+    let _owned = ringfeed_testkit::own_child(child.id());
+    for i in 0..5 {
+        source.put_file(&format!("/sync/g{i}.txt"), &body(&format!("g{i}")));
+    }
+    source.put_file("/sync/f0.txt", b"written again");
+    let mut filer = source.client().await.unwrap();
+    weed::delete(&mut filer, "/sync", "f1.txt").await;
+    let want: Vec<(String, Option<Vec<u8>>)> = (0..5)
+        .map(|i| {
+            let f = match i {
+                0 => Some(b"written again".to_vec()),
+                1 => None,
+                i => Some(body(&format!("f{i}"))),
+            };
+            (format!("/sync/f{i}.txt"), f)
+        })
+        .chain((0..5).map(|i| (format!("/sync/g{i}.txt"), Some(body(&format!("g{i}"))))))
+        .collect();
+    let started = Instant::now();
+    tokio::task::spawn_blocking(move || {
+        loop {
+            let differ: Vec<&String> = want
+                .iter()
+                .filter(|(path, body)| target.get_file(path) != *body)
+                .map(|(path, _)| path)
+                .collect();
+            if differ.is_empty() {
+                break;
+            }
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "weed filer.sync -a={ringfeed} exited"
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the target filer still differs after 30 s: {differ:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        eprintln!(
+            "filer.sync from ringfeed: in step after {:?}",
+            started.elapsed()
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+        drop((source, target));
+    })
+    .await
+    .unwrap();
+    server.stop();
+}
+
 /// `KvPut` is durable: a restarted server answers `KvGet` with it (where
 /// `filer.backup` and `filer.sync` keep their offsets); a missing key is an
 /// empty value, and an empty value removes a key, as on a filer.

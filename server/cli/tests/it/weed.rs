@@ -216,6 +216,40 @@ impl Weed {
         assert!(response.starts_with("HTTP/1.1 2"), "PUT {path}: {response}");
     }
 
+    /// The file `path` read through the filer's HTTP API: `None` when the
+    /// filer has no such file.
+    pub fn get_file(&self, path: &str) -> Option<Vec<u8>> {
+        use std::io::{Read as _, Write as _};
+        let http = self
+            .filer
+            .rsplit_once('.')
+            .map_or(&self.filer[..], |(h, _)| h);
+        let mut conn = std::net::TcpStream::connect(http).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        write!(
+            conn,
+            "GET {path} HTTP/1.1\r\nhost: {http}\r\nconnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut response = Vec::new();
+        conn.read_to_end(&mut response).unwrap();
+        let split = response
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("an HTTP response");
+        let head = String::from_utf8_lossy(&response[..split]).to_ascii_lowercase();
+        assert!(
+            !head.contains("transfer-encoding: chunked"),
+            "GET {path}: {head}"
+        );
+        match &head[..12] {
+            "http/1.1 200" => Some(response[split + 4..].to_vec()),
+            "http/1.1 404" => None,
+            _ => panic!("GET {path}: {head}"),
+        }
+    }
+
     /// Sends `signal` (`STOP`, `CONT`) to the filer process.
     pub fn signal_filer(&self, signal: &str) {
         let (_, _, child) = &self.processes[2];
