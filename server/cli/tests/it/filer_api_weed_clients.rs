@@ -604,6 +604,108 @@ async fn weed_filer_backup_copies_the_same_through_ringfeed() {
     server.stop();
 }
 
+/// `weed filer.backup` keeps its offset in ringfeed (`KvPut`, every 3 s while
+/// events flow) and, restarted, resumes from it (`KvGet`): a file copied
+/// before the offset and removed from the backup since is not copied again,
+/// and the files written while it was down are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weed_filer_backup_resumes_from_its_offset_in_ringfeed() {
+    let _watchdog = ringfeed_testkit::arm_for(Duration::from_secs(120));
+    let Some(weed) = Weed::start().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        dir.path().join("data").as_path(),
+        2,
+        &[
+            "--follow-filer",
+            &weed.filer,
+            "--filer-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let ringfeed = server.filer_api.clone().unwrap();
+    let at = dir.path().join("backup");
+    std::fs::create_dir_all(&at).unwrap();
+    std::fs::write(
+        at.join("replication.toml"),
+        format!(
+            "[sink.local]\nenabled = true\ndirectory = \"{}\"\nis_incremental = false\n",
+            at.join("out").display()
+        ),
+    )
+    .unwrap();
+    let out = at.join("out");
+    tokio::task::spawn_blocking(move || {
+        let backup = |log: &str| {
+            let mut backup = weed.command(&[
+                "filer.backup",
+                &format!("-filer={ringfeed}"),
+                "-filerPath=/rs",
+            ]);
+            backup.current_dir(&at);
+            let log = std::fs::File::create(at.join(log)).unwrap();
+            backup.stdout(std::process::Stdio::null()).stderr(log);
+            let child = backup.spawn().unwrap();
+            let owned = ringfeed_testkit::own_child(child.id());
+            (child, owned)
+        };
+        let until = |what: &str, done: &dyn Fn() -> bool| {
+            let started = Instant::now();
+            while !done() {
+                assert!(started.elapsed() < Duration::from_secs(20), "{what}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        };
+        for i in 0..3 {
+            weed.put_file(&format!("/rs/a{i}.txt"), format!("a{i}").as_bytes());
+        }
+        let (mut first, owned) = backup("first.log");
+        until("the first files copied", &|| out.join("a2.txt").exists());
+        // An event more than 3 s after the first: filer.backup saves its
+        // offset (KvPut to ringfeed) as it processes it.
+        std::thread::sleep(Duration::from_millis(3500));
+        weed.put_file("/rs/a3.txt", b"a3");
+        until("the offset saved", &|| {
+            std::fs::read_to_string(at.join("first.log"))
+                .unwrap_or_default()
+                .contains("progressed to")
+        });
+        until("a3 copied", &|| out.join("a3.txt").exists());
+        let _ = first.kill();
+        let _ = first.wait();
+        drop(owned);
+        std::fs::remove_file(out.join("a0.txt")).unwrap();
+        for i in 0..3 {
+            weed.put_file(&format!("/rs/b{i}.txt"), format!("b{i}").as_bytes());
+        }
+        let (mut second, _owned) = backup("second.log");
+        until("the files written while it was down copied", &|| {
+            (0..3).all(|i| out.join(format!("b{i}.txt")).exists())
+        });
+        std::thread::sleep(Duration::from_secs(1));
+        assert!(
+            !out.join("a0.txt").exists(),
+            "filer.backup started over instead of resuming from its offset in ringfeed"
+        );
+        for name in ["a1.txt", "a2.txt", "a3.txt", "b0.txt", "b1.txt", "b2.txt"] {
+            let want = name.trim_end_matches(".txt");
+            assert_eq!(
+                std::fs::read(out.join(name)).unwrap(),
+                want.as_bytes(),
+                "{name}"
+            );
+        }
+        let _ = second.kill();
+        let _ = second.wait();
+        drop(weed);
+    })
+    .await
+    .unwrap();
+    server.stop();
+}
+
 /// `weed filer.sync` with ringfeed as its source (`-a`, active-passive)
 /// copies a filer's files to a second filer: the files there before it
 /// started and those written after, an overwrite and a delete; the contents
