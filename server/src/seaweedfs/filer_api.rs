@@ -5,8 +5,8 @@
 //! `filer.backup` keeps its offset), and the reads of the tree and of
 //! volumes its clients make beside the feed (`ListEntries`,
 //! `LookupDirectoryEntry`, `LookupVolume`), forwarded to the first followed
-//! filer. Every other RPC is answered UNIMPLEMENTED, saying that ringfeed
-//! serves the metadata feed only.
+//! filer whose stream is open. Every other RPC is answered UNIMPLEMENTED,
+//! saying that ringfeed serves the metadata feed only.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -75,9 +75,10 @@ pub struct FilerApi {
     upstream: Mutex<Option<filer_pb::GetFilerConfigurationResponse>>,
     /// `KvGet`/`KvPut`.
     kv: super::kv::Kv,
-    /// The first followed filer, for the reads forwarded to it.
+    /// A client of each followed filer (in `filers` order), for the reads
+    /// forwarded to them.
     forward_to:
-        Option<filer_pb::seaweed_filer_client::SeaweedFilerClient<tonic::transport::Channel>>,
+        Vec<Option<filer_pb::seaweed_filer_client::SeaweedFilerClient<tonic::transport::Channel>>>,
     /// Streams by client id: the epoch of the one open, and how to end it.
     clients: Mutex<HashMap<i32, (i32, watch::Sender<bool>)>>,
     stop: watch::Receiver<bool>,
@@ -93,15 +94,18 @@ impl FilerApi {
         streams: Arc<Streams>,
         stop: watch::Receiver<bool>,
     ) -> Arc<FilerApi> {
-        let forward_to = filers.first().and_then(|f| {
-            let endpoint =
-                tonic::transport::Endpoint::from_shared(format!("http://{}", f.filer.grpc));
-            endpoint.ok().map(|e| {
-                filer_pb::seaweed_filer_client::SeaweedFilerClient::new(
-                    e.connect_timeout(Duration::from_secs(5)).connect_lazy(),
-                )
+        let forward_to = filers
+            .iter()
+            .map(|f| {
+                let endpoint =
+                    tonic::transport::Endpoint::from_shared(format!("http://{}", f.filer.grpc));
+                endpoint.ok().map(|e| {
+                    filer_pb::seaweed_filer_client::SeaweedFilerClient::new(
+                        e.connect_timeout(Duration::from_secs(5)).connect_lazy(),
+                    )
+                })
             })
-        });
+            .collect();
         let sources = filers
             .iter()
             .enumerate()
@@ -612,7 +616,14 @@ impl FilerApi {
         &self,
     ) -> Result<filer_pb::seaweed_filer_client::SeaweedFilerClient<tonic::transport::Channel>, Status>
     {
-        self.forward_to.clone().ok_or_else(|| {
+        // The first followed filer whose stream is open (filers of one
+        // cluster share their store), else the first.
+        let open = self
+            .filers
+            .iter()
+            .position(|f| f.is_connected())
+            .unwrap_or(0);
+        self.forward_to.get(open).cloned().flatten().ok_or_else(|| {
             Status::failed_precondition(
                 "ringfeed follows no filer (serve --follow-filer) to forward this read to",
             )

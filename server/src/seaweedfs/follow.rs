@@ -151,6 +151,11 @@ impl FilerProgress {
         })
     }
 
+    /// Whether its stream is open now.
+    pub fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::Relaxed)
+    }
+
     pub fn read(&self) -> FilerReading {
         FilerReading {
             filer: self.filer.given.clone(),

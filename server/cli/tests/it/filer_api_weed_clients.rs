@@ -848,6 +848,66 @@ async fn kv_puts_survive_a_restart() {
     server.stop();
 }
 
+/// The reads ringfeed forwards go to the first followed filer whose stream
+/// is open: with the first followed filer down, `ListEntries` is answered
+/// by the second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_reads_go_to_a_followed_filer_that_is_up() {
+    use ringfeed_proto::{v1, RingFeedClient};
+    let _watchdog = ringfeed_testkit::arm();
+    let up = crate::fake_filer::FakeFiler::start(vec![], crate::fake_filer::Then::Hold).await;
+    up.set_log_files(&["2026-12-06/10-00.abc"]);
+    // A port nobody listens on.
+    let down = {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("127.0.0.1:1.{}", closed.local_addr().unwrap().port())
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        dir.path(),
+        1,
+        &[
+            "--follow-filer",
+            &down,
+            "--follow-filer",
+            &up.address,
+            "--filer-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let mut status = RingFeedClient::connect(format!("http://{}", server.addr))
+        .await
+        .unwrap();
+    loop {
+        let filers = status
+            .status(v1::StatusRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .filers;
+        if !filers[0].connected && filers[1].connected {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut client = filer_api_client(&server).await;
+    let mut listed = client
+        .list_entries(filer_pb::ListEntriesRequest {
+            directory: "/topics/.system/log".into(),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut names = Vec::new();
+    while let Some(entry) = listed.message().await.unwrap() {
+        names.push(entry.entry.unwrap().name);
+    }
+    assert_eq!(names, ["2026-12-06"]);
+    server.stop();
+}
+
 /// SubscribeMetadata streams stay open while a followed filer's stored
 /// watermark moves a thousand times a second (a fake filer heartbeating
 /// every millisecond): no stream ends on its own. (Written after a wake-up
