@@ -116,6 +116,31 @@ impl ServiceGenerator for RawServerGenerator {
     }
 }
 
+/// The generators of `proto`'s client (as declared) and server (with the
+/// raw `types`, through `codec`; `default_stubs`: unimplemented methods
+/// answer UNIMPLEMENTED).
+fn generator(
+    proto: &'static str,
+    types: &'static [(&'static str, Side, &'static str, &'static str)],
+    codec: &str,
+    default_stubs: bool,
+) -> Box<dyn ServiceGenerator> {
+    Box::new(RawServerGenerator {
+        proto,
+        types,
+        client: tonic_build::configure()
+            .build_client(true)
+            .build_server(false)
+            .service_generator(),
+        server: tonic_build::configure()
+            .build_client(false)
+            .build_server(true)
+            .generate_default_stubs(default_stubs)
+            .codec_path(codec)
+            .service_generator(),
+    })
+}
+
 fn main() -> Result<(), Box<dyn Error>> {
     println!("cargo:rerun-if-changed={PROTO}");
     println!("cargo:rerun-if-changed=build.rs");
@@ -128,49 +153,33 @@ fn main() -> Result<(), Box<dyn Error>> {
         .protoc_executable(protoc_bin_vendored::protoc_bin_path()?)
         .bytes(["."])
         .file_descriptor_set_path(&descriptor_path)
-        .service_generator(Box::new(RawServerGenerator {
-            proto: PROTO,
-            types: RAW_SERVER_TYPES,
-            client: tonic_build::configure()
-                .build_client(true)
-                .build_server(false)
-                .service_generator(),
-            // The server's codec sends framed responses as they are
-            // (src/raw.rs, ServerCodec).
-            server: tonic_build::configure()
-                .build_client(false)
-                .build_server(true)
-                .codec_path("crate::raw::ServerCodec")
-                .service_generator(),
-        }));
+        // The server's codec sends framed responses as they are
+        // (src/raw.rs, ServerCodec).
+        .service_generator(generator(
+            PROTO,
+            RAW_SERVER_TYPES,
+            "crate::raw::ServerCodec",
+            false,
+        ));
     config.compile_protos(&[PROTO], &["."])?;
 
     // The filer API: prost messages, a client (following filers) and a
     // server (serving SeaweedFS clients), with its own descriptor set so
-    // the RingFeed port's reflection lists only RingFeed.
+    // the RingFeed port's reflection lists only RingFeed. Default stubs:
+    // ringfeed serves the metadata feed's RPCs only, and answers the rest
+    // UNIMPLEMENTED (server/src/seaweedfs/filer_api.rs says why).
     println!("cargo:rerun-if-changed={FILER_PROTO}");
     let mut filer = Config::new();
     filer
         .protoc_executable(protoc_bin_vendored::protoc_bin_path()?)
         .bytes(["."])
         .file_descriptor_set_path(out_dir.join(FILER_DESCRIPTOR))
-        .service_generator(Box::new(RawServerGenerator {
-            proto: FILER_PROTO,
-            types: RAW_FILER_SERVER_TYPES,
-            client: tonic_build::configure()
-                .build_client(true)
-                .build_server(false)
-                .service_generator(),
-            // Default stubs: ringfeed serves the metadata feed's RPCs only,
-            // and answers the rest UNIMPLEMENTED
-            // (server/src/seaweedfs/filer_api.rs says why).
-            server: tonic_build::configure()
-                .build_client(false)
-                .build_server(true)
-                .generate_default_stubs(true)
-                .codec_path("crate::raw::FilerServerCodec")
-                .service_generator(),
-        }));
+        .service_generator(generator(
+            FILER_PROTO,
+            RAW_FILER_SERVER_TYPES,
+            "crate::raw::FilerServerCodec",
+            true,
+        ));
     filer.compile_protos(&[FILER_PROTO], &["seaweedfs"])?;
 
     let descriptors = fs::read(&descriptor_path)?;

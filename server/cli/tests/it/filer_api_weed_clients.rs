@@ -88,6 +88,45 @@ pub(crate) async fn filer_api_client(server: &Server) -> SeaweedFilerClient<Chan
         .unwrap()
 }
 
+/// A server in `data` following `weed`'s filer and serving the filer API on
+/// a free loopback port, with `more` flags.
+fn fronting(weed: &Weed, data: &std::path::Path, more: &[&str]) -> Server {
+    let mut flags = vec![
+        "--follow-filer",
+        &weed.filer,
+        "--filer-listen",
+        "127.0.0.1:0",
+    ];
+    flags.extend_from_slice(more);
+    Server::start_with(data, 2, &flags)
+}
+
+/// `weed filer.backup` of `-filerPath=path` from `filer` into the local
+/// directory `at/out`, run in `at` (where its `replication.toml` is written).
+fn local_backup(
+    weed: &Weed,
+    filer: &str,
+    path: &str,
+    at: &std::path::Path,
+) -> std::process::Command {
+    std::fs::create_dir_all(at).unwrap();
+    std::fs::write(
+        at.join("replication.toml"),
+        format!(
+            "[sink.local]\nenabled = true\ndirectory = \"{}\"\nis_incremental = false\n",
+            at.join("out").display()
+        ),
+    )
+    .unwrap();
+    let mut backup = weed.command(&[
+        "filer.backup",
+        &format!("-filer={filer}"),
+        &format!("-filerPath={path}"),
+    ]);
+    backup.current_dir(at);
+    backup
+}
+
 fn ms_since(at: Instant) -> String {
     format!("{}ms", at.elapsed().as_millis())
 }
@@ -99,16 +138,7 @@ async fn weed_filer_meta_tail_prints_the_same_through_ringfeed() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start_with(
-        dir.path(),
-        2,
-        &[
-            "--follow-filer",
-            &weed.filer,
-            "--filer-listen",
-            "127.0.0.1:0",
-        ],
-    );
+    let server = fronting(&weed, dir.path(), &[]);
     let ringfeed = server.filer_api.clone().unwrap();
     let mut filer = weed.client().await.unwrap();
     weed::create(&mut filer, "/", "it", true).await.unwrap();
@@ -308,14 +338,10 @@ async fn weed_reads_the_filer_api_over_mutual_tls() {
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, table).unwrap();
     let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
-    let server = Server::start_with(
+    let server = fronting(
+        &weed,
         &dir.path().join("data"),
-        2,
         &[
-            "--follow-filer",
-            &weed.filer,
-            "--filer-listen",
-            "127.0.0.1:0",
             "--token-file",
             &path(&tokens),
             "--tls-cert",
@@ -524,16 +550,7 @@ async fn weed_filer_backup_copies_the_same_through_ringfeed() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start_with(
-        dir.path().join("data").as_path(),
-        2,
-        &[
-            "--follow-filer",
-            &weed.filer,
-            "--filer-listen",
-            "127.0.0.1:0",
-        ],
-    );
+    let server = fronting(&weed, dir.path().join("data").as_path(), &[]);
     let ringfeed = server.filer_api.clone().unwrap();
     for i in 0..10 {
         weed.put_file(
@@ -558,18 +575,7 @@ async fn weed_filer_backup_copies_the_same_through_ringfeed() {
         let mut copies = Vec::new();
         for (name, filer) in [("direct", weed.filer.clone()), ("ringfeed", ringfeed)] {
             let at = dir.join(name);
-            std::fs::create_dir_all(&at).unwrap();
-            std::fs::write(
-                at.join("replication.toml"),
-                format!(
-                    "[sink.local]\nenabled = true\ndirectory = \"{}\"\nis_incremental = false\n",
-                    at.join("out").display()
-                ),
-            )
-            .unwrap();
-            let mut backup =
-                weed.command(&["filer.backup", &format!("-filer={filer}"), "-filerPath=/bk"]);
-            backup.current_dir(&at);
+            let mut backup = local_backup(&weed, &filer, "/bk", &at);
             backup
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null());
@@ -615,36 +621,13 @@ async fn weed_filer_backup_resumes_from_its_offset_in_ringfeed() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start_with(
-        dir.path().join("data").as_path(),
-        2,
-        &[
-            "--follow-filer",
-            &weed.filer,
-            "--filer-listen",
-            "127.0.0.1:0",
-        ],
-    );
+    let server = fronting(&weed, dir.path().join("data").as_path(), &[]);
     let ringfeed = server.filer_api.clone().unwrap();
     let at = dir.path().join("backup");
-    std::fs::create_dir_all(&at).unwrap();
-    std::fs::write(
-        at.join("replication.toml"),
-        format!(
-            "[sink.local]\nenabled = true\ndirectory = \"{}\"\nis_incremental = false\n",
-            at.join("out").display()
-        ),
-    )
-    .unwrap();
     let out = at.join("out");
     tokio::task::spawn_blocking(move || {
         let backup = |log: &str| {
-            let mut backup = weed.command(&[
-                "filer.backup",
-                &format!("-filer={ringfeed}"),
-                "-filerPath=/rs",
-            ]);
-            backup.current_dir(&at);
+            let mut backup = local_backup(&weed, &ringfeed, "/rs", &at);
             let log = std::fs::File::create(at.join(log)).unwrap();
             backup.stdout(std::process::Stdio::null()).stderr(log);
             let child = backup.spawn().unwrap();
@@ -720,16 +703,7 @@ async fn weed_filer_sync_copies_from_ringfeed_to_another_filer() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start_with(
-        dir.path(),
-        2,
-        &[
-            "--follow-filer",
-            &source.filer,
-            "--filer-listen",
-            "127.0.0.1:0",
-        ],
-    );
+    let server = fronting(&source, dir.path(), &[]);
     let ringfeed = server.filer_api.clone().unwrap();
     let body = |name: &str| format!("{name} ").repeat(50).into_bytes();
     for i in 0..5 {

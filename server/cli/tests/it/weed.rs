@@ -194,16 +194,23 @@ impl Weed {
         command
     }
 
-    /// Writes `body` as the file `path` through the filer's HTTP API.
-    pub fn put_file(&self, path: &str, body: &[u8]) {
-        use std::io::{Read as _, Write as _};
+    /// A connection to the filer's HTTP port (reads time out after 20 s),
+    /// and its address.
+    fn http(&self) -> (std::net::TcpStream, &str) {
         let http = self
             .filer
             .rsplit_once('.')
             .map_or(&self.filer[..], |(h, _)| h);
-        let mut conn = std::net::TcpStream::connect(http).unwrap();
+        let conn = std::net::TcpStream::connect(http).unwrap();
         conn.set_read_timeout(Some(Duration::from_secs(20)))
             .unwrap();
+        (conn, http)
+    }
+
+    /// Writes `body` as the file `path` through the filer's HTTP API.
+    pub fn put_file(&self, path: &str, body: &[u8]) {
+        use std::io::{Read as _, Write as _};
+        let (mut conn, http) = self.http();
         write!(
             conn,
             "PUT {path} HTTP/1.1\r\nhost: {http}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
@@ -220,13 +227,7 @@ impl Weed {
     /// filer has no such file.
     pub fn get_file(&self, path: &str) -> Option<Vec<u8>> {
         use std::io::{Read as _, Write as _};
-        let http = self
-            .filer
-            .rsplit_once('.')
-            .map_or(&self.filer[..], |(h, _)| h);
-        let mut conn = std::net::TcpStream::connect(http).unwrap();
-        conn.set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
+        let (mut conn, http) = self.http();
         write!(
             conn,
             "GET {path} HTTP/1.1\r\nhost: {http}\r\nconnection: close\r\n\r\n"
