@@ -8,7 +8,9 @@
 //! offset, and a newer event in the slot replaces it. Subscribers reading
 //! near each other (a storm's catch-up, the live edge) share; one far
 //! behind misses and prepares its own, as every stream did before the cache.
-//! The memory is bounded by the slot count.
+//! Only events of at most `MAX_CACHED_BYTES` prepared are kept (a larger one
+//! is prepared by each stream that reads it), so the memory is bounded:
+//! `SLOTS` x `MAX_CACHED_BYTES` (32 MiB).
 
 use std::sync::{Arc, Mutex};
 
@@ -16,6 +18,8 @@ use super::view::Prepared;
 
 /// Slots: about 10 MiB of prepared events at a few hundred bytes each.
 const SLOTS: usize = 16_384;
+/// The largest prepared event kept (its frame and its paths).
+const MAX_CACHED_BYTES: usize = 2 << 10;
 
 /// An event's position: its shard, its offset, and its stamp (a guard: the
 /// same position holds the same event for the server's life).
@@ -48,7 +52,9 @@ impl PreparedCache {
             }
         }
         let prepared = Arc::new(prepare()?);
-        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, prepared.clone()));
+        if prepared.size() <= MAX_CACHED_BYTES {
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, prepared.clone()));
+        }
         Ok(prepared)
     }
 }
@@ -103,6 +109,18 @@ mod tests {
             .get_or_prepare((0, 7, 72), || prepared("c", 72))
             .unwrap();
         assert_eq!(c.ts_ns, 72);
+        // A large event is prepared each time.
+        let large = "x".repeat(MAX_CACHED_BYTES);
+        let mut prepares = 0;
+        for _ in 0..2 {
+            cache
+                .get_or_prepare((2, 1, 5), || {
+                    prepares += 1;
+                    prepared(&large, 5)
+                })
+                .unwrap();
+        }
+        assert_eq!(prepares, 2);
         // A failure to prepare is returned, not cached.
         assert!(cache
             .get_or_prepare((1, 1, 1), || Err::<Prepared, _>("bad"))

@@ -30,6 +30,7 @@ use crate::sender::{budget_bytes, trim, Admission, Outbox, Place, Streams};
 use super::cache::PreparedCache;
 use super::follow::MAX_CLOCK_AHEAD;
 use super::merge::Merge;
+use super::rounds::{self, Round, Rounds, Shape};
 use super::view::{append_batch, Matcher, Prepared};
 use super::FilerProgress;
 
@@ -69,6 +70,8 @@ pub struct FilerApi {
     sources: HashMap<String, usize>,
     /// Events as the streams send them, prepared once for all.
     cache: PreparedCache,
+    /// Rounds of responses, shared by the streams of one request.
+    rounds: Rounds,
     /// The native streams' response budget, backlog places and limits.
     streams: Arc<Streams>,
     /// The followed filers' configuration, for `GetFilerConfiguration`.
@@ -115,6 +118,7 @@ impl FilerApi {
             engine,
             sources,
             cache: PreparedCache::default(),
+            rounds: Rounds::default(),
             streams,
             kv,
             forward_to,
@@ -226,6 +230,7 @@ impl FilerApi {
             .subscribe(SubscribeRequest::from(start))
             .map_err(|e| Status::internal(format!("reading the feed: {e}")))?;
         let matcher = Matcher::new(&request);
+        let shape = Shape::of(&request);
         // Sources: each followed filer, then ringfeed's own events, then the
         // events of filers no longer followed (nothing to wait for).
         let own = self.filers.len();
@@ -269,6 +274,42 @@ impl FilerApi {
             } else if place.is_none() {
                 place = Some(self.streams.admission.place().await);
             }
+            // What another stream of this request sent from here already.
+            if merge.queued() == 0 {
+                let start = rounds::Start {
+                    shape: shape.clone(),
+                    offsets: feed.offsets().collect(),
+                    filtered,
+                };
+                if let Some(round) = self.rounds.get(&start) {
+                    let skipped = feed
+                        .skip_to(&round.to)
+                        .map_err(|e| Status::unavailable(format!("reading the feed: {e}")))?;
+                    if skipped {
+                        for item in &round.items {
+                            let permit = self.streams.admission.bytes(item.len()).await;
+                            let item = RawFilerResponse::Frames(item.clone());
+                            if outbox.send(item, Some(permit)).await.is_err() {
+                                return Ok(());
+                            }
+                            self.streams.metrics.shared_response_reused();
+                        }
+                        filtered = round.filtered;
+                        if !round.items.is_empty() {
+                            sent_at = now_ns();
+                        }
+                        tokio::task::yield_now().await;
+                        continue;
+                    }
+                }
+            }
+            // A round to keep for the others: one that starts (and, below,
+            // ends) with nothing held in the merge.
+            let kept_from = (merge.queued() == 0).then(|| rounds::Start {
+                shape: shape.clone(),
+                offsets: feed.offsets().collect(),
+                filtered,
+            });
             let mut read = 0;
             while read < READ_CHUNK {
                 if merge.queued() >= MAX_QUEUED {
@@ -304,7 +345,11 @@ impl FilerApi {
                 }
             }
             let mut out = Outgoing::new(request.client_supports_batching);
+            if kept_from.is_some() && read > 0 {
+                out.keep();
+            }
             let mut sent = false;
+            let mut at_until = false;
             // The responses' bytes are taken from the response budget before
             // they are built, and held until the transport has written them.
             if merge.ready(now) {
@@ -312,6 +357,7 @@ impl FilerApi {
             }
             while let Some((event, _late)) = merge.pop(now) {
                 if until.is_some_and(|u| event.ts_ns > u) {
+                    at_until = true;
                     break;
                 }
                 if matcher.wants(&event.route, &event.signatures) {
@@ -335,6 +381,21 @@ impl FilerApi {
             sent |= !out.is_empty();
             if !out.send(outbox).await {
                 return Ok(());
+            }
+            if let (Some(start), Some(items)) = (kept_from, out.kept.take()) {
+                if merge.queued() == 0 && !at_until {
+                    let built = items.len();
+                    let round = Round {
+                        items,
+                        to: feed.progress(),
+                        filtered,
+                    };
+                    if self.rounds.put(start, round) {
+                        for _ in 0..built {
+                            self.streams.metrics.shared_response_built();
+                        }
+                    }
+                }
             }
             if sent {
                 sent_at = now;
@@ -428,6 +489,9 @@ struct Outgoing {
     batch: Vec<Arc<Prepared>>,
     /// The response budget taken for them.
     permit: Option<OwnedSemaphorePermit>,
+    /// What was sent, kept for the streams of the same request
+    /// ([`Rounds`]), if asked.
+    kept: Option<Vec<ringfeed_proto::bytes::Bytes>>,
 }
 
 impl Outgoing {
@@ -437,7 +501,13 @@ impl Outgoing {
             frames: BytesMut::new(),
             batch: Vec::new(),
             permit: None,
+            kept: None,
         }
+    }
+
+    /// Keeps what is sent from now on.
+    fn keep(&mut self) {
+        self.kept = Some(Vec::new());
     }
 
     fn event(&mut self, event: Arc<Prepared>) {
@@ -503,6 +573,9 @@ impl Outgoing {
             return true;
         }
         let frames = self.frames.split().freeze();
+        if let Some(kept) = &mut self.kept {
+            kept.push(frames.clone());
+        }
         let permit = permit.map(|p| trim(p, frames.len()));
         outbox
             .send(RawFilerResponse::Frames(frames), permit)

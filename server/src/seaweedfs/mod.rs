@@ -18,6 +18,7 @@ mod kv;
 mod log_files;
 mod merge;
 mod metrics;
+mod rounds;
 mod view;
 
 pub use address::FilerAddress;

@@ -254,6 +254,16 @@ impl Prepared {
         })
     }
 
+    /// About the bytes it holds: its frame and its paths.
+    pub fn size(&self) -> usize {
+        let route = &self.route;
+        self.frame.len()
+            + route.source.len()
+            + route.directory.len()
+            + route.target.as_ref().map_or(0, |(p, d)| p.len() + d.len())
+            + self.signatures.len() * 4
+    }
+
     /// The response's encoding (its frame without the prefix).
     pub fn message(&self) -> &[u8] {
         &self.frame[GRPC_PREFIX..]

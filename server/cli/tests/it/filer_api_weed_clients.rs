@@ -822,6 +822,121 @@ async fn kv_puts_survive_a_restart() {
     server.stop();
 }
 
+/// Many streams of the same few requests, catching up together and then
+/// following live, each get every event they match exactly once, in time
+/// order, whether they built a round of responses or took one another
+/// stream of the same request built (`ringfeed_shared_responses_reused_total`
+/// says they did); streams of other requests, and late joiners at other
+/// positions, are not mixed up with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_of_one_request_share_rounds_and_each_get_every_event_once() {
+    use crate::cluster_nodes::append;
+    use crate::metrics_endpoint::{scrape_until, Scrape};
+    let _watchdog = ringfeed_testkit::arm();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        dir.path(),
+        2,
+        &[
+            "--filer-listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    const BEFORE: usize = 3_000;
+    const LIVE: usize = 600;
+    for from in (0..BEFORE).step_by(1_000) {
+        append(&server.addr, 1, from, 1_000, false).await;
+    }
+    // (events `append` makes: /n1/d{i % 5}/f{i})
+    let wanted = |prefix: &str, until: usize| -> Vec<String> {
+        (0..until)
+            .map(|i| format!("/n1/d{}/f{i}", i % 5))
+            .filter(|p| p.starts_with(prefix))
+            .collect()
+    };
+    let subscribe = |prefix: &'static str, batching: bool| {
+        let server_api = filer_api_client(&server);
+        async move {
+            let mut client = server_api.await;
+            let mut stream = client
+                .subscribe_metadata(filer_pb::SubscribeMetadataRequest {
+                    client_name: "shared".into(),
+                    path_prefix: prefix.into(),
+                    client_supports_batching: batching,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            let want = wanted(prefix, BEFORE + LIVE);
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut last_ts = 0;
+                while got.len() < want.len() {
+                    let response = stream.message().await.unwrap().expect("open");
+                    for r in std::iter::once(&response).chain(&response.events) {
+                        let Some(n) = &r.event_notification else {
+                            continue;
+                        };
+                        let Some(entry) = &n.new_entry else { continue };
+                        assert!(r.ts_ns >= last_ts, "out of time order");
+                        last_ts = r.ts_ns;
+                        got.push(format!("{}/{}", r.directory, entry.name));
+                    }
+                }
+                // In time order (checked above), which across shards is
+                // not the order of `i`: each event once.
+                let mut sorted = got.clone();
+                sorted.sort();
+                let mut expected = want.clone();
+                expected.sort();
+                let first_difference = sorted.iter().zip(&expected).find(|(g, w)| g != w);
+                assert!(
+                    sorted == expected,
+                    "{prefix} (batching {batching}): {} events, {} wanted; first difference \
+                     (got, wanted): {first_difference:?}",
+                    got.len(),
+                    want.len()
+                );
+            })
+        }
+    };
+    let mut readers = Vec::new();
+    for _ in 0..12 {
+        readers.push(subscribe("/", false).await);
+    }
+    for _ in 0..6 {
+        readers.push(subscribe("/n1/d0", false).await);
+        readers.push(subscribe("/", true).await);
+    }
+    // Late joiners, at other positions of the same requests.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..3 {
+        readers.push(subscribe("/", false).await);
+    }
+    append(&server.addr, 1, BEFORE, LIVE / 2, false).await;
+    for _ in 0..3 {
+        readers.push(subscribe("/n1/d0", false).await);
+    }
+    append(&server.addr, 1, BEFORE + LIVE / 2, LIVE / 2, false).await;
+    for reader in readers {
+        tokio::time::timeout(Duration::from_secs(20), reader)
+            .await
+            .expect("a stream did not get all its events in 20 s")
+            .unwrap();
+    }
+    let metrics = server.metrics.clone().unwrap();
+    tokio::task::spawn_blocking(move || {
+        let reused = |s: &Scrape| s.sum("ringfeed_shared_responses_reused_total");
+        scrape_until(&metrics, "rounds shared", |s| reused(s) > 0.0);
+    })
+    .await
+    .unwrap();
+    server.stop();
+}
+
 /// The reads ringfeed forwards go to the first followed filer whose stream
 /// is open: with the first followed filer down, `ListEntries` is answered
 /// by the second.
