@@ -856,6 +856,8 @@ async fn streams_of_one_request_share_rounds_and_each_get_every_event_once() {
             .filter(|p| p.starts_with(prefix))
             .collect()
     };
+    // Subscribed when awaited; the reader it returns checks the stream.
+    #[allow(clippy::async_yields_async)]
     let subscribe = |prefix: &'static str, batching: bool| {
         let server_api = filer_api_client(&server);
         async move {
