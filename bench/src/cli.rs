@@ -380,6 +380,7 @@ pub fn run_scenario(cmd: &ScenarioCmd, kinds: &[Kind], out: Option<&Path>) -> Re
         run.write(out)?;
     }
     check_exact(&run)?;
+    crate::scenarios::check_complete(&run)?;
     Ok(run)
 }
 

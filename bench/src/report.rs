@@ -169,6 +169,12 @@ fn load(path: &Path) -> Result<Option<Loaded>> {
                 .push((kind, s["reason"].as_str().unwrap_or_default().to_owned()));
         }
     }
+    for s in doc["failed"].as_array().into_iter().flatten() {
+        if let Some(kind) = Kind::from_name(s["system"].as_str().unwrap_or_default()) {
+            run.failed
+                .push((kind, s["reason"].as_str().unwrap_or_default().to_owned()));
+        }
+    }
     Ok(Some(Loaded { run, doc }))
 }
 
@@ -259,11 +265,15 @@ fn goals(runs: &[(&str, Option<Loaded>)], ceiling: Option<&Loaded>) -> Vec<Goal>
                     });
                 }
                 _ => {
-                    let why = run
-                        .skipped
-                        .iter()
-                        .find(|(k, _)| *k == kind)
-                        .map_or("no figure".to_owned(), |(_, w)| w.clone());
+                    let failed = run.failed.iter().find(|(k, _)| *k == kind);
+                    let why = match failed {
+                        Some((_, w)) => format!("{} FAILED: {w}", kind.name()),
+                        None => run
+                            .skipped
+                            .iter()
+                            .find(|(k, _)| *k == kind)
+                            .map_or("no figure".to_owned(), |(_, w)| w.clone()),
+                    };
                     goals.push(Goal {
                         goal,
                         measured: format!("not measured: {why}"),
@@ -617,7 +627,10 @@ pub fn report(args: &ReportArgs) -> Result<()> {
         for (kind, why) in &l.run.skipped {
             let _ = writeln!(md, "- {}: {why}", kind.name());
         }
-        if !l.run.skipped.is_empty() {
+        for (kind, why) in &l.run.failed {
+            let _ = writeln!(md, "- **{} FAILED**: {why}", kind.name());
+        }
+        if !l.run.skipped.is_empty() || !l.run.failed.is_empty() {
             let _ = writeln!(md);
         }
         let _ = writeln!(md, "<details><summary>All figures</summary>\n");

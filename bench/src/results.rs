@@ -123,12 +123,16 @@ impl Row {
     }
 }
 
-/// One scenario run: its parameters, rows, and the systems skipped.
+/// One scenario run: its parameters, rows, the systems skipped (not
+/// installed) and those that failed.
 pub struct Run {
     pub scenario: &'static str,
     pub params: Value,
     pub rows: Vec<Row>,
     pub skipped: Vec<(Kind, String)>,
+    /// Systems that failed to start or to run: a failure, in the table and
+    /// in the exit status.
+    pub failed: Vec<(Kind, String)>,
     pub started: String,
 }
 
@@ -145,6 +149,7 @@ impl Run {
             params,
             rows: Vec::new(),
             skipped: Vec::new(),
+            failed: Vec::new(),
             started: utc_now(),
         }
     }
@@ -154,6 +159,9 @@ impl Run {
         print!("{}", self.table());
         for (kind, why) in &self.skipped {
             println!("{}: skipped: {why}", kind.name());
+        }
+        for (kind, why) in &self.failed {
+            println!("{}: FAILED: {why}", kind.name());
         }
     }
 
@@ -253,7 +261,9 @@ impl Run {
                             cells.push(format!("{} | {}", format_figure(t), format_ratio(ratio)));
                         }
                         None => {
-                            let why = if self.skipped.iter().any(|(k, _)| k == other) {
+                            let why = if self.failed.iter().any(|(k, _)| k == other) {
+                                "FAILED"
+                            } else if self.skipped.iter().any(|(k, _)| k == other) {
                                 "skipped"
                             } else {
                                 "-"
@@ -286,6 +296,7 @@ impl Run {
         let stem = out
             .file_stem()
             .map_or_else(|| "result".into(), |s| s.to_string_lossy().into_owned());
+        remove_histograms(out, &stem)?;
         let mut rows = Vec::new();
         for (i, row) in self.rows.iter().enumerate() {
             let mut figures = Map::new();
@@ -323,6 +334,11 @@ impl Run {
             .iter()
             .map(|(k, why)| json!({"system": k.name(), "reason": why}))
             .collect();
+        let failed: Vec<Value> = self
+            .failed
+            .iter()
+            .map(|(k, why)| json!({"system": k.name(), "reason": why}))
+            .collect();
         let doc = json!({
             "scenario": self.scenario,
             "started_utc": self.started,
@@ -331,12 +347,31 @@ impl Run {
             "params": self.params,
             "rows": rows,
             "skipped": skipped,
+            "failed": failed,
         });
         std::fs::write(out, serde_json::to_string_pretty(&doc)? + "\n")
             .with_context(|| format!("writing {}", out.display()))?;
         println!("wrote {}", out.display());
         Ok(())
     }
+}
+
+/// Removes the `.hgrm` files an earlier run wrote beside `out`
+/// (`STEM.*.hgrm`): a file no result names must not outlive its run.
+fn remove_histograms(out: &Path, stem: &str) -> Result<()> {
+    let dir = match out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(dir) => dir.to_owned(),
+        None => PathBuf::from("."),
+    };
+    let prefix = format!("{stem}.");
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        if name.is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".hgrm")) {
+            std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+        }
+    }
+    Ok(())
 }
 
 pub fn format_figure(v: f64) -> String {
@@ -472,4 +507,35 @@ fn disk_of(path: &Path) -> String {
 /// Now as RFC 3339 UTC, to the second.
 pub fn utc_now() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_removes_the_histogram_files_of_an_earlier_run_of_its_stem() {
+        let dir =
+            std::env::temp_dir().join(format!("ringfeed-bench-results-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let stale = dir.join("catchup.etcd.3.first-event.hgrm");
+        let other_stem = dir.join("catchup-k100.etcd.0.first-event.hgrm");
+        std::fs::write(&stale, "old").unwrap();
+        std::fs::write(&other_stem, "another run's").unwrap();
+        let mut run = Run::new("catchup", json!({}));
+        let mut row = Row::new(Kind::Ringfeed, "K=1", "events");
+        let mut hist = Histogram::<u64>::new(3).unwrap();
+        hist.record(5).unwrap();
+        row.hist("first event", hist, Unit::Ms);
+        run.rows.push(row);
+        run.write(&dir.join("catchup.json")).unwrap();
+        assert!(!stale.exists(), "a file no result names");
+        assert!(
+            other_stem.exists(),
+            "another stem's files are not this run's"
+        );
+        assert!(dir.join("catchup.ringfeed.0.first-event.hgrm").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

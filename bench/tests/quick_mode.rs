@@ -149,8 +149,9 @@ fn every_scenario_runs_in_quick_mode_and_report_writes_benchmarks_md() {
 }
 
 /// `compare` runs ringfeed and every other system: each either has rows or
-/// is reported skipped (not installed) with its reason; none is silently
-/// missing, and the comparison table has a ratio column per system.
+/// is reported skipped (not installed) with its reason, and under CI=true
+/// none is skipped; none is silently missing, and the comparison table has a
+/// ratio column per system.
 // Needs the peers' adapters: `.ci/run` runs it with `--features peers`
 // (a plain `cargo test --workspace` does not build them).
 #[cfg(feature = "peers")]
@@ -188,6 +189,15 @@ fn compare_accounts_for_every_system() {
             "{system}: rows {has_rows}, skipped {skipped}: {doc}"
         );
     }
+    // Under CI every peer `bench/peers/install.sh` installs must be there:
+    // a comparison with a peer missing would pass without comparing.
+    if ringfeed_testkit::under_ci() {
+        assert!(
+            doc["skipped"].as_array().unwrap().is_empty(),
+            "under CI=true every peer must run: {}",
+            doc["skipped"]
+        );
+    }
     // Skipped only for not being installed: a system that is installed but
     // failed is a broken adapter (or a broken peer), not a skip.
     for s in doc["skipped"].as_array().unwrap() {
@@ -199,6 +209,45 @@ fn compare_accounts_for_every_system() {
         );
     }
     std::fs::remove_dir_all(&results).unwrap();
+}
+
+/// A peer that is installed but fails is a failure, not a skip: the run
+/// says FAILED, writes it in the result file, and exits non-zero. (A
+/// stand-in `etcd` that exits at once, first on PATH.)
+#[cfg(feature = "peers")]
+#[test]
+fn a_failing_peer_fails_the_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let _watchdog = ringfeed_testkit::arm_for(Duration::from_secs(120));
+    let bin = scratch("failing-peer-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let etcd = bin.join("etcd");
+    std::fs::write(&etcd, "#!/bin/sh\necho 'a broken etcd' >&2\nexit 1\n").unwrap();
+    std::fs::set_permissions(&etcd, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = std::env::join_paths(std::iter::once(bin.clone()).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .unwrap();
+    let out = scratch("failing-peer").join("catchup.json");
+    let output = bench()
+        .env("PATH", path)
+        .args(["catchup", "--quick", "--system", "etcd", "--dir"])
+        .arg(scratch("failing-peer-data"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(!output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("etcd: FAILED"), "{stdout}\n{stderr}");
+    assert!(stderr.contains("FAILED"), "{stderr}");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(doc["failed"][0]["system"], "etcd", "{doc}");
+    assert!(doc["skipped"].as_array().unwrap().is_empty(), "{doc}");
+    std::fs::remove_dir_all(&bin).unwrap();
 }
 
 /// `page-cost` in its smallest form prints its header and one row per batch

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
 
-use super::measure::{cpu, cpu_each, server_figures, ClientCost};
+use super::measure::{cpu, cpu_each, reset_peaks, server_figures, ClientCost};
 use super::subscribers::{catch_up_figures, collect, subscriber_variants, subscribers};
 use super::subscribers::{Collected, Tally};
 use super::{PRELOAD_BATCH, PRELOAD_PRODUCERS};
@@ -32,6 +32,8 @@ pub(super) async fn catchup(
     for (variant, chunk_mode) in subscriber_variants(kind) {
         system.set_chunk_mode(chunk_mode);
         for &k in ks {
+            // The row's peak is its own, not the pre-load's.
+            reset_peaks(system);
             let cpu0 = cpu(system);
             let each0 = cpu_each(system);
             let client0 = ClientCost::now();
@@ -55,6 +57,7 @@ pub(super) async fn catchup(
         }
     }
     if let Some(cli) = system.tail_cli() {
+        reset_peaks(system);
         let cpu0 = cpu(system);
         let each0 = cpu_each(system);
         let mut row = cli_catch_up(kind, cli, events, size, time_limit).await?;

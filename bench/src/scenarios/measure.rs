@@ -14,6 +14,14 @@ pub(super) fn cpu_each(system: &dyn System) -> Vec<f64> {
     system.processes().iter().map(|p| p.cpu_seconds()).collect()
 }
 
+/// Resets every process's peak RSS to its RSS now, so the next row's peak is
+/// its own and not a pre-load's or an earlier row's.
+pub(super) fn reset_peaks(system: &dyn System) {
+    for p in system.processes() {
+        p.reset_peak();
+    }
+}
+
 /// Sum over the system's processes of a `/proc/PID/status` memory line, MiB.
 pub(super) fn memory_mib(system: &dyn System, key: &str) -> f64 {
     system

@@ -161,8 +161,8 @@ impl Scenario {
                 Err(e) if kind == Kind::Ringfeed => return Err(e.context("starting ringfeed")),
                 Err(e) => {
                     let why = format!("failed to start: {e:#}");
-                    eprintln!("{}: {why}", kind.name());
-                    run.skipped.push((kind, why));
+                    eprintln!("{}: FAILED: {why}", kind.name());
+                    run.failed.push((kind, why));
                     continue;
                 }
             };
@@ -173,12 +173,13 @@ impl Scenario {
             match rows {
                 Ok(rows) => run.rows.extend(rows),
                 Err(e) if kind == Kind::Ringfeed => return Err(e),
-                // Another system's failure is reported as such (the run goes
-                // on, so ringfeed's figures and the others' are not lost).
+                // Another system's failure is reported as such, in the table
+                // and in the exit status (`check_complete`); the run goes on,
+                // so ringfeed's figures and the others' are not lost.
                 Err(e) => {
-                    let why = format!("failed: {e:#}");
-                    eprintln!("{}: {why}", kind.name());
-                    run.skipped.push((kind, why));
+                    let why = format!("{e:#}");
+                    eprintln!("{}: FAILED: {why}", kind.name());
+                    run.failed.push((kind, why));
                 }
             }
         }
@@ -283,6 +284,20 @@ fn variant_of(durable: bool) -> &'static str {
 
 /// Fails if any row counted inexact subscribers: a subscriber that missed or
 /// repeated an event is a failure, never a figure to shrug at.
+/// Fails when a system failed to start or to run: a comparison that lost a
+/// peer is not a comparison (one not installed is skipped, not failed).
+pub fn check_complete(run: &Run) -> Result<()> {
+    if run.failed.is_empty() {
+        return Ok(());
+    }
+    let failed: Vec<String> = run
+        .failed
+        .iter()
+        .map(|(kind, why)| format!("{}: {why}", kind.name()))
+        .collect();
+    bail!("FAILED: {}", failed.join("; "))
+}
+
 pub fn check_exact(run: &Run) -> Result<()> {
     let bad: Vec<String> = run
         .rows

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use super::measure::{cpu, cpu_each, memory_mib, server_figures};
+use super::measure::{cpu, cpu_each, memory_mib, reset_peaks, server_figures};
 use super::subscribers::{catch_up_figures, collect, subscriber_variants, subscribers};
 use super::{PRELOAD_BATCH, PRELOAD_PRODUCERS};
 use crate::results::Row;
@@ -45,9 +45,7 @@ pub(super) async fn storm(
     for (variant, chunk_mode) in subscriber_variants(kind) {
         system.set_chunk_mode(chunk_mode);
         for &k in ks {
-            for p in system.processes() {
-                p.reset_peak();
-            }
+            reset_peaks(system);
             let rss_before = memory_mib(system, "VmRSS");
             let cpu0 = cpu(system);
             let each0 = cpu_each(system);
