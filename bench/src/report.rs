@@ -660,6 +660,11 @@ const METHOD: &str = "## Method
   runs both memory acks (visible to subscribers) and durable acks
   (fdatasync'ed); etcd fsyncs its WAL; NATS syncs periodically; the SeaweedFS
   filer does not sync.
+- \"Server CPU\" and \"server peak RSS\" are the serving process's own: for
+  SeaweedFS the filer (its master and volume server are reported beside it,
+  with `all processes CPU s` and `sum of process peaks RSS MiB`, peaks
+  reached at different moments, added). Each row's peak is its own: reset
+  before the row, after any pre-load.
 - Latency is append-to-delivery: from when the producer built the request to
   when the subscriber had the event, the same wall clock on both ends.
   Producers of `tail` and `fanout` are open loop.

@@ -189,6 +189,24 @@ fn compare_accounts_for_every_system() {
             "{system}: rows {has_rows}, skipped {skipped}: {doc}"
         );
     }
+    // SeaweedFS's server figures are its filer's own (the process its
+    // subscribers talk to); the master's and volume server's are beside
+    // them, with the totals labelled as such.
+    for row in doc["rows"].as_array().unwrap() {
+        if row["system"] != "seaweedfs" {
+            continue;
+        }
+        let f = &row["figures"];
+        let (server, filer) = (f["server CPU s"].as_f64(), f["weed filer CPU s"].as_f64());
+        assert!(server.is_some() && server == filer, "{row}");
+        assert_eq!(
+            f["server peak RSS MiB"], f["weed filer peak RSS MiB"],
+            "{row}"
+        );
+        let all = f["all processes CPU s"].as_f64().unwrap();
+        assert!(all >= server.unwrap(), "{row}");
+        assert!(f["sum of process peaks RSS MiB"].is_number(), "{row}");
+    }
     // Under CI every peer `bench/peers/install.sh` installs must be there:
     // a comparison with a peer missing would pass without comparing.
     if ringfeed_testkit::under_ci() {

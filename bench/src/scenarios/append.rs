@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use super::measure::{cpu, server_figures};
+use super::measure::{cpu, cpu_each, server_figures};
 use super::variant_of;
 use crate::results::{Row, Unit};
 use crate::systems::{Kind, System};
@@ -56,6 +56,7 @@ pub(super) async fn append(system: &mut dyn System, cases: &AppendCases<'_>) -> 
                         None
                     };
                     let cpu0 = cpu(system);
+                    let each0 = cpu_each(system);
                     let started = Instant::now();
                     let range = next..next + events;
                     let (acks, case) = match sending {
@@ -106,7 +107,7 @@ pub(super) async fn append(system: &mut dyn System, cases: &AppendCases<'_>) -> 
                             row.figure("acks per fdatasync", acks as f64 / syncs as f64);
                         }
                     }
-                    server_figures(&mut row, system, cpu_s, &[]);
+                    server_figures(&mut row, system, cpu_s, &each0);
                     rows.push(row);
                 }
             }

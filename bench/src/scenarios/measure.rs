@@ -4,9 +4,14 @@
 use crate::results::Row;
 use crate::systems::System;
 
-/// CPU seconds of the system's processes so far (0 against a `--target`).
+/// CPU seconds so far of the system's serving process (0 against a
+/// `--target`): the server a comparison measures (SeaweedFS's filer, not
+/// its master and volume server, which are reported beside it).
 pub(super) fn cpu(system: &dyn System) -> f64 {
-    cpu_each(system).into_iter().sum()
+    cpu_each(system)
+        .get(system.serving())
+        .copied()
+        .unwrap_or_default()
 }
 
 /// CPU seconds of each of the system's processes so far, in their order.
@@ -22,13 +27,13 @@ pub(super) fn reset_peaks(system: &dyn System) {
     }
 }
 
-/// Sum over the system's processes of a `/proc/PID/status` memory line, MiB.
+/// A `/proc/PID/status` memory line of the system's serving process, MiB
+/// (0 against a `--target`).
 pub(super) fn memory_mib(system: &dyn System, key: &str) -> f64 {
     system
         .processes()
-        .iter()
-        .map(|p| p.memory(key) as f64)
-        .sum::<f64>()
+        .get(system.serving())
+        .map_or(0.0, |p| p.memory(key) as f64)
         / f64::from(1 << 20)
 }
 
@@ -63,9 +68,10 @@ impl ClientCost {
     }
 }
 
-/// Adds the server's CPU and memory figures, when the bench started it;
-/// for a system of several processes also each one's (its CPU since
-/// `each_before`, from [`cpu_each`], when given).
+/// Adds the serving process's CPU (`cpu_s`, from [`cpu`]) and peak memory,
+/// when the bench started it; for a system of several processes also each
+/// one's (its CPU since `each_before`, from [`cpu_each`]) and their totals,
+/// labelled as such (peaks reached at different moments, added).
 pub(super) fn server_figures(row: &mut Row, system: &dyn System, cpu_s: f64, each_before: &[f64]) {
     if !system.processes().is_empty() {
         row.figure("server CPU s", cpu_s);
@@ -73,6 +79,20 @@ pub(super) fn server_figures(row: &mut Row, system: &dyn System, cpu_s: f64, eac
     }
     // A system of several processes: each one's share, by name.
     if system.processes().len() > 1 {
+        let all: f64 = system
+            .processes()
+            .iter()
+            .zip(each_before)
+            .map(|(p, before)| p.cpu_seconds() - before)
+            .sum();
+        row.figure("all processes CPU s", all);
+        let peaks: f64 = system
+            .processes()
+            .iter()
+            .map(|p| p.memory("VmHWM") as f64)
+            .sum::<f64>()
+            / f64::from(1 << 20);
+        row.figure("sum of process peaks RSS MiB", peaks);
         for (i, p) in system.processes().iter().enumerate() {
             if let Some(before) = each_before.get(i) {
                 row.figure(&format!("{} CPU s", p.name), p.cpu_seconds() - before);

@@ -177,8 +177,15 @@ pub trait System: Send + Sync {
     fn durability(&self, durable: bool) -> Durability;
 
     /// The processes the bench started for this system (empty against a
-    /// `--target`): their CPU time and memory are the system's.
+    /// `--target`).
     fn processes(&self) -> &[Process];
+
+    /// Which of [`System::processes`] serves the clients: its CPU time and
+    /// memory are the "server" figures a comparison takes (a system of
+    /// several processes reports the others' beside it).
+    fn serving(&self) -> usize {
+        0
+    }
 
     /// Subscribers made after this catch up in chunk mode (ringfeed only;
     /// the other systems have no such mode and ignore it).

@@ -289,6 +289,11 @@ impl super::System for Seaweedfs {
         &self.processes
     }
 
+    /// The server the subscribers talk to: the filer (after the master and the volume server).
+    fn serving(&self) -> usize {
+        2
+    }
+
     /// SeaweedFS has no batched create: one event per request, `batch`
     /// ignored.
     async fn append(
@@ -515,6 +520,11 @@ impl super::System for Fronted {
 
     fn processes(&self) -> &[Process] {
         &self.processes
+    }
+
+    /// The server the subscribers talk to: ringfeed (after weed's three).
+    fn serving(&self) -> usize {
+        3
     }
 
     async fn append(
