@@ -202,17 +202,15 @@ fn find<'a>(run: &'a Run, system: Kind, case: &str, variant: Option<&str>) -> Ve
         .collect()
 }
 
-/// ringfeed's best figure over its variants (highest or lowest).
-fn best(rows: &[&Row], key: &str, higher_is_better: bool) -> Option<(f64, String)> {
-    rows.iter()
-        .filter_map(|r| r.get(key).map(|v| (v, r.variant.clone())))
-        .reduce(|a, b| {
-            if (b.0 > a.0) == higher_is_better {
-                b
-            } else {
-                a
-            }
-        })
+/// The variants (configurations) of ringfeed's rows of `case`, in order.
+fn variants(run: &Run, case: &str) -> Vec<String> {
+    let mut variants: Vec<String> = Vec::new();
+    for row in find(run, Kind::Ringfeed, case, None) {
+        if !variants.contains(&row.variant) {
+            variants.push(row.variant.clone());
+        }
+    }
+    variants
 }
 
 fn goals(runs: &[(&str, Option<Loaded>)], ceiling: Option<&Loaded>) -> Vec<Goal> {
@@ -223,7 +221,9 @@ fn goals(runs: &[(&str, Option<Loaded>)], ceiling: Option<&Loaded>) -> Vec<Goal>
             .map(|l| &l.run)
     };
     let mut goals = Vec::new();
-    // Each goal: ringfeed's best variant against each other system's figure.
+    // Each goal: one configuration of ringfeed against each other system's
+    // figure; a goal that names none is judged for each configuration, on
+    // its own line (never its best figure of one and another of another).
     let mut versus = |run: Option<&Run>,
                       (case, variant): (&str, Option<&str>),
                       key: &str,
@@ -238,47 +238,63 @@ fn goals(runs: &[(&str, Option<Loaded>)], ceiling: Option<&Loaded>) -> Vec<Goal>
             });
             return;
         };
-        let ours = best(&find(run, Kind::Ringfeed, case, variant), key, higher);
-        for &(kind, need) in targets {
-            let theirs = find(run, kind, case, None).first().and_then(|r| r.get(key));
-            // A need of 1 means "better than": strictly above 1.
-            let goal = if need == 1.0 {
-                format!("{what}: better than {}", kind.name())
-            } else {
-                format!("{what}: ≥ {need}× {}", kind.name())
+        let configurations = match variant {
+            Some(v) => vec![v.to_owned()],
+            // No row of ringfeed's: one line, not measured.
+            None => Some(variants(run, case))
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| vec!["(no row)".to_owned()]),
+        };
+        for configuration in configurations {
+            let ours = find(run, Kind::Ringfeed, case, Some(&configuration))
+                .first()
+                .and_then(|r| r.get(key))
+                .map(|v| (v, configuration.clone()));
+            let what = match variant {
+                Some(_) => what.to_owned(),
+                None => format!("{what}, ringfeed {configuration}"),
             };
-            match (&ours, theirs) {
-                (Some((mine, variant)), Some(t)) => {
-                    let ratio = if higher { mine / t } else { t / mine };
-                    goals.push(Goal {
-                        goal,
-                        measured: format!(
-                            "{ratio:.2}× (ringfeed {variant} {} vs {})",
-                            format_figure(*mine),
-                            format_figure(t)
-                        ),
-                        met: Some(if need == 1.0 {
-                            ratio > 1.0
-                        } else {
-                            ratio >= need
-                        }),
-                    });
-                }
-                _ => {
-                    let failed = run.failed.iter().find(|(k, _)| *k == kind);
-                    let why = match failed {
-                        Some((_, w)) => format!("{} FAILED: {w}", kind.name()),
-                        None => run
-                            .skipped
-                            .iter()
-                            .find(|(k, _)| *k == kind)
-                            .map_or("no figure".to_owned(), |(_, w)| w.clone()),
-                    };
-                    goals.push(Goal {
-                        goal,
-                        measured: format!("not measured: {why}"),
-                        met: None,
-                    });
+            for &(kind, need) in targets {
+                let theirs = find(run, kind, case, None).first().and_then(|r| r.get(key));
+                // A need of 1 means "better than": strictly above 1.
+                let goal = if need == 1.0 {
+                    format!("{what}: better than {}", kind.name())
+                } else {
+                    format!("{what}: ≥ {need}× {}", kind.name())
+                };
+                match (&ours, theirs) {
+                    (Some((mine, variant)), Some(t)) => {
+                        let ratio = if higher { mine / t } else { t / mine };
+                        goals.push(Goal {
+                            goal,
+                            measured: format!(
+                                "{ratio:.2}× (ringfeed {variant} {} vs {})",
+                                format_figure(*mine),
+                                format_figure(t)
+                            ),
+                            met: Some(if need == 1.0 {
+                                ratio > 1.0
+                            } else {
+                                ratio >= need
+                            }),
+                        });
+                    }
+                    _ => {
+                        let failed = run.failed.iter().find(|(k, _)| *k == kind);
+                        let why = match failed {
+                            Some((_, w)) => format!("{} FAILED: {w}", kind.name()),
+                            None => run
+                                .skipped
+                                .iter()
+                                .find(|(k, _)| *k == kind)
+                                .map_or("no figure".to_owned(), |(_, w)| w.clone()),
+                        };
+                        goals.push(Goal {
+                            goal,
+                            measured: format!("not measured: {why}"),
+                            met: None,
+                        });
+                    }
                 }
             }
         }
@@ -293,7 +309,7 @@ fn goals(runs: &[(&str, Option<Loaded>)], ceiling: Option<&Loaded>) -> Vec<Goal>
         .map_or("K=1".to_owned(), |r| r.case.clone());
     versus(
         catchup,
-        (&catch_case, None),
+        (&catch_case, Some("chunks")),
         "events/s",
         true,
         &[
@@ -301,7 +317,7 @@ fn goals(runs: &[(&str, Option<Loaded>)], ceiling: Option<&Loaded>) -> Vec<Goal>
             (Kind::Etcd, 5.0),
             (Kind::Nats, 10.0),
         ],
-        "catch-up events/s, one subscriber",
+        "catch-up events/s, one subscriber, chunk mode",
     );
     // Issue 19: in event mode too, not only in chunk mode.
     versus(
@@ -569,7 +585,7 @@ pub fn report(args: &ReportArgs) -> Result<()> {
     );
     let _ = writeln!(
         md,
-        "cargo build --release -p ringfeed-server -p ringfeed-bench"
+        "cargo build --release -p ringfeed-cli -p ringfeed-bench"
     );
     let _ = writeln!(
         md,

@@ -221,7 +221,14 @@ impl Run {
         let mut s = String::new();
         let head: Vec<String> = others
             .iter()
-            .map(|k| format!("{0} | ringfeed ÷ {0}", k.name()))
+            .map(|k| {
+                let acks = match k.syncs_acks() {
+                    Some(true) => " (fsync'd acks)",
+                    Some(false) => " (memory acks)",
+                    None => "",
+                };
+                format!("{0}{acks} | ringfeed ÷ {0}", k.name())
+            })
             .collect();
         let _ = writeln!(s, "| case | figure | ringfeed | {} |", head.join(" | "));
         let _ = writeln!(s, "|---|---|---:|{}", "---:|---:|".repeat(others.len()));
@@ -246,6 +253,24 @@ impl Run {
                 };
                 let mut cells = Vec::new();
                 for other in &others {
+                    // Like with like: ringfeed's memory acks against a peer's
+                    // memory acks, its durable acks against fsync'd ones.
+                    let durable = match ours.variant.as_str() {
+                        "durable" => Some(true),
+                        "memory" => Some(false),
+                        _ => None,
+                    };
+                    if let (Some(ours), Some(theirs)) = (durable, other.syncs_acks()) {
+                        if ours != theirs {
+                            let only = if theirs {
+                                "fsync'd only"
+                            } else {
+                                "memory only"
+                            };
+                            cells.push(format!("{only} | -"));
+                            continue;
+                        }
+                    }
                     let theirs = self
                         .rows
                         .iter()
@@ -512,6 +537,41 @@ pub fn utc_now() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_comparison_sets_like_acks_against_like() {
+        let mut run = Run::new("append", json!({}));
+        for (system, variant, rate) in [
+            (Kind::Ringfeed, "memory", 100.0),
+            (Kind::Ringfeed, "durable", 10.0),
+            (Kind::Etcd, "fsync", 5.0),
+            (Kind::Nats, "no fsync", 50.0),
+        ] {
+            let mut row = Row::new(system, "case", variant);
+            row.figure("events/s", rate);
+            run.rows.push(row);
+        }
+        let headlines = [Headline {
+            key: "events/s",
+            higher_is_better: true,
+        }];
+        let table = run.comparison(&headlines);
+        let line = |variant: &str| {
+            table
+                .lines()
+                .find(|l| l.contains(&format!("({variant})")))
+                .unwrap_or_else(|| panic!("{table}"))
+                .to_owned()
+        };
+        // Columns: seaweedfs, etcd, nats (each: figure | ratio).
+        let memory = line("memory");
+        assert!(memory.contains("fsync'd only | -"), "{memory}");
+        assert!(memory.contains("| 50 | 2.00×"), "{memory}");
+        let durable = line("durable");
+        assert!(durable.contains("| 5 | 2.00×"), "{durable}");
+        assert!(durable.contains("memory only | -"), "{durable}");
+        assert!(table.contains("etcd (fsync'd acks)"), "{table}");
+    }
 
     #[test]
     fn a_run_removes_the_histogram_files_of_an_earlier_run_of_its_stem() {

@@ -63,6 +63,19 @@ pub enum Kind {
 impl Kind {
     pub const ALL: [Kind; 4] = [Kind::Ringfeed, Kind::Seaweedfs, Kind::Etcd, Kind::Nats];
 
+    /// Whether the system's acknowledged appends are synced to disk (fsync)
+    /// before the ack: etcd syncs its WAL; NATS JetStream syncs periodically
+    /// and the SeaweedFS filer not at all, so their acks are memory acks.
+    /// `None` for ringfeed, which offers both (a row's variant says which),
+    /// and for what is not a system.
+    pub fn syncs_acks(self) -> Option<bool> {
+        match self {
+            Kind::Etcd => Some(true),
+            Kind::Nats | Kind::Seaweedfs | Kind::RingfeedSeaweedfs => Some(false),
+            Kind::Ringfeed | Kind::Machine => None,
+        }
+    }
+
     pub fn from_name(name: &str) -> Option<Kind> {
         Kind::ALL
             .into_iter()
