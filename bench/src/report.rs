@@ -248,8 +248,7 @@ fn goals(runs: &[(&str, Option<Loaded>)], ceiling: Option<&Loaded>) -> Vec<Goal>
         for configuration in configurations {
             let ours = find(run, Kind::Ringfeed, case, Some(&configuration))
                 .first()
-                .and_then(|r| r.get(key))
-                .map(|v| (v, configuration.clone()));
+                .and_then(|r| r.get(key));
             let what = match variant {
                 Some(_) => what.to_owned(),
                 None => format!("{what}, ringfeed {configuration}"),
@@ -262,14 +261,14 @@ fn goals(runs: &[(&str, Option<Loaded>)], ceiling: Option<&Loaded>) -> Vec<Goal>
                 } else {
                     format!("{what}: ≥ {need}× {}", kind.name())
                 };
-                match (&ours, theirs) {
-                    (Some((mine, variant)), Some(t)) => {
+                match (ours, theirs) {
+                    (Some(mine), Some(t)) => {
                         let ratio = if higher { mine / t } else { t / mine };
                         goals.push(Goal {
                             goal,
                             measured: format!(
-                                "{ratio:.2}× (ringfeed {variant} {} vs {})",
-                                format_figure(*mine),
+                                "{ratio:.2}× (ringfeed {configuration} {} vs {})",
+                                format_figure(mine),
                                 format_figure(t)
                             ),
                             met: Some(if need == 1.0 {

@@ -8,10 +8,10 @@ use crate::systems::System;
 /// `--target`): the server a comparison measures (SeaweedFS's filer, not
 /// its master and volume server, which are reported beside it).
 pub(super) fn cpu(system: &dyn System) -> f64 {
-    cpu_each(system)
+    system
+        .processes()
         .get(system.serving())
-        .copied()
-        .unwrap_or_default()
+        .map_or(0.0, |p| p.cpu_seconds())
 }
 
 /// CPU seconds of each of the system's processes so far, in their order.

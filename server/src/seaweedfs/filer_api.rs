@@ -31,7 +31,7 @@ use super::cache::PreparedCache;
 use super::follow::MAX_CLOCK_AHEAD;
 use super::merge::Merge;
 use super::rounds::{self, Round, Rounds, Shape};
-use super::view::{append_batch, Matcher, Prepared};
+use super::view::{append_batch, Prepared};
 use super::FilerProgress;
 
 /// A source not heard from for this long is not waited for (a live filer
@@ -229,8 +229,8 @@ impl FilerApi {
             .engine
             .subscribe(SubscribeRequest::from(start))
             .map_err(|e| Status::internal(format!("reading the feed: {e}")))?;
-        let matcher = Matcher::new(&request);
         let shape = Shape::of(&request);
+        let matcher = shape.matcher();
         // Sources: each followed filer, then ringfeed's own events, then the
         // events of filers no longer followed (nothing to wait for).
         let own = self.filers.len();
@@ -274,14 +274,15 @@ impl FilerApi {
             } else if place.is_none() {
                 place = Some(self.streams.admission.place().await);
             }
+            // Where a round can be shared from: nothing held in the merge.
+            let start = (merge.queued() == 0).then(|| rounds::Start {
+                shape: shape.clone(),
+                offsets: feed.offsets().collect(),
+                filtered,
+            });
             // What another stream of this request sent from here already.
-            if merge.queued() == 0 {
-                let start = rounds::Start {
-                    shape: shape.clone(),
-                    offsets: feed.offsets().collect(),
-                    filtered,
-                };
-                if let Some(round) = self.rounds.get(&start) {
+            if let Some(start) = &start {
+                if let Some(round) = self.rounds.get(start) {
                     let skipped = feed
                         .skip_to(&round.to)
                         .map_err(|e| Status::unavailable(format!("reading the feed: {e}")))?;
@@ -303,13 +304,9 @@ impl FilerApi {
                     }
                 }
             }
-            // A round to keep for the others: one that starts (and, below,
-            // ends) with nothing held in the merge.
-            let kept_from = (merge.queued() == 0).then(|| rounds::Start {
-                shape: shape.clone(),
-                offsets: feed.offsets().collect(),
-                filtered,
-            });
+            // Else this round is kept for the others, if it also ends (below)
+            // with nothing held in the merge.
+            let kept_from = start;
             let mut read = 0;
             while read < READ_CHUNK {
                 if merge.queued() >= MAX_QUEUED {
@@ -487,6 +484,8 @@ struct Outgoing {
     batching: bool,
     frames: BytesMut,
     batch: Vec<Arc<Prepared>>,
+    /// The bytes of `batch`'s frames.
+    batched: usize,
     /// The response budget taken for them.
     permit: Option<OwnedSemaphorePermit>,
     /// What was sent, kept for the streams of the same request
@@ -500,6 +499,7 @@ impl Outgoing {
             batching,
             frames: BytesMut::new(),
             batch: Vec::new(),
+            batched: 0,
             permit: None,
             kept: None,
         }
@@ -515,6 +515,7 @@ impl Outgoing {
             self.frames.extend_from_slice(&event.frame);
             return;
         }
+        self.batched += event.frame.len();
         self.batch.push(event);
         if self.batch.len() == BATCH {
             self.close_batch();
@@ -537,6 +538,7 @@ impl Outgoing {
     fn close_batch(&mut self) {
         append_batch(&mut self.frames, &self.batch);
         self.batch.clear();
+        self.batched = 0;
     }
 
     /// Whether the responses gathered fill what was reserved for them (or
@@ -548,8 +550,7 @@ impl Outgoing {
             .as_ref()
             .map_or(ITEM_BYTES, |p| budget_bytes(p.num_permits()))
             .min(ITEM_BYTES);
-        let batched: usize = self.batch.iter().map(|e| e.frame.len()).sum();
-        self.frames.len() + batched >= limit
+        self.frames.len() + self.batched >= limit
     }
 
     /// Takes the budget for the next `ITEM_BYTES` (at most half the budget:

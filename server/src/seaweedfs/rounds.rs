@@ -25,19 +25,19 @@ use ringfeed_engine::Progress;
 use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::filer_pb;
 
+use super::view::Matcher;
+
 /// Slots: a few hundred rounds (each up to `READ_CHUNK` events) of a
 /// handful of requests.
 const SLOTS: usize = 512;
 /// The largest round kept (a round of large events is not shared).
 const MAX_ROUND_BYTES: usize = 64 << 10;
 
-/// What decides a stream's responses besides where it stands.
+/// What decides a stream's responses besides where it stands: what it
+/// matches, and how it is sent and bounded.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct Shape {
-    path_prefix: String,
-    path_prefixes: Vec<String>,
-    directories: Vec<String>,
-    signature: i32,
+    matcher: Matcher,
     batching: bool,
     since_ns: i64,
     until_ns: i64,
@@ -46,14 +46,16 @@ pub struct Shape {
 impl Shape {
     pub fn of(request: &filer_pb::SubscribeMetadataRequest) -> Arc<Shape> {
         Arc::new(Shape {
-            path_prefix: request.path_prefix.clone(),
-            path_prefixes: request.path_prefixes.clone(),
-            directories: request.directories.clone(),
-            signature: request.signature,
+            matcher: Matcher::new(request),
             batching: request.client_supports_batching,
             since_ns: request.since_ns.max(0),
             until_ns: request.until_ns.max(0),
         })
+    }
+
+    /// Which events the request selects.
+    pub fn matcher(&self) -> &Matcher {
+        &self.matcher
     }
 }
 

@@ -18,7 +18,7 @@ use super::log_files::LOG_DIR;
 use super::merge::Timed;
 
 /// What a `SubscribeMetadata` request selects.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
 pub struct Matcher {
     path_prefix: String,
     path_prefixes: Vec<String>,
@@ -55,7 +55,7 @@ impl Matcher {
         if self.signature != 0 && signatures.contains(&self.signature) {
             return false;
         }
-        if route.source.starts_with(LOG_DIR) {
+        if route.in_log_dir {
             return false;
         }
         self.matches(&route.source, &route.directory)
@@ -82,6 +82,8 @@ pub struct Route {
     source: String,
     directory: String,
     target: Option<(String, String)>,
+    /// The source path is under the filer's own log directory.
+    in_log_dir: bool,
 }
 
 impl Route {
@@ -95,8 +97,10 @@ impl Route {
             };
             (join(directory, new_name), directory.to_owned())
         });
+        let source = join(paths.directory, source_name);
         Route {
-            source: join(paths.directory, source_name),
+            in_log_dir: source.starts_with(LOG_DIR),
+            source,
             directory: paths.directory.to_owned(),
             target,
         }
