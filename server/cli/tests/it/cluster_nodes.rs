@@ -124,6 +124,34 @@ pub async fn append(addr: &str, node: usize, from: usize, count: usize, durable:
         .unwrap_or_else(|s| panic!("append to {addr}: {s}"));
 }
 
+/// Reads all `events` from the beginning of `addr`'s feed as a batching
+/// node-scope subscriber ("reader") whose every response waits for response
+/// budget: how many it read, and when it had them all. Fails after 20 s,
+/// saying the budget never came back.
+pub async fn read_all_within_budget(addr: &str, events: usize) -> (usize, Instant) {
+    let read = async {
+        let mut stream = client(addr)
+            .await
+            .subscribe(v1::SubscribeRequest {
+                client_name: "reader".into(),
+                start: Some(v1::subscribe_request::Start::Beginning(true)),
+                batching: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut seen = 0;
+        while seen < events {
+            seen += events_of(stream.message().await.unwrap().expect("a response")).len();
+        }
+        (seen, Instant::now())
+    };
+    tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .expect("the reader never got the budget back")
+}
+
 /// The events a response carries (none for other items).
 pub fn events_of(response: v1::SubscribeResponse) -> Vec<Seen> {
     let events = match response.item {

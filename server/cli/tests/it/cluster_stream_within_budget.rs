@@ -111,31 +111,7 @@ async fn a_stalled_cluster_subscriber_gives_its_budget_back() {
     let stuck_at = until_stuck(&server.addr, |s| s.client_name == "stalled").await;
     let stuck_after = subscribed.elapsed();
     // A node-scope reader of everything: each response waits for budget.
-    let reader = tokio::spawn({
-        let addr = server.addr.clone();
-        async move {
-            let mut stream = client(&addr)
-                .await
-                .subscribe(v1::SubscribeRequest {
-                    client_name: "reader".into(),
-                    start: Some(Start::Beginning(true)),
-                    batching: true,
-                    ..Default::default()
-                })
-                .await
-                .unwrap()
-                .into_inner();
-            let mut seen = 0;
-            while seen < EVENTS {
-                seen += events_of(stream.message().await.unwrap().expect("a response")).len();
-            }
-            (seen, Instant::now())
-        }
-    });
-    let (seen, done) = tokio::time::timeout(Duration::from_secs(20), reader)
-        .await
-        .expect("the reader never got the budget back")
-        .unwrap();
+    let (seen, done) = read_all_within_budget(&server.addr, EVENTS).await;
     // The budget is given back `stall_timeout` after the stalled client's
     // transport last took a response, which is after `subscribed`: the
     // reader cannot have finished before. (A bound a slow machine only makes

@@ -424,8 +424,7 @@ async fn weed_reads_the_filer_api_over_mutual_tls() {
 /// UNAVAILABLE (a SeaweedFS client reconnects from its last `ts_ns`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_filer_api_client_gives_its_budget_back() {
-    use crate::cluster_nodes::{append, client, config_file, events_of};
-    use ringfeed_proto::v1;
+    use crate::cluster_nodes::{append, config_file, read_all_within_budget};
     let _watchdog = ringfeed_testkit::arm();
     let dir = tempfile::tempdir().unwrap();
     let stall_timeout = Duration::from_secs(3);
@@ -466,32 +465,8 @@ async fn a_stalled_filer_api_client_gives_its_budget_back() {
         .unwrap()
         .into_inner();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    // A native reader of everything: each response waits for budget.
-    let reader = tokio::spawn({
-        let addr = server.addr.clone();
-        async move {
-            let mut stream = client(&addr)
-                .await
-                .subscribe(v1::SubscribeRequest {
-                    client_name: "reader".into(),
-                    start: Some(v1::subscribe_request::Start::Beginning(true)),
-                    batching: true,
-                    ..Default::default()
-                })
-                .await
-                .unwrap()
-                .into_inner();
-            let mut seen = 0;
-            while seen < EVENTS {
-                seen += events_of(stream.message().await.unwrap().expect("a response")).len();
-            }
-            (seen, Instant::now())
-        }
-    });
-    let (seen, done) = tokio::time::timeout(Duration::from_secs(20), reader)
-        .await
-        .expect("the reader never got the budget back")
-        .unwrap();
+    // A node-scope reader of everything: each response waits for budget.
+    let (seen, done) = read_all_within_budget(&server.addr, EVENTS).await;
     assert!(
         done >= subscribed + stall_timeout,
         "the reader finished {:?} after the stalled filer API client subscribed, before its \
