@@ -156,10 +156,14 @@ pub fn own_child(pid: u32) -> OwnedChild {
 
 impl Drop for OwnedChild {
     fn drop(&mut self) {
-        let mut state = lock(shared());
-        if let Some(at) = state.owned.iter().position(|&p| p == self.pid) {
-            state.owned.swap_remove(at);
-        }
+        forget(&mut lock(shared()).owned, self.pid);
+    }
+}
+
+/// Takes `pid` off `pids`: a guard's child, once the guard is dropped.
+fn forget(pids: &mut Vec<u32>, pid: u32) {
+    if let Some(at) = pids.iter().position(|&p| p == pid) {
+        pids.swap_remove(at);
     }
 }
 
@@ -172,10 +176,7 @@ pub fn watch_child(pid: u32) -> WatchedChild {
 
 impl Drop for WatchedChild {
     fn drop(&mut self) {
-        let mut state = lock(shared());
-        if let Some(at) = state.children.iter().position(|&p| p == self.pid) {
-            state.children.swap_remove(at);
-        }
+        forget(&mut lock(shared()).children, self.pid);
     }
 }
 
