@@ -12,8 +12,9 @@
 //! is prepared by each stream that reads it), so the memory is bounded:
 //! `SLOTS` x `MAX_CACHED_BYTES` (32 MiB).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use super::slots::Slots;
 use super::view::Prepared;
 
 /// Slots: about 10 MiB of prepared events at a few hundred bytes each.
@@ -26,13 +27,13 @@ const MAX_CACHED_BYTES: usize = 2 << 10;
 type Key = (u32, u64, i64);
 
 pub struct PreparedCache {
-    slots: Box<[Mutex<Option<(Key, Arc<Prepared>)>>]>,
+    slots: Slots<Key, Prepared>,
 }
 
 impl Default for PreparedCache {
     fn default() -> Self {
         PreparedCache {
-            slots: (0..SLOTS).map(|_| Mutex::new(None)).collect(),
+            slots: Slots::new(SLOTS),
         }
     }
 }
@@ -45,15 +46,13 @@ impl PreparedCache {
         key: Key,
         prepare: impl FnOnce() -> Result<Prepared, E>,
     ) -> Result<Arc<Prepared>, E> {
-        let slot = &self.slots[slot_of(key)];
-        if let Some((held, prepared)) = &*slot.lock().unwrap_or_else(|e| e.into_inner()) {
-            if *held == key {
-                return Ok(prepared.clone());
-            }
+        let slot = slot_of(key);
+        if let Some(prepared) = self.slots.get(slot, &key) {
+            return Ok(prepared);
         }
         let prepared = Arc::new(prepare()?);
         if prepared.size() <= MAX_CACHED_BYTES {
-            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, prepared.clone()));
+            self.slots.put(slot, key, prepared.clone());
         }
         Ok(prepared)
     }

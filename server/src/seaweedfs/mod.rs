@@ -19,6 +19,7 @@ mod log_files;
 mod merge;
 mod metrics;
 mod rounds;
+mod slots;
 mod view;
 
 pub use address::FilerAddress;

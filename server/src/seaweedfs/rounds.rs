@@ -19,12 +19,13 @@
 //! memory is bounded: `SLOTS` x `MAX_ROUND_BYTES` (32 MiB).
 
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ringfeed_engine::Progress;
 use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::filer_pb;
 
+use super::slots::Slots;
 use super::view::Matcher;
 
 /// Slots: a few hundred rounds (each up to `READ_CHUNK` events) of a
@@ -78,13 +79,13 @@ pub struct Round {
 }
 
 pub struct Rounds {
-    slots: Box<[Mutex<Option<(Start, Arc<Round>)>>]>,
+    slots: Slots<Start, Round>,
 }
 
 impl Default for Rounds {
     fn default() -> Self {
         Rounds {
-            slots: (0..SLOTS).map(|_| Mutex::new(None)).collect(),
+            slots: Slots::new(SLOTS),
         }
     }
 }
@@ -92,13 +93,7 @@ impl Default for Rounds {
 impl Rounds {
     /// The round kept for `start`, if any.
     pub fn get(&self, start: &Start) -> Option<Arc<Round>> {
-        let slot = self.slots[slot_of(start)]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        match &*slot {
-            Some((kept, round)) if kept == start => Some(round.clone()),
-            _ => None,
-        }
+        self.slots.get(slot_of(start), start)
     }
 
     /// Keeps `round` for `start` if it is small enough; whether it did.
@@ -106,9 +101,7 @@ impl Rounds {
         if round.items.iter().map(|i| i.len()).sum::<usize>() > MAX_ROUND_BYTES {
             return false;
         }
-        let slot = slot_of(&start);
-        *self.slots[slot].lock().unwrap_or_else(|e| e.into_inner()) =
-            Some((start, Arc::new(round)));
+        self.slots.put(slot_of(&start), start, Arc::new(round));
         true
     }
 }
