@@ -1,7 +1,8 @@
 //! `subscribe-catchup`: one in-process subscriber catching up over a
 //! pre-loaded log (no gRPC): from segments with the ring cold (engine
 //! reopened; once with the page cache dropped, once warm) and from the ring,
-//! with a match-all filter and with a filter matching 1% of events.
+//! with a match-all filter and with two filters matching 1% of events: one
+//! prefix, and 6,000 prefixes.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -125,10 +126,26 @@ pub fn subscribe_catchup(
     Ok(())
 }
 
-fn filters() -> [(&'static str, Filter); 2] {
+fn filters() -> [(&'static str, Filter); 3] {
     [
         ("all", Filter::default()),
         ("/hot (1%)", Filter::prefix("/hot")),
+        (
+            "6,000 prefixes (1%)",
+            // The 64 hot directories among 5,936 that match nothing (half
+            // of them sharing the cold events' first component): a
+            // subscriber that names every directory it syncs.
+            Filter {
+                prefixes: (0..6000)
+                    .map(|i| match i {
+                        0..64 => format!("/hot/d{i}"),
+                        _ if i % 2 == 0 => format!("/cold/x{i}"),
+                        _ => format!("/other/{i}"),
+                    })
+                    .collect(),
+                ..Filter::default()
+            },
+        ),
     ]
 }
 

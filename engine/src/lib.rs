@@ -51,7 +51,7 @@ pub use ring::RingView;
 pub use segment::error::{LogError, RecoveryError};
 pub use shard::{Readers, ShardShared, ShardStats, Waiter};
 pub use subscribe::{
-    Cursor, CursorError, Delivered, Filter, Ordering, Progress, RawChunk, Start, Step,
+    Cursor, CursorError, Delivered, Filter, Ordering, Selector, MAX_FILTER_PATH_BYTES, Progress, RawChunk, Start, Step,
     SubscribeError, SubscribeRequest, Subscription,
 };
 pub use watermark::{WatermarkSnapshot, Watermarks};

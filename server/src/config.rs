@@ -113,6 +113,8 @@ pub struct FileConfig {
     pub keepalive_timeout_secs: Option<u64>,
     /// Subscribers that may read backlog (below the ring) at once.
     pub backlog_readers: Option<usize>,
+    /// Bytes the filters of all connected subscribers may hold together.
+    pub filter_budget_bytes: Option<usize>,
     /// Bytes of append requests all clients together may have in flight in
     /// the server; past it, HTTP/2 flow control holds producers back.
     pub append_budget_bytes: Option<usize>,
@@ -293,6 +295,11 @@ impl FileConfig {
                 "backlog_readers",
                 self.backlog_readers,
                 d.backlog_readers,
+            )?,
+            filter_budget_bytes: at_least_one(
+                "filter_budget_bytes",
+                self.filter_budget_bytes,
+                d.filter_budget_bytes,
             )?,
             ..d
         };

@@ -39,6 +39,7 @@ pub use metrics::Exporter;
 pub use ringfeed_client as client;
 pub use seaweedfs::{FilerAddress, FilerProgress, FilerReading};
 pub use sender::SubscriberLimits;
+pub use registry::filter_bytes;
 pub use service::Service;
 
 /// Edits of valid encodings shared by the fuzzing tests.

@@ -19,6 +19,11 @@ use tokio::sync::Notify;
 #[derive(Default)]
 pub struct Registry {
     state: Mutex<State>,
+    /// Most bytes the filters of all connected streams may hold (0: no
+    /// bound). A filter lives as long as its stream, so without a bound a
+    /// storm of subscribers with large filters would hold memory no
+    /// response budget counts.
+    filter_budget: usize,
 }
 
 #[derive(Default)]
@@ -27,6 +32,8 @@ struct State {
     streams: HashMap<u64, Stream>,
     /// `(client_name, client_id)` → `(epoch, stream id)` of its connected stream.
     clients: HashMap<ClientKey, (u64, u64)>,
+    /// What the connected streams' filters hold, summed.
+    filter_bytes: usize,
 }
 
 /// A stream's entry. Its info has a lock of its own, so a stream refreshing
@@ -120,9 +127,19 @@ pub(crate) struct Registered {
     id: u64,
     info: Arc<Entry>,
     cancel: Arc<Notify>,
+    /// What its filter holds, counted against the filter budget.
+    filter_bytes: usize,
 }
 
 impl Registry {
+    /// A registry whose streams' filters hold at most `bytes` together.
+    pub fn with_filter_budget(bytes: usize) -> Registry {
+        Registry {
+            filter_budget: bytes,
+            ..Registry::default()
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
     }
@@ -130,13 +147,24 @@ impl Registry {
     /// Registers a stream, superseding an older stream of the same client.
     /// Returns the superseded stream's epoch, if any, with the registration.
     /// `owner`: who presents the stream (a token's id; empty on an open
-    /// server).
+    /// server). `filter_bytes`: what its filter holds while it lives
+    /// ([`filter_bytes`]); past the filter budget the stream is refused
+    /// with RESOURCE_EXHAUSTED.
     pub(crate) fn register(
         self: &Arc<Self>,
         info: SubscriberInfo,
         owner: &str,
+        filter_bytes: usize,
     ) -> Result<(Registered, Option<u64>), Status> {
         let mut state = self.lock();
+        if self.filter_budget > 0 && state.filter_bytes + filter_bytes > self.filter_budget {
+            return Err(Status::resource_exhausted(format!(
+                "the filters of connected subscribers hold {} of the {} bytes they may \
+                 (filter_budget_bytes), and this one needs {filter_bytes}; subscribe with \
+                 fewer paths, or later",
+                state.filter_bytes, self.filter_budget
+            )));
+        }
         let id = state.next_id;
         let key = (owner.to_owned(), info.client_name.clone(), info.client_id);
         let mut superseded = None;
@@ -157,6 +185,7 @@ impl Registry {
             state.clients.insert(key.clone(), (info.client_epoch, id));
         }
         state.next_id += 1;
+        state.filter_bytes += filter_bytes;
         let cancel = Arc::new(Notify::new());
         let info = Arc::new(Entry {
             shown: Mutex::new(Shown {
@@ -179,6 +208,7 @@ impl Registry {
                 id,
                 info,
                 cancel,
+                filter_bytes,
             },
             superseded,
         ))
@@ -304,6 +334,7 @@ impl Entry {
 impl Drop for Registered {
     fn drop(&mut self) {
         let mut state = self.registry.lock();
+        state.filter_bytes -= self.filter_bytes;
         if let Some(stream) = state.streams.remove(&self.id) {
             let owned = state.clients.get(&stream.client);
             if owned.is_some_and(|&(_, id)| id == self.id) {
@@ -311,6 +342,12 @@ impl Drop for Registered {
             }
         }
     }
+}
+
+/// What a stream's filter holds while it lives: the filter made ready to
+/// match, and its paths twice (the engine request's and the listing's).
+pub fn filter_bytes(filter: &ringfeed_engine::Filter) -> usize {
+    filter.selector().memory_bytes() + 2 * filter.path_bytes()
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -331,8 +368,8 @@ mod tests {
     #[test]
     fn a_stream_that_stops_showing_itself_is_listed_with_its_lag_growing() {
         let registry = Arc::new(Registry::default());
-        let (stalled, _) = registry.register(info("stalled"), "").unwrap();
-        let (caught_up, _) = registry.register(info("caught up"), "").unwrap();
+        let (stalled, _) = registry.register(info("stalled"), "", 0).unwrap();
+        let (caught_up, _) = registry.register(info("caught up"), "", 0).unwrap();
         let s = 1_000_000_000;
         // Both showed themselves at t = 10 s, 0.5 s behind, at offsets 5 and 7.
         for stream in [&stalled, &caught_up] {
@@ -371,7 +408,7 @@ mod tests {
         );
         // A stream that shows no position (a cluster stream) is listed as it
         // showed itself.
-        let (cluster, _) = registry.register(info("cluster"), "").unwrap();
+        let (cluster, _) = registry.register(info("cluster"), "", 0).unwrap();
         cluster.update(|i| {
             i.lag_events = 3;
             i.lag_seconds = 0.25;
@@ -383,7 +420,7 @@ mod tests {
     #[test]
     fn rates_are_events_sent_per_second_between_samples() {
         let registry = Arc::new(Registry::default());
-        let (stream, _) = registry.register(info("a"), "").unwrap();
+        let (stream, _) = registry.register(info("a"), "", 0).unwrap();
         let s = 1_000_000_000;
         registry.sample_rates(10 * s);
         stream.update(|i| i.events_sent = 300);

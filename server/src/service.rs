@@ -85,7 +85,7 @@ impl Service {
             metrics: metrics.clone(),
             groups: Groups::default(),
         });
-        let registry = Arc::new(Registry::default());
+        let registry = Arc::new(Registry::with_filter_budget(limits.filter_budget_bytes));
         Service {
             membership: Membership::new(engine.node_id().unwrap_or(0), String::new(), Vec::new()),
             auth: Arc::default(),
@@ -394,24 +394,32 @@ fn engine_request(r: &v1::SubscribeRequest) -> Result<SubscribeRequest, Status> 
             )))
         }
     };
-    let mut prefixes = Vec::new();
-    if !r.path_prefix.is_empty() {
-        prefixes.push(r.path_prefix.clone());
-    }
-    prefixes.extend(r.path_prefixes.iter().cloned());
     Ok(SubscribeRequest {
         start,
-        filter: Filter {
-            prefixes,
-            directories: r.directories.clone(),
-            exclude_prefixes: r.exclude_prefixes.clone(),
-            signature: (r.signature != 0).then_some(r.signature),
-        },
+        filter: engine_filter(r)?,
         until_ns: (r.until_ns != 0).then_some(r.until_ns),
         ordering,
         durable_only: r.durable_only,
         resume_truncated: r.resume_truncated,
     })
+}
+
+/// The request's filter, checked (INVALID_ARGUMENT names the field, or the
+/// filter's size past `MAX_FILTER_PATH_BYTES`).
+fn engine_filter(r: &v1::SubscribeRequest) -> Result<Filter, Status> {
+    let mut prefixes = Vec::new();
+    if !r.path_prefix.is_empty() {
+        prefixes.push(r.path_prefix.clone());
+    }
+    prefixes.extend(r.path_prefixes.iter().cloned());
+    Filter {
+        prefixes,
+        directories: r.directories.clone(),
+        exclude_prefixes: r.exclude_prefixes.clone(),
+        signature: (r.signature != 0).then_some(r.signature),
+    }
+    .normalized()
+    .map_err(|e| subscribe_status(e.into()))
 }
 
 type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -515,6 +523,8 @@ impl RingFeed for Service {
             scope.narrow(&mut r)?;
             r.chunk_mode = false;
         }
+        // What its filter will hold, counted before anything is built for it.
+        let filter_bytes = crate::registry::filter_bytes(&engine_filter(&r)?);
         let cluster = r.scope == v1::Scope::Cluster as i32;
         if cluster && matches!(r.start, Some(v1::subscribe_request::Start::Now(_)) | None) {
             // A cluster stream's `now` is taken before the stream is listed,
@@ -545,6 +555,7 @@ impl RingFeed for Service {
                         ..Default::default()
                     },
                     &owner,
+                    filter_bytes,
                 )
                 .inspect_err(|_| self.metrics.subscriber_refused())?;
             if superseded.is_some() {

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use super::reader::ShardReader;
 #[cfg(doc)]
 use super::Subscription;
-use super::{Delivered, Filter, RawChunk, SubscribeError};
+use super::{Delivered, RawChunk, Selector, SubscribeError};
 use crate::record;
 use crate::shard::ShardShared;
 
@@ -46,7 +46,7 @@ impl Lane {
     /// consuming non-matching records on the way. Returns whether it does.
     pub(super) fn fill(
         &mut self,
-        filter: &Filter,
+        filter: &Selector,
         match_all: bool,
     ) -> Result<bool, SubscribeError> {
         if self.head.is_some() {
@@ -97,7 +97,7 @@ impl Lane {
     /// is the stamp of its last record: every later one is stamped above it.
     pub(super) fn fill_or_bound(
         &mut self,
-        filter: &Filter,
+        filter: &Selector,
         match_all: bool,
         durable_only: bool,
     ) -> Result<Option<(i64, bool)>, SubscribeError> {

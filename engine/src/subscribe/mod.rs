@@ -36,7 +36,7 @@ use lane::Lane;
 pub(crate) use reader::ShardReader;
 pub use request::{Ordering, Start, SubscribeRequest};
 pub use ringfeed_core::cursor::{Cursor, CursorError};
-pub use ringfeed_core::filter::{Filter, FilterError};
+pub use ringfeed_core::filter::{Filter, FilterError, Selector, MAX_FILTER_PATH_BYTES};
 
 /// How far a subscription has read: per shard the next offset and the last stamp
 /// seen, and its watermark. Another subscription of the same filter, order
@@ -59,6 +59,8 @@ impl Progress {
 pub struct Subscription {
     lanes: Vec<Lane>,
     filter: Filter,
+    /// The filter made ready to match.
+    selector: Selector,
     match_all: bool,
     until_ns: Option<i64>,
     ordering: Ordering,
@@ -182,6 +184,7 @@ impl Subscription {
             .collect();
         Ok(Subscription {
             match_all: filter.is_everything(),
+            selector: filter.selector(),
             filter,
             lanes,
             until_ns: request.until_ns,

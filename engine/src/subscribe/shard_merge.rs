@@ -53,7 +53,7 @@ impl Subscription {
     fn poll_merged(&mut self) -> Result<Step, SubscribeError> {
         'select: loop {
             for lane in &mut self.lanes {
-                lane.fill(&self.filter, self.match_all)?;
+                lane.fill(&self.selector, self.match_all)?;
             }
             let candidate = self.min_head();
             // Every other shard must be known to have nothing ordered before
@@ -68,7 +68,7 @@ impl Subscription {
                     // read it). A record that arrived meanwhile is taken.
                     for lane in &mut self.lanes {
                         if lane
-                            .fill_or_bound(&self.filter, self.match_all, self.durable_only)?
+                            .fill_or_bound(&self.selector, self.match_all, self.durable_only)?
                             .is_none()
                         {
                             continue 'select;
@@ -84,7 +84,7 @@ impl Subscription {
                     continue;
                 }
                 let Some((claimed, claimable)) =
-                    lane.fill_or_bound(&self.filter, self.match_all, self.durable_only)?
+                    lane.fill_or_bound(&self.selector, self.match_all, self.durable_only)?
                 else {
                     continue 'select;
                 };
@@ -117,7 +117,7 @@ impl Subscription {
                 continue;
             }
             let (claimed, claimable) = lane
-                .fill_or_bound(&self.filter, self.match_all, self.durable_only)?
+                .fill_or_bound(&self.selector, self.match_all, self.durable_only)?
                 .unwrap_or((i64::MIN, false));
             if let Some(until) = self.until_ns {
                 match lane.head {

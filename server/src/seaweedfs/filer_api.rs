@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ringfeed_engine::clock::now_ns;
-use ringfeed_engine::{Delivered, Engine, Start, Step, SubscribeRequest};
+use ringfeed_engine::{Delivered, Engine, Start, Step, SubscribeRequest, MAX_FILTER_PATH_BYTES};
 use ringfeed_proto::bytes::BytesMut;
 use ringfeed_proto::filer_pb;
 use ringfeed_proto::filer_pb::seaweed_filer_server::SeaweedFiler;
@@ -168,6 +168,18 @@ impl FilerApi {
         request: filer_pb::SubscribeMetadataRequest,
         who: String,
     ) -> Result<SubscribeStream, Status> {
+        let bytes = request.path_prefix.len()
+            + [&request.path_prefixes, &request.directories]
+                .into_iter()
+                .flatten()
+                .map(String::len)
+                .sum::<usize>();
+        if bytes > MAX_FILTER_PATH_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "path_prefix, path_prefixes and directories total {bytes} bytes, more than \
+                 the {MAX_FILTER_PATH_BYTES} a subscription may hold"
+            )));
+        }
         let replaced = self.register(request.client_id, request.client_epoch)?;
         let (outbox, responses) = Outbox::with_capacity(STREAM_QUEUE);
         let outbox = Arc::new(outbox);

@@ -17,6 +17,10 @@ pub struct SubscriberLimits {
     pub response_budget_bytes: usize,
     /// Subscribers that may read backlog at the same time; others wait.
     pub backlog_readers: usize,
+    /// Bytes the filters of all connected subscribers may hold together
+    /// (each at most `MAX_FILTER_PATH_BYTES` of paths); a subscriber past
+    /// it is refused with RESOURCE_EXHAUSTED.
+    pub filter_budget_bytes: usize,
     /// Most record bytes of one chunk response (at least one record).
     pub chunk_max_bytes: usize,
     /// Bytes each stream may hold encoded in the HTTP/2 layer and not yet
@@ -41,6 +45,7 @@ impl Default for SubscriberLimits {
             queue_responses: 8,
             response_budget_bytes: 128 << 20,
             backlog_readers: 64,
+            filter_budget_bytes: 64 << 20,
             chunk_max_bytes: 64 << 10,
             send_buffer_bytes: 64 << 10,
             stall_timeout: Duration::from_secs(60),

@@ -134,7 +134,7 @@ impl World {
             client_epoch: client.epoch,
             ..Default::default()
         };
-        let (registered, superseded) = self.registry.register(info, "").map_err(|s| {
+        let (registered, superseded) = self.registry.register(info, "", 0).map_err(|s| {
             (
                 "a client's next epoch registers",
                 format!("client {c}: {}", s.message()),

@@ -25,6 +25,7 @@ mod common;
 mod data_dir_names_are_synced;
 mod fake_filer;
 mod filer_api_weed_clients;
+mod filters_at_scale;
 mod final_status_never_lost;
 mod follow_filer_exactly_once;
 mod follow_filer_hostile_upstream;

@@ -6,6 +6,7 @@ mod pending;
 
 use std::time::Duration;
 
+use ringfeed_core::filter::Selector;
 use ringfeed_core::{Cursor, Filter};
 use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::tonic::codec::Streaming;
@@ -43,7 +44,7 @@ pub struct Follower {
     server: String,
     request: SubscribeRequest,
     backoff: Backoff,
-    filter: Filter,
+    selector: Selector,
     stream: Option<Streaming<Bytes>>,
     /// What is left of the current response, walked as events are handed out.
     pending: Pending,
@@ -125,14 +126,15 @@ impl Follower {
             prefixes.push(request.path_prefix.clone());
         }
         prefixes.extend(request.path_prefixes.iter().cloned());
-        let filter = Filter {
+        let selector = Filter {
             prefixes,
             directories: request.directories.clone(),
             exclude_prefixes: request.exclude_prefixes.clone(),
             signature: (request.signature != 0).then_some(request.signature),
         }
         .normalized()
-        .map_err(|e| FollowError::Refused(Status::invalid_argument(e.to_string())))?;
+        .map_err(|e| FollowError::Refused(Status::invalid_argument(e.to_string())))?
+        .selector();
         let now_us = (ringfeed_core::now_ns() / 1000).max(1) as u64;
         if request.client_epoch == 0 {
             request.client_epoch = now_us;
@@ -165,7 +167,7 @@ impl Follower {
             server: server.to_owned(),
             request,
             backoff,
-            filter,
+            selector,
             stream: None,
             pending: Pending::Empty,
             ahead: None,

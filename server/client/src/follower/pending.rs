@@ -3,7 +3,8 @@
 //! exact inside it.
 
 use ringfeed_core::record::{peek_header, peek_position};
-use ringfeed_core::{Cursor, Filter};
+use ringfeed_core::filter::Selector;
+use ringfeed_core::Cursor;
 use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::v1;
 
@@ -34,7 +35,7 @@ impl Pending {
     /// matches `filter` and `until`), or `None` when it is used up.
     fn next_event(
         &mut self,
-        filter: &Filter,
+        filter: &Selector,
         until: i64,
     ) -> Result<Option<FollowedEvent>, FollowError> {
         match self {
@@ -51,7 +52,7 @@ impl ChunkRecords {
     /// The next record that matches `filter` and `until` (0: none), as an event.
     fn next_match(
         &mut self,
-        filter: &Filter,
+        filter: &Selector,
         until: i64,
     ) -> Result<Option<FollowedEvent>, FollowError> {
         while self.at < self.records.len() {
@@ -164,7 +165,7 @@ impl Follower {
                     }
                     // The events were walked once already: they decode.
                     event = rest
-                        .next_event(&self.filter, self.request.until_ns)
+                        .next_event(&self.selector, self.request.until_ns)
                         .ok()
                         .flatten();
                 }
@@ -175,7 +176,7 @@ impl Follower {
 
     /// The next event of the current response, or `None` when it is used up.
     fn next_pending(&mut self) -> Result<Option<FollowedEvent>, FollowError> {
-        self.pending.next_event(&self.filter, self.request.until_ns)
+        self.pending.next_event(&self.selector, self.request.until_ns)
     }
 
     /// Finds the event after the one just handed out; when the response is

@@ -1,0 +1,120 @@
+//! A filter of thousands of paths costs its subscriber a lookup per path
+//! component, not a scan of the filter; past `MAX_FILTER_PATH_BYTES` a
+//! request is refused with INVALID_ARGUMENT (natively and through the filer
+//! API), and the filters of all connected subscribers together stay within
+//! `filter_budget_bytes` (RESOURCE_EXHAUSTED past it, room again once a
+//! subscriber leaves).
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use ringfeed_engine::MAX_FILTER_PATH_BYTES;
+use ringfeed_proto::tonic::Code;
+use ringfeed_proto::v1;
+use ringfeed_proto::v1::subscribe_request::Start;
+use ringfeed_server::SubscriberLimits;
+
+/// `count` directories `/d/0` .. as prefixes.
+fn prefixes(count: usize) -> Vec<String> {
+    (0..count).map(|i| format!("/d/{i}")).collect()
+}
+
+fn from_beginning(path_prefixes: Vec<String>) -> v1::SubscribeRequest {
+    v1::SubscribeRequest {
+        start: Some(Start::Beginning(true)),
+        path_prefixes,
+        batching: true,
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_prefixes_select_exactly_and_large_filters_are_bounded() {
+    let _watchdog = ringfeed_testkit::arm();
+    let dir = tempfile::tempdir().unwrap();
+    let wanted = prefixes(6_000);
+    let one = ringfeed_server::filter_bytes(&ringfeed_engine::Filter {
+        prefixes: wanted.clone(),
+        ..Default::default()
+    });
+    // Room for one such filter and a few small ones, not two large ones.
+    let limits = SubscriberLimits {
+        filter_budget_bytes: one + one / 2,
+        ..SubscriberLimits::default()
+    };
+    let server = TestServer::start_with(dma_engine(dir.path(), 2), limits).await;
+    let mut client = server.client().await;
+
+    // Events in /d/0 .. /d/11999 (half of them wanted), and under a
+    // sibling whose name extends a wanted one (/d/1x: not under /d/1).
+    let mut events = Vec::new();
+    for i in 0..12_000 {
+        events.push(create(&format!("/d/{i}"), "f"));
+        if i % 1000 == 1 {
+            events.push(create(&format!("/d/{i}x"), "g"));
+        }
+    }
+    for batch in events.chunks(1000) {
+        client.append(request(batch.to_vec(), false)).await.unwrap();
+    }
+    let started = Instant::now();
+    let mut stream = client
+        .subscribe(from_beginning(wanted.clone()))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut cursor = Vec::new();
+    let got = read_events(&mut stream, 6_000, &mut cursor).await;
+    let dirs: BTreeSet<String> = got.iter().map(|g| g.3.directory.clone()).collect();
+    let want: BTreeSet<String> = wanted.iter().cloned().collect();
+    assert_eq!(got.len(), 6_000, "one event per wanted directory");
+    assert_eq!(dirs, want);
+    println!(
+        "6,000 of 12,012 events through a filter of 6,000 prefixes in {:?}",
+        started.elapsed()
+    );
+
+    // A second filter as large does not fit the budget beside the first...
+    let err = client
+        .subscribe(from_beginning(wanted.clone()))
+        .await
+        .expect_err("past filter_budget_bytes");
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(err.message().contains("filter_budget_bytes"), "{}", err.message());
+    // ... a small one does ...
+    let small = client
+        .subscribe(from_beginning(vec!["/d/7".into()]))
+        .await
+        .unwrap();
+    drop(small);
+    // ... and once the first leaves, the large one fits again (its stream
+    // gives its filter back when the server sees it cancelled).
+    drop(stream);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match client.subscribe(from_beginning(wanted.clone())).await {
+            Ok(_) => break,
+            Err(e) if e.code() == Code::ResourceExhausted && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("the first stream's filter was never given back: {e:?}"),
+        }
+    }
+
+    // Past the bound on one filter: refused whole, the bound named.
+    let too_many = prefixes(20_000);
+    let bytes: usize = too_many.iter().map(String::len).sum();
+    assert!(bytes > MAX_FILTER_PATH_BYTES);
+    let err = client
+        .subscribe(from_beginning(too_many))
+        .await
+        .expect_err("past MAX_FILTER_PATH_BYTES");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().contains(&format!("more than the {MAX_FILTER_PATH_BYTES}")),
+        "{}",
+        err.message()
+    );
+    server.stop().await;
+}
