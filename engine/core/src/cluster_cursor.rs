@@ -61,6 +61,11 @@ impl ClusterCursor {
         self.nodes.get(&id)
     }
 
+    /// Node `id`'s part, to move it.
+    pub fn node_mut(&mut self, id: u32) -> Option<&mut Cursor> {
+        self.nodes.get_mut(&id)
+    }
+
     /// Sets node `id`'s part.
     pub fn set(&mut self, id: u32, cursor: Cursor) {
         self.nodes.insert(id, cursor);
@@ -93,6 +98,13 @@ impl ClusterCursor {
     /// The versioned wire form.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER + 4 + self.nodes.len() * 40);
+        self.write_bytes(&mut out);
+        out
+    }
+
+    /// The versioned wire form, appended to `out`.
+    pub fn write_bytes(&self, out: &mut Vec<u8>) {
+        let start = out.len();
         out.extend_from_slice(MAGIC);
         if self.since_ns == 0 {
             out.push(CLUSTER_VERSION);
@@ -102,17 +114,17 @@ impl ClusterCursor {
             out.extend_from_slice(&(self.nodes.len() as u16).to_le_bytes());
             out.extend_from_slice(&self.since_ns.to_le_bytes());
         }
-        let mut part = Vec::new();
         for (id, cursor) in &self.nodes {
-            part.clear();
-            cursor.write_bytes(&mut part);
             out.extend_from_slice(&id.to_le_bytes());
-            out.extend_from_slice(&(part.len() as u16).to_le_bytes());
-            out.extend_from_slice(&part);
+            // The part's length, known once it is written.
+            let len_at = out.len();
+            out.extend_from_slice(&[0, 0]);
+            cursor.write_bytes(out);
+            let len = (out.len() - len_at - 2) as u16;
+            out[len_at..len_at + 2].copy_from_slice(&len.to_le_bytes());
         }
-        let crc = crc32c::crc32c(&out);
+        let crc = crc32c::crc32c(&out[start..]);
         out.extend_from_slice(&crc.to_le_bytes());
-        out
     }
 
     /// Parses the wire form, refusing anything that is not exactly a cluster cursor.

@@ -130,8 +130,8 @@ pub struct TailArgs {
     /// "node" after "ts", and cursors are cluster cursors that resume on any
     /// node of the cluster. Every start and stop flag works (now and --since
     /// by the server's clock; --until waits for every node, a down one too);
-    /// one event per response, not with --chunk-mode or --progress (yet).
-    #[arg(long, conflicts_with_all = ["batching", "chunk_mode", "progress"])]
+    /// batches as in node scope; not with --chunk-mode or --progress (yet).
+    #[arg(long, conflicts_with_all = ["chunk_mode", "progress"])]
     pub cluster: bool,
 }
 
@@ -411,8 +411,7 @@ pub(super) fn subscribe_request(args: &TailArgs, now_ns: i64) -> Result<Subscrib
         } else {
             Ordering::Merged
         } as i32,
-        // Node scope only: a cluster tail reads one event per response.
-        batching: !args.no_batching && !args.cluster,
+        batching: !args.no_batching,
         chunk_mode: args.chunk_mode,
         heartbeats: args.progress,
         durable_only: args.durable_only,

@@ -126,12 +126,15 @@ fn defaults() {
     assert_eq!(request.until_ns, 0);
     assert_eq!(request.ordering, Ordering::Merged as i32);
     // Batches by default (issue 35); --no-batching asks for one event per
-    // response; a cluster tail reads one event per response.
+    // response; a cluster tail batches too (issue 39).
     assert!(request.batching && !request.heartbeats);
     let one = subscribe_request(&tail_args(&["--no-batching"]), 5).expect("request");
     assert!(!one.batching);
     let cluster = subscribe_request(&tail_args(&["--cluster"]), 5).expect("request");
-    assert!(!cluster.batching);
+    assert!(cluster.batching);
+    let cluster_one =
+        subscribe_request(&tail_args(&["--cluster", "--no-batching"]), 5).expect("request");
+    assert!(!cluster_one.batching);
     assert!(parse(&["tail", "--batching", "--no-batching"]).is_err());
 }
 

@@ -1,6 +1,7 @@
 //! `ringfeed tail --cluster` (issue 20): three real nodes, appends to each;
 //! the tail on node 1 prints every event of every node once, with its node,
-//! each `(node, shard)` in order; the cursor printed on a line, given to a
+//! each `(node, shard)` in order; the cursor printed on any line (the tail
+//! reads batches: most lines are inside one), given to a
 //! tail on node 2, prints exactly the lines after it. A tail starting now
 //! prints only what is appended after it started, on every node, and one
 //! from a time only what was appended after that time; one `--until` a
@@ -91,16 +92,21 @@ async fn tail_cluster_prints_every_node_once_and_its_cursor_resumes_on_another_n
     let seen: Vec<Seen> = all.iter().map(|l| (0, l.0, l.1, l.2, Vec::new())).collect();
     assert_eq!(assert_exact(&seen, &[1, 2, 3], 2), vec![30, 30, 30]);
 
-    let cursor = all[44].3.clone();
-    let rest = tokio::task::spawn_blocking(move || tail(&p1, &["--cursor", &cursor], 45))
-        .await
-        .unwrap();
-    let want: BTreeSet<(u32, u32, u64)> = all[45..].iter().map(|l| (l.0, l.1, l.2)).collect();
-    let got: BTreeSet<(u32, u32, u64)> = rest.iter().map(|l| (l.0, l.1, l.2)).collect();
-    assert_eq!(
-        got, want,
-        "resumed on node 2: exactly the lines after the cursor"
-    );
+    // The tail reads batches: cursors inside a batch resume exactly too.
+    for at in [0, 17, 44, 88] {
+        let (p1, cursor) = (p1.clone(), all[at].3.clone());
+        let rest =
+            tokio::task::spawn_blocking(move || tail(&p1, &["--cursor", &cursor], 89 - at))
+                .await
+                .unwrap();
+        let want: BTreeSet<(u32, u32, u64)> =
+            all[at + 1..].iter().map(|l| (l.0, l.1, l.2)).collect();
+        let got: BTreeSet<(u32, u32, u64)> = rest.iter().map(|l| (l.0, l.1, l.2)).collect();
+        assert_eq!(
+            got, want,
+            "resumed on node 2 after line {at}: exactly the lines after its cursor"
+        );
+    }
 
     // From a time: only what was appended after it, from every node.
     let since = ringfeed_engine::clock::now_ns().to_string();

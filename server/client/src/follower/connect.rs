@@ -1,7 +1,7 @@
 //! Connecting and reconnecting: a stream's responses as they come, where a
 //! new stream starts, and backing off after a failure.
 
-use ringfeed_core::Cursor;
+use ringfeed_core::{ClusterCursor, Cursor};
 use ringfeed_proto::tonic::codegen::http::uri::PathAndQuery;
 use ringfeed_proto::tonic::transport::Channel;
 use ringfeed_proto::tonic::{self, Status};
@@ -70,8 +70,8 @@ impl Follower {
         if let Some(cursor) = &self.checkpoint {
             request.start = Some(Start::Cursor(cursor.to_bytes().into()));
         }
-        if let Some(cursor) = self.cluster.as_ref().and_then(|c| c.checkpoint.clone()) {
-            request.start = Some(Start::Cursor(cursor));
+        if let Some(cursor) = self.cluster.as_ref().and_then(|c| c.checkpoint.as_ref()) {
+            request.start = Some(Start::Cursor(cursor.to_bytes().into()));
         }
         let mut grpc =
             tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES);
@@ -91,7 +91,9 @@ impl Follower {
             start.and_then(|v| v.to_bytes().ok())
         };
         match self.cluster.as_mut() {
-            Some(point) if point.checkpoint.is_none() => point.checkpoint = start(),
+            Some(point) if point.checkpoint.is_none() => {
+                point.checkpoint = start().and_then(|b| ClusterCursor::from_bytes(&b).ok());
+            }
             Some(_) => {}
             None if self.checkpoint.is_none() => {
                 self.checkpoint = start().and_then(|b| Cursor::from_bytes(&b).ok());

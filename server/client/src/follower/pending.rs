@@ -4,7 +4,7 @@
 
 use ringfeed_core::record::{peek_header, peek_position};
 use ringfeed_core::filter::Selector;
-use ringfeed_core::Cursor;
+use ringfeed_core::{ClusterCursor, Cursor};
 use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::v1;
 
@@ -82,7 +82,9 @@ impl Follower {
         let response = Response::parse(message)
             .map_err(|e| FollowError::Corrupt(format!("a response does not decode: {e}")))?;
         let cluster_cursor = (self.cluster.is_some() && !response.cursor.is_empty())
-            .then(|| response.cursor.clone());
+            .then(|| ClusterCursor::from_bytes(&response.cursor))
+            .transpose()
+            .map_err(|e| FollowError::Corrupt(format!("cluster cursor: {e}")))?;
         let cursor = (!response.cursor.is_empty() && self.cluster.is_none())
             .then(|| Cursor::from_bytes(&response.cursor))
             .transpose()
@@ -110,10 +112,16 @@ impl Follower {
             Item::Nothing => Pending::Empty,
         };
         self.ahead = self.next_pending()?;
-        if let (Some(point), Some(cursor)) = (self.cluster.as_mut(), cluster_cursor) {
-            match self.ahead {
-                None => point.checkpoint = Some(cursor),
-                Some(_) => point.response = Some(cursor),
+        if let Some(cursor) = cluster_cursor {
+            let before = self.ahead.is_some().then(|| self.cluster_before(&cursor));
+            if let Some(point) = self.cluster.as_mut() {
+                match before {
+                    None => point.checkpoint = Some(cursor),
+                    Some(before) => {
+                        point.checkpoint = Some(before);
+                        point.response = Some(cursor);
+                    }
+                }
             }
             return Ok(());
         }
@@ -174,6 +182,52 @@ impl Follower {
         before
     }
 
+    /// [`Follower::checkpoint_before`] in cluster scope, node by node: the
+    /// response's cluster cursor with each node's shards moved back to
+    /// where the previous checkpoint had them, or, for a node it did not
+    /// cover, to that node's first pending event on each shard.
+    fn cluster_before(&self, cursor: &ClusterCursor) -> ClusterCursor {
+        let mut before = cursor.clone();
+        let previous = self.cluster.as_ref().and_then(|p| p.checkpoint.as_ref());
+        let mut uncovered = Vec::new();
+        for (id, part) in cursor.nodes() {
+            match previous.and_then(|p| p.node(id)) {
+                Some(previous) if previous.shards() == part.shards() => {
+                    let Some(moved) = before.node_mut(id) else {
+                        continue;
+                    };
+                    for shard in 0..part.shards() as u32 {
+                        let next = previous.next_offset(shard);
+                        if next <= part.next_offset(shard) {
+                            moved.set_shard(shard, next, previous.generation(shard));
+                        }
+                    }
+                }
+                _ => uncovered.push(id),
+            }
+        }
+        if uncovered.is_empty() {
+            return before;
+        }
+        let mut seen = Vec::new();
+        let mut rest = self.pending.clone();
+        let mut event = self.ahead.clone();
+        while let Some(e) = event {
+            if uncovered.contains(&e.node) && !seen.contains(&(e.node, e.shard)) {
+                seen.push((e.node, e.shard));
+                if let Some(part) = before.node_mut(e.node) {
+                    part.set_shard(e.shard, e.offset, (e.offset == 0).then_some(0));
+                }
+            }
+            // The events were walked once already: they decode.
+            event = rest
+                .next_event(&self.selector, self.request.until_ns)
+                .ok()
+                .flatten();
+        }
+        before
+    }
+
     /// The next event of the current response, or `None` when it is used up.
     fn next_pending(&mut self) -> Result<Option<FollowedEvent>, FollowError> {
         self.pending.next_event(&self.selector, self.request.until_ns)
@@ -208,6 +262,21 @@ impl Follower {
     pub(super) fn hand_out(&mut self, event: &FollowedEvent) {
         self.stats.events += 1;
         self.watermark_ns = self.watermark_ns.max(event.ts_ns - 1);
+        if let Some(point) = self.cluster.as_mut() {
+            // As below, in the event's node's part.
+            let generation = point
+                .response
+                .as_ref()
+                .and_then(|c| c.node(event.node))
+                .and_then(|c| c.generation(event.shard));
+            if let Some(part) = point
+                .checkpoint
+                .as_mut()
+                .and_then(|c| c.node_mut(event.node))
+            {
+                part.set_shard(event.shard, event.offset + 1, generation);
+            }
+        }
         if let Some(checkpoint) = self.checkpoint.as_mut() {
             // Past this event the response's generation holds; the
             // checkpoint may still carry the previous response's.
