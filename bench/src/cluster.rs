@@ -65,6 +65,9 @@ pub struct Args {
 struct Row {
     label: String,
     catchup_eps: f64,
+    /// `ringfeed tail` (with `--cluster` in cluster scope) from the
+    /// beginning, JSON lines to a pipe, as users run it.
+    tail_cli_eps: f64,
     node1_cpu_us: f64,
     all_cpu_us: f64,
     p50_ms: f64,
@@ -95,9 +98,10 @@ pub fn run(args: &Args) -> Result<()> {
     }
     println!();
     println!(
-        "{:<22} {:>14} {:>16} {:>16} {:>10} {:>10} {:>8} {:>20}",
+        "{:<22} {:>14} {:>13} {:>16} {:>16} {:>10} {:>10} {:>8} {:>20}",
         "feed",
         "catch-up ev/s",
+        "tail ev/s",
         "node-1 CPU µs/ev",
         "all CPU µs/ev",
         "live p50",
@@ -107,9 +111,10 @@ pub fn run(args: &Args) -> Result<()> {
     );
     for r in &rows {
         println!(
-            "{:<22} {:>14.0} {:>16.2} {:>16.2} {:>8.1}ms {:>8.1}ms {:>8} {:>20.1}",
+            "{:<22} {:>14.0} {:>13.0} {:>16.2} {:>16.2} {:>8.1}ms {:>8.1}ms {:>8} {:>20.1}",
             r.label,
             r.catchup_eps,
+            r.tail_cli_eps,
             r.node1_cpu_us,
             r.all_cpu_us,
             r.p50_ms,
@@ -287,6 +292,34 @@ async fn measure(args: &Args, nodes: &[Node], n: usize) -> Result<Vec<Row>> {
             );
             stream = Some(s);
         }
+        // The command-line tail over the same backlog, as users run it.
+        let tail_cli_eps = {
+            let binary = std::env::current_exe()?.with_file_name("ringfeed");
+            let mut command = std::process::Command::new(binary);
+            command.args(["tail", "--server", &nodes[0].addr, "--beginning"]);
+            if scope == v1::Scope::Cluster {
+                command.arg("--cluster");
+            }
+            let cli = crate::systems::TailCli {
+                command,
+                terminator: b"\n",
+                payload: &["event", "newEntry", "attributes"],
+            };
+            let row = crate::scenarios::catchup::cli_catch_up(
+                crate::systems::Kind::Ringfeed,
+                cli,
+                live_from,
+                args.payload,
+                Duration::from_secs(120),
+            )
+            .await?;
+            if row.get("inexact") != Some(0.0) {
+                bail!("{label}: the command-line tail did not print every event once");
+            }
+            let eps = row.get("events/s").unwrap_or(0.0);
+            println!("  {label} tail CLI: {live_from} events, {eps:.0} events/s");
+            eps
+        };
         // Live: the last catch-up stream goes on, with `subscribers - 1`
         // more from now (given a second to reach the peers' edge); one
         // event at a time round-robin over the nodes at `rate`.
@@ -362,6 +395,7 @@ async fn measure(args: &Args, nodes: &[Node], n: usize) -> Result<Vec<Row>> {
         rows.push(Row {
             label,
             catchup_eps: median(eps),
+            tail_cli_eps,
             node1_cpu_us: median(cpu1),
             all_cpu_us: median(cpu_all),
             p50_ms: latency.value_at_quantile(0.5) as f64 / 1e6,

@@ -71,7 +71,7 @@ pub(super) async fn catchup(
 /// pipe (kept in memory, parsed after the clock stops): events/s until it
 /// printed every pre-loaded event, and the tail process's own CPU per event.
 /// Exact when every event number appears once.
-async fn cli_catch_up(
+pub(crate) async fn cli_catch_up(
     kind: Kind,
     cli: systems::TailCli,
     events: u64,

@@ -20,7 +20,7 @@
 //! any did.
 
 mod append;
-mod catchup;
+pub(crate) mod catchup;
 mod live;
 mod measure;
 mod storm;

@@ -83,6 +83,7 @@ async fn follow(
         .then(|| Histogram::<u64>::new(3))
         .transpose()?;
     let mut timed_out = false;
+    let mut batch = Vec::new();
     while tally.got < n {
         // Under a time limit only the limit ends the wait: a subscriber that
         // gets nothing before it is measured as timed out, not failed.
@@ -90,21 +91,25 @@ async fn follow(
             Some(d) => d.saturating_duration_since(Instant::now()),
             None => STALL,
         };
-        let d = match tokio::time::timeout(wait, sub.next()).await {
+        match tokio::time::timeout(wait, sub.next_batch(&mut batch)).await {
             Err(_) if deadline.is_some_and(|d| Instant::now() >= d) => {
                 timed_out = true;
                 break;
             }
-            Ok(Ok(Some(d))) => d,
-            Ok(Ok(None)) => bail!("the subscription ended after {} of {n} events", tally.got),
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => bail!("the subscription ended after {} of {n} events", tally.got),
             Ok(Err(e)) => return Err(e.context(format!("after {} of {n} events", tally.got))),
             Err(_) => bail!("no event for {STALL:?} after {} of {n}", tally.got),
         };
-        if let Some(h) = latency.as_mut() {
-            h.record(((crate::util::now_ns() - d.sent_ns).max(0) / 1000) as u64)?;
+        // One clock reading for the batch: its events arrived together.
+        let now = latency.is_some().then(crate::util::now_ns);
+        for d in &batch {
+            if let (Some(h), Some(now)) = (latency.as_mut(), now) {
+                h.record(((now - d.sent_ns).max(0) / 1000) as u64)?;
+            }
+            tally.record(d.index);
         }
         first.get_or_insert_with(|| t0.elapsed());
-        tally.record(d.index);
     }
     Ok(Followed {
         first: first.unwrap_or_default(),

@@ -266,6 +266,29 @@ impl super::Subscriber for Subscriber {
             }
         }
     }
+
+    /// A watch response's events together.
+    async fn next_batch(&mut self, out: &mut Vec<Delivered>) -> Result<bool> {
+        out.clear();
+        while self.events.is_empty() {
+            match self.responses.message().await.context("etcd Watch")? {
+                Some(response) => self.take(response)?,
+                None => return Ok(false),
+            }
+        }
+        for event in self.events.drain(..) {
+            let kv = event
+                .kv
+                .ok_or_else(|| anyhow!("etcd sent a watch event without its key-value"))?;
+            out.push(unstamp(&kv.value).ok_or_else(|| {
+                anyhow!(
+                    "an event without the bench's stamp at revision {}",
+                    kv.mod_revision
+                )
+            })?);
+        }
+        Ok(true)
+    }
 }
 
 impl Subscriber {

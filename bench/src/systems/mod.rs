@@ -285,6 +285,22 @@ pub trait Subscriber: Send {
     /// The next event, waiting for it; `None` if the system ended the
     /// subscription cleanly.
     async fn next(&mut self) -> Result<Option<Delivered>>;
+
+    /// The events at hand into `out` (cleared first), waiting for at least
+    /// one: as many as the system's client hands out together (a
+    /// response's), one where it hands out events one by one. `Ok(false)`
+    /// if the system ended the subscription cleanly. What the scenarios
+    /// read with: one wait (and one boxed future) per batch, not per event.
+    async fn next_batch(&mut self, out: &mut Vec<Delivered>) -> Result<bool> {
+        out.clear();
+        match self.next().await? {
+            Some(delivered) => {
+                out.push(delivered);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
 }
 
 /// Options of a ringfeed-side run; the other systems have no equivalent and

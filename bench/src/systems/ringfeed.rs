@@ -12,7 +12,7 @@ use hdrhistogram::Histogram;
 use ringfeed_proto::tonic::transport::Channel;
 use ringfeed_proto::v1::subscribe_request::Start;
 use ringfeed_proto::{v1, RingFeedClient};
-use ringfeed_server::client::{Backoff, Follower};
+use ringfeed_server::client::{Backoff, FollowedEvent, Follower};
 
 use super::{
     closed_loop, pipelined_loop, stamp, unstamp, Ack, Delivered, Durability, From, Kind, Process,
@@ -252,6 +252,7 @@ impl super::System for Ringfeed {
         };
         Ok(Box::new(Subscriber {
             follower: Box::new(Follower::new(&self.addr, request, Backoff::default())?),
+            batch: Vec::new(),
         }))
     }
 }
@@ -350,29 +351,48 @@ impl super::Appender for Appender {
 pub struct Subscriber {
     /// Boxed: a `Follower` is over a KiB, and `systems::Subscriber` holds this.
     follower: Box<Follower>,
+    /// A batch's events, reused.
+    batch: Vec<FollowedEvent>,
 }
 
 #[async_trait::async_trait]
 impl super::Subscriber for Subscriber {
     async fn next(&mut self) -> Result<Option<Delivered>> {
-        let Some(e) = self.follower.next().await? else {
-            return Ok(None);
-        };
-        // Each event's fields are read in place, as a client of the library
-        // reads them: its directory and entry name, and the bench's stamp in
-        // the entry's attributes.
-        let parts = e.view().parts()?;
-        let directory = parts.directory;
-        let name = parts.new_entry.map(|entry| entry.name);
-        let attributes = parts.new_entry.map_or(&[][..], |entry| entry.attributes);
-        match (directory.is_empty(), name, unstamp(attributes)) {
-            (false, Some(name), Some(delivered)) if !name.is_empty() => Ok(Some(delivered)),
-            _ => Err(anyhow!(
-                "an event without the bench's directory, name and stamp at {}:{}",
-                e.shard,
-                e.offset
-            )),
+        match self.follower.next().await? {
+            Some(e) => delivered(&e).map(Some),
+            None => Ok(None),
         }
+    }
+
+    /// The client library's batch at a time: every event of the responses
+    /// at hand, with no future per event.
+    async fn next_batch(&mut self, out: &mut Vec<Delivered>) -> Result<bool> {
+        out.clear();
+        if !self.follower.next_batch(&mut self.batch).await? {
+            return Ok(false);
+        }
+        for e in &self.batch {
+            out.push(delivered(e)?);
+        }
+        Ok(true)
+    }
+}
+
+/// The bench's stamp in an event whose fields are read in place, as a
+/// client of the library reads them: its directory and entry name, and the
+/// stamp in the entry's attributes.
+fn delivered(e: &FollowedEvent) -> Result<Delivered> {
+    let parts = e.view().parts()?;
+    let directory = parts.directory;
+    let name = parts.new_entry.map(|entry| entry.name);
+    let attributes = parts.new_entry.map_or(&[][..], |entry| entry.attributes);
+    match (directory.is_empty(), name, unstamp(attributes)) {
+        (false, Some(name), Some(delivered)) if !name.is_empty() => Ok(delivered),
+        _ => Err(anyhow!(
+            "an event without the bench's directory, name and stamp at {}:{}",
+            e.shard,
+            e.offset
+        )),
     }
 }
 

@@ -445,29 +445,51 @@ impl super::Subscriber for Subscriber {
                     response
                 }
             };
-            let path = || {
-                let name = response
-                    .event_notification
-                    .as_ref()
-                    .and_then(|n| n.new_entry.as_ref().or(n.old_entry.as_ref()))
-                    .map_or("?", |e| e.name.as_str());
-                format!("{}/{name} (ts_ns {})", response.directory, response.ts_ns)
-            };
-            let Some(entry) = response
-                .event_notification
-                .as_ref()
-                .and_then(|n| n.new_entry.as_ref())
-            else {
-                bail!("an event without a new entry (a delete?) at {}", path());
-            };
-            if entry.is_directory {
-                continue;
+            if let Some(delivered) = delivered(&response)? {
+                return Ok(Some(delivered));
             }
-            return unstamp(&entry.content)
-                .map(Some)
-                .ok_or_else(|| anyhow!("a file event without the bench's stamp at {}", path()));
         }
     }
+
+    /// A batched response's events together.
+    async fn next_batch(&mut self, out: &mut Vec<Delivered>) -> Result<bool> {
+        out.clear();
+        let Some(first) = self.next().await? else {
+            return Ok(false);
+        };
+        out.push(first);
+        while let Some(response) = self.pending.pop_front() {
+            if let Some(delivered) = delivered(&response)? {
+                out.push(delivered);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// The bench's stamp in a file event; `None` for a directory's.
+fn delivered(response: &pb::SubscribeMetadataResponse) -> Result<Option<Delivered>> {
+    let path = || {
+        let name = response
+            .event_notification
+            .as_ref()
+            .and_then(|n| n.new_entry.as_ref().or(n.old_entry.as_ref()))
+            .map_or("?", |e| e.name.as_str());
+        format!("{}/{name} (ts_ns {})", response.directory, response.ts_ns)
+    };
+    let Some(entry) = response
+        .event_notification
+        .as_ref()
+        .and_then(|n| n.new_entry.as_ref())
+    else {
+        bail!("an event without a new entry (a delete?) at {}", path());
+    };
+    if entry.is_directory {
+        return Ok(None);
+    }
+    unstamp(&entry.content)
+        .map(Some)
+        .ok_or_else(|| anyhow!("a file event without the bench's stamp at {}", path()))
 }
 
 /// ringfeed in front of SeaweedFS: the same master, volume server and filer
