@@ -35,11 +35,11 @@ pub use bootstrap::{incoming, producers_line, serve, transport};
 pub use config::{FileConfig, ServerConfig, DEFAULT_DATA_DIR};
 pub use http::{serve as serve_http, Routes};
 pub use metrics::Exporter;
+pub use registry::filter_bytes;
 /// The client library (its own crate, `ringfeed-client`, which does not build the engine).
 pub use ringfeed_client as client;
 pub use seaweedfs::{FilerAddress, FilerProgress, FilerReading};
 pub use sender::SubscriberLimits;
-pub use registry::filter_bytes;
 pub use service::Service;
 
 /// Edits of valid encodings shared by the fuzzing tests.

@@ -484,13 +484,23 @@ mod tests {
             .map(|s| s.to_string())
             .collect();
         let paths = [
-            "", "/", "/a", "/a/", "/a/b", "/a/bc", "/a/bc/d/e", "/ab", "/abc", "/b", "/b/x",
-            "/é/x", "/e",
+            "",
+            "/",
+            "/a",
+            "/a/",
+            "/a/b",
+            "/a/bc",
+            "/a/bc/d/e",
+            "/ab",
+            "/abc",
+            "/b",
+            "/b/x",
+            "/é/x",
+            "/e",
         ];
         for take in 0..list.len() {
             for skip in 0..list.len() {
-                let chosen: Vec<String> =
-                    list.iter().skip(skip).take(take).cloned().collect();
+                let chosen: Vec<String> = list.iter().skip(skip).take(take).cloned().collect();
                 let prefixes = Prefixes::new(&chosen);
                 for path in paths {
                     let scan = chosen.iter().any(|p| path.starts_with(p.as_str()));

@@ -37,7 +37,10 @@ fn model(filter: &Filter, h: &RecordHeader<'_>) -> bool {
             return false;
         }
         include_all
-            || filter.prefixes.iter().any(|p| under(dir, name, p.as_bytes()))
+            || filter
+                .prefixes
+                .iter()
+                .any(|p| under(dir, name, p.as_bytes()))
             || filter.directories.iter().any(|d| d.as_bytes() == dir)
     })
 }
@@ -168,4 +171,3 @@ fn the_selector_counts_its_memory_as_it_grows() {
     assert!(small < 1024, "{small}");
     assert!(many > 1000 * 64, "{many}");
 }
-

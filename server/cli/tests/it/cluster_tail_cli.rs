@@ -95,10 +95,9 @@ async fn tail_cluster_prints_every_node_once_and_its_cursor_resumes_on_another_n
     // The tail reads batches: cursors inside a batch resume exactly too.
     for at in [0, 17, 44, 88] {
         let (p1, cursor) = (p1.clone(), all[at].3.clone());
-        let rest =
-            tokio::task::spawn_blocking(move || tail(&p1, &["--cursor", &cursor], 89 - at))
-                .await
-                .unwrap();
+        let rest = tokio::task::spawn_blocking(move || tail(&p1, &["--cursor", &cursor], 89 - at))
+            .await
+            .unwrap();
         let want: BTreeSet<(u32, u32, u64)> =
             all[at + 1..].iter().map(|l| (l.0, l.1, l.2)).collect();
         let got: BTreeSet<(u32, u32, u64)> = rest.iter().map(|l| (l.0, l.1, l.2)).collect();

@@ -308,7 +308,10 @@ async fn the_filer_apis_other_rpcs_say_ringfeed_serves_the_feed_only() {
         })
         .await
         .unwrap_err();
-    assert_eq!(too_many.code(), ringfeed_proto::tonic::Code::InvalidArgument);
+    assert_eq!(
+        too_many.code(),
+        ringfeed_proto::tonic::Code::InvalidArgument
+    );
     assert!(
         too_many.message().contains("more than the 65536"),
         "{}",

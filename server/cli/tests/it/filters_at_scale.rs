@@ -81,7 +81,11 @@ async fn thousands_of_prefixes_select_exactly_and_large_filters_are_bounded() {
         .await
         .expect_err("past filter_budget_bytes");
     assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
-    assert!(err.message().contains("filter_budget_bytes"), "{}", err.message());
+    assert!(
+        err.message().contains("filter_budget_bytes"),
+        "{}",
+        err.message()
+    );
     // ... a small one does ...
     let small = client
         .subscribe(from_beginning(vec!["/d/7".into()]))
@@ -112,7 +116,8 @@ async fn thousands_of_prefixes_select_exactly_and_large_filters_are_bounded() {
         .expect_err("past MAX_FILTER_PATH_BYTES");
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
     assert!(
-        err.message().contains(&format!("more than the {MAX_FILTER_PATH_BYTES}")),
+        err.message()
+            .contains(&format!("more than the {MAX_FILTER_PATH_BYTES}")),
         "{}",
         err.message()
     );

@@ -2,8 +2,8 @@
 //! when it came and filtered as they are walked), and the checkpoint kept
 //! exact inside it.
 
-use ringfeed_core::record::{peek_header, peek_position};
 use ringfeed_core::filter::Selector;
+use ringfeed_core::record::{peek_header, peek_position};
 use ringfeed_core::{ClusterCursor, Cursor};
 use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::v1;
@@ -230,7 +230,8 @@ impl Follower {
 
     /// The next event of the current response, or `None` when it is used up.
     fn next_pending(&mut self) -> Result<Option<FollowedEvent>, FollowError> {
-        self.pending.next_event(&self.selector, self.request.until_ns)
+        self.pending
+            .next_event(&self.selector, self.request.until_ns)
     }
 
     /// Finds the event after the one just handed out; when the response is
