@@ -76,10 +76,26 @@ impl Ringfeed {
         // A port that was free a moment ago: another process could take it
         // first, and the server then fails to start and says so.
         let metrics = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        // As many connections as the open files limit lets the server take
+        // (the default stops at 10,000, which fan-out at K = 10,000 passes
+        // with a connection per subscriber); NATS and etcd have no lower cap.
+        let config = dir.join("serve.toml");
+        let most = ringfeed_server::open_files_limit()
+            .map_or(ringfeed_server::ConnectionLimits::DEFAULT_MAX_CONNECTIONS, |n| {
+                n.saturating_sub(ringfeed_server::ConnectionLimits::RESERVED_FDS as u64) as usize
+            })
+            .max(1);
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(&config, format!("max_connections = {most}\n"))?;
         let (process, addr) = spawn_server_with(
             &dir.join("data"),
             options.shards.max(1),
-            &["--metrics-listen", &metrics.to_string()],
+            &[
+                "--metrics-listen",
+                &metrics.to_string(),
+                "--config",
+                &config.to_string_lossy(),
+            ],
         )?;
         Ok(Ringfeed {
             addr,
