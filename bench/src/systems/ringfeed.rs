@@ -86,7 +86,10 @@ impl Ringfeed {
             })
             .max(1);
         std::fs::create_dir_all(dir)?;
-        std::fs::write(&config, format!("max_connections = {most}\n"))?;
+        // RINGFEED_BENCH_SERVE_TOML: more config lines for the server, to
+        // set one binary's runs side by side with different settings.
+        let extra = std::env::var("RINGFEED_BENCH_SERVE_TOML").unwrap_or_default();
+        std::fs::write(&config, format!("max_connections = {most}\n{extra}\n"))?;
         let (process, addr) = spawn_server_with(
             &dir.join("data"),
             options.shards.max(1),
