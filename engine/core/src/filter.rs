@@ -225,14 +225,7 @@ impl Selector {
         if self.signature.is_some_and(|s| h.has_signature(s)) {
             return false;
         }
-        let old = (!h.old_name.is_empty()).then_some((h.directory, h.old_name));
-        let new_dir = if h.new_parent.is_empty() {
-            h.directory
-        } else {
-            h.new_parent
-        };
-        let new = (!h.new_name.is_empty()).then_some((new_dir, h.new_name));
-        [old, new].into_iter().flatten().any(|(dir, name)| {
+        h.paths().any(|(dir, name)| {
             let met = self.walk(dir, name);
             !met.excluded && (self.include_all || met.included || met.watched)
         })
@@ -255,25 +248,30 @@ impl Selector {
         };
         let mut at = 0usize;
         for component in dir_components {
-            match self.nodes[at].children.get(component) {
-                Some(child) => at = child as usize,
-                None => return met,
+            if !self.descend(&mut at, component, &mut met) {
+                return met;
             }
-            let node = &self.nodes[at];
-            met.included |= node.include;
-            met.excluded |= node.exclude;
         }
         met.watched = self.nodes[at].watched && !dir.is_empty();
         for component in name.split(|&b| b == b'/') {
-            match self.nodes[at].children.get(component) {
-                Some(child) => at = child as usize,
-                None => return met,
+            if !self.descend(&mut at, component, &mut met) {
+                return met;
             }
-            let node = &self.nodes[at];
-            met.included |= node.include;
-            met.excluded |= node.exclude;
         }
         met
+    }
+
+    /// Moves `at` to its child `component`, noting the prefixes that end
+    /// there; false when the tree has no such child.
+    fn descend(&self, at: &mut usize, component: &[u8], met: &mut Met) -> bool {
+        let Some(child) = self.nodes[*at].children.get(component) else {
+            return false;
+        };
+        *at = child as usize;
+        let node = &self.nodes[*at];
+        met.included |= node.include;
+        met.excluded |= node.exclude;
+        true
     }
 }
 

@@ -488,6 +488,20 @@ pub struct RecordHeader<'a> {
 }
 
 impl RecordHeader<'_> {
+    /// The event's paths as (directory, name): the old entry's, then the
+    /// new entry's (in `new_parent` when set, else in `directory`); a
+    /// rename has both, a create or a delete one.
+    pub fn paths(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let old = (!self.old_name.is_empty()).then_some((self.directory, self.old_name));
+        let new_dir = if self.new_parent.is_empty() {
+            self.directory
+        } else {
+            self.new_parent
+        };
+        let new = (!self.new_name.is_empty()).then_some((new_dir, self.new_name));
+        [old, new].into_iter().flatten()
+    }
+
     /// True if one of the record's signatures is `signature`.
     pub fn has_signature(&self, signature: i32) -> bool {
         let want = signature.to_le_bytes();

@@ -21,14 +21,7 @@ fn model(filter: &Filter, h: &RecordHeader<'_>) -> bool {
         return false;
     }
     let include_all = filter.prefixes.is_empty() && filter.directories.is_empty();
-    let old = (!h.old_name.is_empty()).then_some((h.directory, h.old_name));
-    let new_dir = if h.new_parent.is_empty() {
-        h.directory
-    } else {
-        h.new_parent
-    };
-    let new = (!h.new_name.is_empty()).then_some((new_dir, h.new_name));
-    [old, new].into_iter().flatten().any(|(dir, name)| {
+    h.paths().any(|(dir, name)| {
         if filter
             .exclude_prefixes
             .iter()

@@ -148,35 +148,18 @@ impl Follower {
         let mut before = cursor.clone();
         match &self.checkpoint {
             Some(previous) if previous.shards() == cursor.shards() => {
-                for shard in 0..cursor.shards() as u32 {
-                    let next = previous.next_offset(shard);
-                    // Back where the previous checkpoint was: its generation
-                    // too, so a cursor inside a batch is the one a response
-                    // of its own would have carried.
-                    if next <= cursor.next_offset(shard) {
-                        before.set_shard(shard, next, previous.generation(shard));
-                    }
-                }
+                move_back(&mut before, previous);
             }
             _ => {
                 let mut seen = vec![false; cursor.shards()];
-                let mut rest = self.pending.clone();
-                let mut event = self.ahead.clone();
-                while let Some(e) = event {
+                self.each_pending(|e| {
                     if let Some(seen) = seen.get_mut(e.shard as usize) {
                         if !*seen {
                             *seen = true;
-                            // At offset 0 it covers none of the shard's
-                            // events: generation 0, as a server writes it.
-                            before.set_shard(e.shard, e.offset, (e.offset == 0).then_some(0));
+                            at_first_pending(&mut before, e);
                         }
                     }
-                    // The events were walked once already: they decode.
-                    event = rest
-                        .next_event(&self.selector, self.request.until_ns)
-                        .ok()
-                        .flatten();
-                }
+                });
             }
         }
         before
@@ -191,17 +174,9 @@ impl Follower {
         let previous = self.cluster.as_ref().and_then(|p| p.checkpoint.as_ref());
         let mut uncovered = Vec::new();
         for (id, part) in cursor.nodes() {
-            match previous.and_then(|p| p.node(id)) {
-                Some(previous) if previous.shards() == part.shards() => {
-                    let Some(moved) = before.node_mut(id) else {
-                        continue;
-                    };
-                    for shard in 0..part.shards() as u32 {
-                        let next = previous.next_offset(shard);
-                        if next <= part.next_offset(shard) {
-                            moved.set_shard(shard, next, previous.generation(shard));
-                        }
-                    }
+            match (previous.and_then(|p| p.node(id)), before.node_mut(id)) {
+                (Some(previous), Some(moved)) if previous.shards() == part.shards() => {
+                    move_back(moved, previous);
                 }
                 _ => uncovered.push(id),
             }
@@ -210,22 +185,30 @@ impl Follower {
             return before;
         }
         let mut seen = Vec::new();
-        let mut rest = self.pending.clone();
-        let mut event = self.ahead.clone();
-        while let Some(e) = event {
+        self.each_pending(|e| {
             if uncovered.contains(&e.node) && !seen.contains(&(e.node, e.shard)) {
                 seen.push((e.node, e.shard));
                 if let Some(part) = before.node_mut(e.node) {
-                    part.set_shard(e.shard, e.offset, (e.offset == 0).then_some(0));
+                    at_first_pending(part, e);
                 }
             }
+        });
+        before
+    }
+
+    /// Calls `each` on the current response's events not handed out yet,
+    /// in order, without handing them out.
+    fn each_pending(&self, mut each: impl FnMut(&FollowedEvent)) {
+        let mut rest = self.pending.clone();
+        let mut event = self.ahead.clone();
+        while let Some(e) = event {
+            each(&e);
             // The events were walked once already: they decode.
             event = rest
                 .next_event(&self.selector, self.request.until_ns)
                 .ok()
                 .flatten();
         }
-        before
     }
 
     /// The next event of the current response, or `None` when it is used up.
@@ -334,4 +317,24 @@ impl Follower {
             at: 0,
         })
     }
+}
+
+/// `before` (a response's cursor, same shards as `previous`) with each
+/// shard moved back to where the previous checkpoint had it, if that is
+/// not past it: its generation too, so a cursor inside a batch is the one a
+/// response of its own would have carried.
+fn move_back(before: &mut Cursor, previous: &Cursor) {
+    for shard in 0..before.shards() as u32 {
+        let next = previous.next_offset(shard);
+        if next <= before.next_offset(shard) {
+            before.set_shard(shard, next, previous.generation(shard));
+        }
+    }
+}
+
+/// `cursor`'s shard of `e` set just before `e`, its first pending event.
+/// At offset 0 it covers none of the shard's events: generation 0, as a
+/// server writes it.
+fn at_first_pending(cursor: &mut Cursor, e: &FollowedEvent) {
+    cursor.set_shard(e.shard, e.offset, (e.offset == 0).then_some(0));
 }
