@@ -81,9 +81,13 @@ impl Ringfeed {
         // with a connection per subscriber); NATS and etcd have no lower cap.
         let config = dir.join("serve.toml");
         let most = ringfeed_server::open_files_limit()
-            .map_or(ringfeed_server::ConnectionLimits::DEFAULT_MAX_CONNECTIONS, |n| {
-                n.saturating_sub(ringfeed_server::ConnectionLimits::RESERVED_FDS as u64) as usize
-            })
+            .map_or(
+                ringfeed_server::ConnectionLimits::DEFAULT_MAX_CONNECTIONS,
+                |n| {
+                    n.saturating_sub(ringfeed_server::ConnectionLimits::RESERVED_FDS as u64)
+                        as usize
+                },
+            )
             .max(1);
         std::fs::create_dir_all(dir)?;
         // RINGFEED_BENCH_SERVE_TOML: more config lines for the server, to
