@@ -67,13 +67,17 @@ impl Limits {
     pub const DEFAULT_HANDSHAKE: Duration = Duration::from_secs(5);
 
     /// The default cap: 10,000, or fewer if the process may open fewer
-    /// files (its soft `RLIMIT_NOFILE`, less [`Limits::RESERVED_FDS`]): past
-    /// that, `accept` itself fails.
+    /// files ([`Limits::most_connections`]).
     pub fn default_max_connections() -> usize {
+        Self::DEFAULT_MAX_CONNECTIONS.min(Self::most_connections())
+    }
+
+    /// The most connections this process can take: its open files limit
+    /// (soft `RLIMIT_NOFILE`) less [`Limits::RESERVED_FDS`]; past that,
+    /// `accept` itself fails. 10,000 when the limit cannot be read.
+    pub fn most_connections() -> usize {
         match open_files_limit() {
-            Some(limit) => Self::DEFAULT_MAX_CONNECTIONS
-                .min(limit.saturating_sub(Self::RESERVED_FDS as u64) as usize)
-                .max(1),
+            Some(limit) => (limit.saturating_sub(Self::RESERVED_FDS as u64) as usize).max(1),
             None => Self::DEFAULT_MAX_CONNECTIONS,
         }
     }

@@ -33,7 +33,7 @@ pub use append_budget::{AppendBudget, Budgeted};
 pub use auth::new_token;
 pub use bootstrap::{incoming, producers_line, serve, transport};
 pub use config::{FileConfig, ServerConfig, DEFAULT_DATA_DIR};
-pub use connections::{open_files_limit, Limits as ConnectionLimits};
+pub use connections::Limits as ConnectionLimits;
 pub use http::{serve as serve_http, Routes};
 pub use metrics::Exporter;
 pub use registry::filter_bytes;

@@ -407,19 +407,7 @@ fn engine_request(r: &v1::SubscribeRequest) -> Result<SubscribeRequest, Status> 
 /// The request's filter, checked (INVALID_ARGUMENT names the field, or the
 /// filter's size past `MAX_FILTER_PATH_BYTES`).
 fn engine_filter(r: &v1::SubscribeRequest) -> Result<Filter, Status> {
-    let mut prefixes = Vec::new();
-    if !r.path_prefix.is_empty() {
-        prefixes.push(r.path_prefix.clone());
-    }
-    prefixes.extend(r.path_prefixes.iter().cloned());
-    Filter {
-        prefixes,
-        directories: r.directories.clone(),
-        exclude_prefixes: r.exclude_prefixes.clone(),
-        signature: (r.signature != 0).then_some(r.signature),
-    }
-    .normalized()
-    .map_err(|e| subscribe_status(e.into()))
+    ringfeed_client::request_filter(r).map_err(|e| subscribe_status(e.into()))
 }
 
 type ResponseStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;

@@ -80,15 +80,7 @@ impl Ringfeed {
         // (the default stops at 10,000, which fan-out at K = 10,000 passes
         // with a connection per subscriber); NATS and etcd have no lower cap.
         let config = dir.join("serve.toml");
-        let most = ringfeed_server::open_files_limit()
-            .map_or(
-                ringfeed_server::ConnectionLimits::DEFAULT_MAX_CONNECTIONS,
-                |n| {
-                    n.saturating_sub(ringfeed_server::ConnectionLimits::RESERVED_FDS as u64)
-                        as usize
-                },
-            )
-            .max(1);
+        let most = ringfeed_server::ConnectionLimits::most_connections();
         std::fs::create_dir_all(dir)?;
         // RINGFEED_BENCH_SERVE_TOML: more config lines for the server, to
         // set one binary's runs side by side with different settings.

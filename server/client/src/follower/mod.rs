@@ -6,7 +6,7 @@ mod pending;
 
 use std::time::Duration;
 
-use ringfeed_core::filter::Selector;
+use ringfeed_core::filter::{FilterError, Selector};
 use ringfeed_core::{ClusterCursor, Cursor, Filter};
 use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::tonic::codec::Streaming;
@@ -90,6 +90,24 @@ pub enum Connection<'a> {
     Back { attempts: u32, cursor: &'a [u8] },
 }
 
+/// The filter a subscription request asks for (`path_prefix` first among
+/// the prefixes), checked as a server checks it: the client applies it to
+/// chunks, and the server to everything it sends.
+pub fn request_filter(request: &SubscribeRequest) -> Result<Filter, FilterError> {
+    let mut prefixes = Vec::new();
+    if !request.path_prefix.is_empty() {
+        prefixes.push(request.path_prefix.clone());
+    }
+    prefixes.extend(request.path_prefixes.iter().cloned());
+    Filter {
+        prefixes,
+        directories: request.directories.clone(),
+        exclude_prefixes: request.exclude_prefixes.clone(),
+        signature: (request.signature != 0).then_some(request.signature),
+    }
+    .normalized()
+}
+
 /// A cluster follower's checkpoint and its current response's cursor.
 #[derive(Debug, Default)]
 struct ClusterPoint {
@@ -121,20 +139,9 @@ impl Follower {
             format!("http://{server}")
         };
         let endpoint = endpoint(server, uri)?;
-        let mut prefixes = Vec::new();
-        if !request.path_prefix.is_empty() {
-            prefixes.push(request.path_prefix.clone());
-        }
-        prefixes.extend(request.path_prefixes.iter().cloned());
-        let selector = Filter {
-            prefixes,
-            directories: request.directories.clone(),
-            exclude_prefixes: request.exclude_prefixes.clone(),
-            signature: (request.signature != 0).then_some(request.signature),
-        }
-        .normalized()
-        .map_err(|e| FollowError::Refused(Status::invalid_argument(e.to_string())))?
-        .selector();
+        let selector = request_filter(&request)
+            .map_err(|e| FollowError::Refused(Status::invalid_argument(e.to_string())))?
+            .selector();
         let now_us = (ringfeed_core::now_ns() / 1000).max(1) as u64;
         if request.client_epoch == 0 {
             request.client_epoch = now_us;
