@@ -373,9 +373,10 @@ fn new_event(index: usize, bytes: Bytes) -> Result<NewEvent, Status> {
     })
 }
 
-/// The engine request for a protocol request; INVALID_ARGUMENT names the field.
-fn engine_request(r: &v1::SubscribeRequest) -> Result<SubscribeRequest, Status> {
-    let start = match &r.start {
+/// The engine's start for a protocol request's; INVALID_ARGUMENT for a bad
+/// cursor.
+fn engine_start(r: &v1::SubscribeRequest) -> Result<Start, Status> {
+    Ok(match &r.start {
         None | Some(v1::subscribe_request::Start::Now(_)) => Start::Now,
         Some(v1::subscribe_request::Start::Beginning(_)) => Start::Beginning,
         Some(v1::subscribe_request::Start::SinceNs(ns)) => Start::SinceNs(*ns),
@@ -383,7 +384,16 @@ fn engine_request(r: &v1::SubscribeRequest) -> Result<SubscribeRequest, Status> 
             Cursor::from_bytes(bytes)
                 .map_err(|e| Status::invalid_argument(format!("cursor: {e}")))?,
         ),
-    };
+    })
+}
+
+/// The engine request for a protocol request, from its start and its filter
+/// (each checked once, by the caller); INVALID_ARGUMENT names a bad field.
+fn engine_request(
+    r: &v1::SubscribeRequest,
+    start: Start,
+    filter: Filter,
+) -> Result<SubscribeRequest, Status> {
     let ordering = match v1::Ordering::try_from(r.ordering) {
         Ok(v1::Ordering::PerShard) => Ordering::PerShard,
         Ok(_) => Ordering::Merged,
@@ -396,7 +406,7 @@ fn engine_request(r: &v1::SubscribeRequest) -> Result<SubscribeRequest, Status> 
     };
     Ok(SubscribeRequest {
         start,
-        filter: engine_filter(r)?,
+        filter,
         until_ns: (r.until_ns != 0).then_some(r.until_ns),
         ordering,
         durable_only: r.durable_only,
@@ -512,7 +522,8 @@ impl RingFeed for Service {
             r.chunk_mode = false;
         }
         // What its filter will hold, counted before anything is built for it.
-        let filter_bytes = crate::registry::filter_bytes(&engine_filter(&r)?);
+        let filter = engine_filter(&r)?;
+        let filter_bytes = crate::registry::filter_bytes(&filter);
         let cluster = r.scope == v1::Scope::Cluster as i32;
         if cluster && matches!(r.start, Some(v1::subscribe_request::Start::Now(_)) | None) {
             // A cluster stream's `now` is taken before the stream is listed,
@@ -554,10 +565,7 @@ impl RingFeed for Service {
         let (responses, start) = if cluster {
             // The filter and order from the request; the start is the
             // cluster cursor's part for this node (cluster::start).
-            let local = engine_request(&v1::SubscribeRequest {
-                start: None,
-                ..r.clone()
-            })?;
+            let local = engine_request(&r, Start::Now, filter)?;
             let listed_cursor = match &r.start {
                 Some(v1::subscribe_request::Start::Cursor(c)) => c.to_vec(),
                 _ => Vec::new(),
@@ -574,10 +582,13 @@ impl RingFeed for Service {
                 scope,
             )?
         } else {
-            let subscription = self.engine.subscribe(engine_request(&r)?).map_err(|e| {
-                self.metrics.subscribe_failed(&e);
-                subscribe_status(e)
-            })?;
+            let subscription = self
+                .engine
+                .subscribe(engine_request(&r, engine_start(&r)?, filter)?)
+                .map_err(|e| {
+                    self.metrics.subscribe_failed(&e);
+                    subscribe_status(e)
+                })?;
             let start = subscription.cursor().to_bytes();
             let registered = register(start.clone(), subscription.lag_events())?;
             let options = StreamOptions {
