@@ -50,6 +50,8 @@ pub struct ServerMetrics {
     /// Encoded bytes of the event responses sent.
     bytes_sent: Counter,
     heartbeats_sent: Counter,
+    /// Chunk-mode responses: stored records shipped verbatim.
+    chunks_sent: Counter,
     /// Encode once for all: live responses encoded once and kept for the
     /// streams of the same shape, and responses queued from such an encoding.
     shared_responses_built: Counter,
@@ -78,6 +80,7 @@ impl Default for ServerMetrics {
             backlog_waiting: Gauge::default(),
             events_sent: Counter::default(),
             bytes_sent: Counter::default(),
+            chunks_sent: Counter::default(),
             heartbeats_sent: Counter::default(),
             shared_responses_built: Counter::default(),
             shared_responses_reused: Counter::default(),
@@ -142,6 +145,12 @@ impl ServerMetrics {
         self.events_sent.inc_by(events as u64);
         self.bytes_sent.inc_by(bytes as u64);
         self.lag_at_send.observe(lag_seconds);
+    }
+
+    /// One chunk-mode response (its events and bytes also go to
+    /// [`ServerMetrics::events_sent`]).
+    pub fn chunk_sent(&self) {
+        self.chunks_sent.inc();
     }
 
     pub fn stalled_given_back(&self) {
@@ -252,6 +261,11 @@ impl ServerMetrics {
             "subscriber_bytes_sent",
             "Encoded bytes of event responses sent to subscribers",
             self.bytes_sent.clone(),
+        );
+        r.register(
+            "subscriber_chunks_sent",
+            "Chunk-mode responses sent to subscribers (stored records, verbatim)",
+            self.chunks_sent.clone(),
         );
         r.register(
             "heartbeats_sent",

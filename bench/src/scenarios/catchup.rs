@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Result};
 
 use super::measure::{cpu, cpu_each, reset_peaks, server_figures, ClientCost};
-use super::subscribers::{catch_up_figures, collect, subscriber_variants, subscribers};
+use super::subscribers::{catch_up_figures, chunks_sent, collect, served_as_named};
+use super::subscribers::{subscriber_variants, subscribers};
 use super::subscribers::{Collected, Tally};
 use super::{PRELOAD_BATCH, PRELOAD_PRODUCERS};
 use crate::results::Row;
@@ -37,6 +38,7 @@ pub(super) async fn catchup(
             let cpu0 = cpu(system);
             let each0 = cpu_each(system);
             let client0 = ClientCost::now();
+            let chunks0 = chunks_sent(system).await?;
             let (tasks, _) = subscribers(
                 system,
                 k,
@@ -53,6 +55,7 @@ pub(super) async fn catchup(
             catch_up_figures(&mut row, &collected, size);
             client0.figures(&mut row, collected.delivered);
             server_figures(&mut row, system, cpu(system) - cpu0, &each0);
+            served_as_named(system, &mut row, chunk_mode, chunks0).await?;
             rows.push(row);
         }
     }

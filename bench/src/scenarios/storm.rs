@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use super::measure::{cpu, cpu_each, memory_mib, reset_peaks, server_figures};
-use super::subscribers::{catch_up_figures, collect, subscriber_variants, subscribers};
+use super::subscribers::{catch_up_figures, chunks_sent, collect, served_as_named};
+use super::subscribers::{subscriber_variants, subscribers};
 use super::{PRELOAD_BATCH, PRELOAD_PRODUCERS};
 use crate::results::Row;
 use crate::systems::{From, System};
@@ -49,6 +50,7 @@ pub(super) async fn storm(
             let rss_before = memory_mib(system, "VmRSS");
             let cpu0 = cpu(system);
             let each0 = cpu_each(system);
+            let chunks0 = chunks_sent(system).await?;
             let want = backlog..backlog + behind;
             let (tasks, _) = subscribers(system, k, from, want, false, Some(time_limit)).await?;
             let mut row = Row::new(kind, format!("K={k}"), variant);
@@ -60,6 +62,7 @@ pub(super) async fn storm(
                 row.figure("server RSS before MiB", rss_before);
             }
             server_figures(&mut row, system, cpu(system) - cpu0, &each0);
+            served_as_named(system, &mut row, chunk_mode, chunks0).await?;
             rows.push(row);
         }
     }

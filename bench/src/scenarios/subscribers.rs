@@ -198,6 +198,40 @@ pub(super) async fn collect(
 
 /// The figures of a catch-up (`catchup`, `storm`): throughput over the run,
 /// and the time until all were caught up when none hit the time limit.
+/// Chunk-mode responses the server has sent so far (`None` where its
+/// metrics are not readable: a `--target` server, the other systems).
+pub(super) async fn chunks_sent(system: &dyn System) -> Result<Option<u64>> {
+    system.chunks_sent().await.transpose()
+}
+
+/// Checks that a row was served in the mode its variant names, and shows
+/// the chunk responses it got: rows named "chunks" were once served in
+/// event mode for months (the ringfeed adapter ignored the mode) and
+/// nothing noticed. `before` is [`chunks_sent`] when the row started.
+pub(super) async fn served_as_named(
+    system: &dyn System,
+    row: &mut Row,
+    chunk_mode: bool,
+    before: Option<u64>,
+) -> Result<()> {
+    let (Some(before), Some(after)) = (before, chunks_sent(system).await?) else {
+        return Ok(());
+    };
+    let sent = after - before;
+    row.figure("chunk responses", sent as f64);
+    match (chunk_mode, sent) {
+        (true, 0) => bail!(
+            "{}: chunk mode was asked for and no chunk was sent",
+            row.variant
+        ),
+        (false, 1..) => bail!(
+            "{}: event mode was asked for and {sent} chunks were sent",
+            row.variant
+        ),
+        _ => Ok(()),
+    }
+}
+
 pub(super) fn catch_up_figures(row: &mut Row, c: &Collected, size: usize) {
     let secs = c.last.as_secs_f64();
     if c.timed_out == 0 {

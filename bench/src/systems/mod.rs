@@ -243,6 +243,12 @@ pub trait System: Send + Sync {
         None
     }
 
+    /// Chunk-mode responses the server has sent so far, for a server the
+    /// bench started (ringfeed: its metrics); `None` otherwise.
+    async fn chunks_sent(&self) -> Option<Result<u64>> {
+        None
+    }
+
     /// The system's own command-line tail, following everything from the
     /// beginning and printing one JSON object per event (ringfeed: `ringfeed
     /// tail --beginning`, one per line; SeaweedFS: `weed

@@ -156,6 +156,19 @@ impl super::System for Ringfeed {
         Ok(acks)
     }
 
+    fn set_chunk_mode(&mut self, on: bool) {
+        self.chunk_mode = on;
+    }
+
+    async fn chunks_sent(&self) -> Option<Result<u64>> {
+        let at = self.metrics?;
+        Some(
+            crate::util::scrape_metrics(at).await.map(|m| {
+                crate::util::metric_sum(&m, "ringfeed_subscriber_chunks_sent_total") as u64
+            }),
+        )
+    }
+
     async fn syncs(&self) -> Option<Result<u64>> {
         let at = self.metrics?;
         Some(

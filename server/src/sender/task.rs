@@ -382,7 +382,10 @@ impl Sender {
         let events = match &item {
             RawItem::Event(_) => 1,
             RawItem::Batch(b) => b.events.len() as u64,
-            RawItem::Chunk(c) => u64::from(c.record_count),
+            RawItem::Chunk(c) => {
+                self.metrics.0.chunk_sent();
+                u64::from(c.record_count)
+            }
             RawItem::Heartbeat(_) => {
                 self.metrics.0.heartbeat_sent();
                 0
