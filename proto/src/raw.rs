@@ -22,7 +22,9 @@
 //! Cost on the wire path: no decode, no re-encode; a response is copied once,
 //! into its own frame (by the server's stream queue, or once for every
 //! stream that shares it), which [`ServerCodec`] hands to the transport
-//! without copying it into tonic's encode buffer.
+//! without copying it into tonic's encode buffer. A chunk's records are not
+//! copied at all: its frame is three parts, the bytes before the records,
+//! the records (a view of stored bytes) and the bytes after them.
 
 use bytes::Bytes;
 use prost::Message;
@@ -83,9 +85,11 @@ pub enum RawSubscribeResponse {
     Fields(RawResponseFields),
     /// A gRPC message frame: the 5-byte prefix (0: not compressed, then the
     /// length, big-endian), then the encoding of
-    /// `ringfeed.v1.SubscribeResponse`.
-    Framed(Bytes),
+    /// `ringfeed.v1.SubscribeResponse`, in up to three parts written in turn.
+    Framed(Frames),
 }
+
+pub use tonic::codec::Frames;
 
 /// The gRPC message prefix: a compression flag and a 4-byte length.
 const PREFIX: usize = 5;
@@ -122,21 +126,31 @@ impl RawSubscribeResponse {
             cursor,
             item: Some(item),
         };
-        RawSubscribeResponse::Framed(frame(&fields).freeze())
+        RawSubscribeResponse::Framed(frame(&fields).freeze().into())
     }
 
     /// The response as a gRPC frame whose bytes keep `lease` until the last
     /// of them is dropped: by the transport once it has written them (or
-    /// its stream is gone). A framed response is not copied again.
-    pub fn into_frame<L: Send + 'static>(self, lease: L) -> Bytes {
-        let bytes = match self {
-            RawSubscribeResponse::Fields(fields) => frame(&fields).freeze(),
-            RawSubscribeResponse::Framed(bytes) => bytes,
+    /// its stream is gone). A framed response is not copied again, nor are
+    /// a chunk's records ([`chunk_frame`]).
+    pub fn into_frame<L: Send + 'static>(self, lease: L) -> Frames {
+        let frames = match self {
+            RawSubscribeResponse::Fields(RawResponseFields {
+                cursor,
+                item: Some(RawItem::Chunk(chunk)),
+            }) => chunk_frame(&cursor, chunk),
+            RawSubscribeResponse::Fields(fields) => frame(&fields).freeze().into(),
+            RawSubscribeResponse::Framed(frames) => frames,
         };
-        Bytes::from_owner(Leased {
-            bytes,
-            _lease: lease,
-        })
+        // The parts are written in order: the last one goes last.
+        let mut parts = frames.into_parts();
+        if let Some(last) = parts.iter_mut().rev().find(|p| !p.is_empty()) {
+            *last = Bytes::from_owner(Leased {
+                bytes: std::mem::take(last),
+                _lease: lease,
+            });
+        }
+        Frames::new(parts)
     }
 
     /// The response's fields (a framed one decoded: events stay views of
@@ -144,9 +158,63 @@ impl RawSubscribeResponse {
     pub fn into_fields(self) -> Result<RawResponseFields, prost::DecodeError> {
         match self {
             RawSubscribeResponse::Fields(fields) => Ok(fields),
-            RawSubscribeResponse::Framed(bytes) => RawResponseFields::decode(bytes.slice(PREFIX..)),
+            RawSubscribeResponse::Framed(frames) => {
+                RawResponseFields::decode(joined(&frames).slice(PREFIX..))
+            }
         }
     }
+}
+
+/// The frames' bytes in one buffer (a copy unless there is one part).
+fn joined(frames: &Frames) -> Bytes {
+    match frames.parts() {
+        [one, b, c] if b.is_empty() && c.is_empty() => one.clone(),
+        parts => parts.concat().into(),
+    }
+}
+
+/// A chunk response as a gRPC frame in three parts: the prefix and every
+/// byte before the records, the records themselves (not copied), and the
+/// fields after them. Joined, the parts are exactly the prost encoding of
+/// `RawResponseFields { cursor, item: Chunk(chunk) }` after its prefix.
+pub fn chunk_frame(cursor: &Bytes, mut chunk: v1::ChunkMessage) -> Frames {
+    use bytes::BufMut;
+    use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
+    let records = std::mem::take(&mut chunk.records);
+    // Fields 1-4, then 6-7, each as prost writes them (records empty: left out).
+    let before = v1::ChunkMessage {
+        first_ts_ns: 0,
+        last_ts_ns: 0,
+        ..chunk
+    };
+    let after = v1::ChunkMessage {
+        first_ts_ns: chunk.first_ts_ns,
+        last_ts_ns: chunk.last_ts_ns,
+        ..Default::default()
+    };
+    let records_key = key_len(5) + encoded_len_varint(records.len() as u64);
+    let chunk_len = before.encoded_len() + records_key + records.len() + after.encoded_len();
+    let cursor_len = if cursor.is_empty() {
+        0
+    } else {
+        key_len(1) + encoded_len_varint(cursor.len() as u64) + cursor.len()
+    };
+    let len = cursor_len + key_len(5) + encoded_len_varint(chunk_len as u64) + chunk_len;
+    let mut head =
+        bytes::BytesMut::with_capacity(PREFIX + len - records.len() - after.encoded_len());
+    head.put_u8(0);
+    head.put_u32(u32::try_from(len).expect("a response is far below 4 GiB"));
+    if !cursor.is_empty() {
+        prost::encoding::bytes::encode(1, cursor, &mut head);
+    }
+    encode_key(5, WireType::LengthDelimited, &mut head);
+    encode_varint(chunk_len as u64, &mut head);
+    before.encode_raw(&mut head);
+    encode_key(5, WireType::LengthDelimited, &mut head);
+    encode_varint(records.len() as u64, &mut head);
+    let mut tail = bytes::BytesMut::with_capacity(after.encoded_len());
+    after.encode_raw(&mut tail);
+    Frames::new([head.freeze(), records, tail.freeze()])
 }
 
 /// `fields` encoded after a gRPC prefix, in one allocation of its size.
@@ -178,7 +246,12 @@ impl Message for RawSubscribeResponse {
     fn encode_raw(&self, buf: &mut impl bytes::BufMut) {
         match self {
             RawSubscribeResponse::Fields(fields) => fields.encode_raw(buf),
-            RawSubscribeResponse::Framed(bytes) => buf.put_slice(&bytes[PREFIX..]),
+            RawSubscribeResponse::Framed(frames) => {
+                let [first, second, third] = frames.parts();
+                buf.put_slice(&first[PREFIX..]);
+                buf.put_slice(second);
+                buf.put_slice(third);
+            }
         }
     }
 
@@ -189,8 +262,8 @@ impl Message for RawSubscribeResponse {
         buf: &mut impl bytes::Buf,
         ctx: prost::encoding::DecodeContext,
     ) -> Result<(), prost::DecodeError> {
-        if let RawSubscribeResponse::Framed(bytes) = self {
-            let fields = RawResponseFields::decode(bytes.slice(PREFIX..))?;
+        if let RawSubscribeResponse::Framed(frames) = self {
+            let fields = RawResponseFields::decode(joined(frames).slice(PREFIX..))?;
             *self = RawSubscribeResponse::Fields(fields);
         }
         match self {
@@ -202,7 +275,7 @@ impl Message for RawSubscribeResponse {
     fn encoded_len(&self) -> usize {
         match self {
             RawSubscribeResponse::Fields(fields) => fields.encoded_len(),
-            RawSubscribeResponse::Framed(bytes) => bytes.len() - PREFIX,
+            RawSubscribeResponse::Framed(frames) => frames.len() - PREFIX,
         }
     }
 
@@ -229,15 +302,15 @@ impl<T, U> Default for ServerCodec<T, U> {
 /// A message the server sends: encoded as usual unless it is a frame.
 pub trait ServerMessage: Message + Sized {
     /// The message as a complete gRPC frame, or itself to be encoded.
-    fn into_grpc_frame(self) -> Result<Bytes, Self> {
+    fn into_grpc_frame(self) -> Result<Frames, Self> {
         Err(self)
     }
 }
 
 impl ServerMessage for RawSubscribeResponse {
-    fn into_grpc_frame(self) -> Result<Bytes, Self> {
+    fn into_grpc_frame(self) -> Result<Frames, Self> {
         match self {
-            RawSubscribeResponse::Framed(bytes) => Ok(bytes),
+            RawSubscribeResponse::Framed(frames) => Ok(frames),
             fields => Err(fields),
         }
     }
@@ -303,7 +376,7 @@ impl<T: ServerMessage> tonic::codec::Encoder for ServerEncoder<T> {
         Ok(())
     }
 
-    fn frame(&mut self, item: T) -> Result<Bytes, T> {
+    fn frame(&mut self, item: T) -> Result<Frames, T> {
         item.into_grpc_frame()
     }
 }
@@ -550,7 +623,7 @@ impl<T: FilerServerItem> tonic::codec::Encoder for FilerServerEncoder<T> {
         item.encode_message(buf)
     }
 
-    fn frame(&mut self, item: T) -> Result<Bytes, T> {
-        item.into_frames()
+    fn frame(&mut self, item: T) -> Result<Frames, T> {
+        item.into_frames().map(Frames::from)
     }
 }

@@ -16,6 +16,9 @@ use crate::sender::SubscriberLimits;
 /// Default data dir and listen address (also the client's default server).
 pub const DEFAULT_DATA_DIR: &str = "./ringfeed-data";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
+/// The largest `chunk_max_bytes`: a chunk response stays below the 4 MiB
+/// that gRPC clients accept by default.
+const MAX_CHUNK_RESPONSE_BYTES: usize = (4 << 20) - (64 << 10);
 /// Append bytes in flight in the whole server, by default: a few large
 /// batches at once; a flood of clients waits on HTTP/2 flow control.
 pub const DEFAULT_APPEND_BUDGET: usize = 32 << 20;
@@ -115,6 +118,8 @@ pub struct FileConfig {
     pub backlog_readers: Option<usize>,
     /// Bytes the filters of all connected subscribers may hold together.
     pub filter_budget_bytes: Option<usize>,
+    /// Most record bytes of one chunk-mode response.
+    pub chunk_max_bytes: Option<usize>,
     /// Bytes of append requests all clients together may have in flight in
     /// the server; past it, HTTP/2 flow control holds producers back.
     pub append_budget_bytes: Option<usize>,
@@ -301,6 +306,16 @@ impl FileConfig {
                 self.filter_budget_bytes,
                 d.filter_budget_bytes,
             )?,
+            chunk_max_bytes: match self.chunk_max_bytes {
+                // Below gRPC clients' usual 4 MiB message limit, with room
+                // for the response's other fields.
+                Some(bytes) if !(4096..=MAX_CHUNK_RESPONSE_BYTES).contains(&bytes) => bail!(
+                    "chunk_max_bytes: {bytes} is not between 4096 and {MAX_CHUNK_RESPONSE_BYTES} \
+                     (gRPC clients refuse messages past 4 MiB by default)"
+                ),
+                Some(bytes) => bytes,
+                None => d.chunk_max_bytes,
+            },
             ..d
         };
         let mut follow_filers = Vec::new();
@@ -458,7 +473,8 @@ mod tests {
              max_event_bytes = 16384\nretention_max_age_secs = 60\nretention_max_bytes = 10\n\
              cpus = [0]\nmetrics_listen = \"127.0.0.1:9\"\nhttp_listen = \"127.0.0.1:8\"\nbatch_behind_ms = 500\n\
              batch_min_ready = 10\nsubscriber_queue = 4\nresponse_budget_bytes = 1048576\n\
-             backlog_readers = 3\nsubscriber_send_buffer_bytes = 32768\nstall_timeout_secs = 5\n",
+             backlog_readers = 3\nsubscriber_send_buffer_bytes = 32768\nstall_timeout_secs = 5\n\
+             chunk_max_bytes = 65536\n",
         )
         .unwrap()
         .resolve()
@@ -477,6 +493,15 @@ mod tests {
         assert_eq!((s.response_budget_bytes, s.backlog_readers), (1 << 20, 3));
         assert_eq!(s.send_buffer_bytes, 32768);
         assert_eq!(s.stall_timeout, Duration::from_secs(5));
+        assert_eq!(s.chunk_max_bytes, 65536);
+        // A chunk response must fit what gRPC clients accept by default.
+        for bad in [0, 4095, 4 << 20] {
+            let err = FileConfig::parse(&format!("chunk_max_bytes = {bad}\n"))
+                .unwrap()
+                .resolve()
+                .unwrap_err();
+            assert!(err.to_string().contains("chunk_max_bytes"), "{err}");
+        }
         // The budget's name from when it covered only backlog readers.
         let old = FileConfig::parse("backlog_budget_bytes = 4096\n")
             .unwrap()

@@ -67,7 +67,30 @@ impl World {
                                 ));
                             }
                             self.deliver(i, chunk.shard, offset, ts, payload, false)?;
+                            if (k == 0 && ts != chunk.first_ts)
+                                || (k + 1 == chunk.count && ts != chunk.last_ts)
+                            {
+                                return Err((
+                                    "a chunk's stamps are its first and last record's",
+                                    format!("record {k} stamped {ts}: {chunk:?}"),
+                                ));
+                            }
                             at += len;
+                        }
+                        // A whole stored chunk is shipped with its stored
+                        // checksum, unread: it must be the records'.
+                        if at != chunk.records.len()
+                            || chunk.crc32c() != crc32c::crc32c(&chunk.records)
+                        {
+                            return Err((
+                                "a chunk holds its records and their checksum",
+                                format!(
+                                    "{at} of {} bytes walked, crc {:x} (stored {:?})",
+                                    chunk.records.len(),
+                                    crc32c::crc32c(&chunk.records),
+                                    chunk.records_crc
+                                ),
+                            ));
                         }
                         got += chunk.count;
                         continue;

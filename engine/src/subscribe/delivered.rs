@@ -62,6 +62,19 @@ pub struct RawChunk {
     /// The records back to back in the stored record format (a view of a
     /// window or a segment mapping, not a copy).
     pub records: Bytes,
+    /// CRC-32C of `records` when it is known without reading them again:
+    /// they are a whole stored chunk's body, whose checksum the read just
+    /// verified. [`RawChunk::crc32c`] computes it otherwise.
+    pub records_crc: Option<u32>,
+}
+
+impl RawChunk {
+    /// CRC-32C of the records: the stored chunk's when they are its whole
+    /// body, computed otherwise.
+    pub fn crc32c(&self) -> u32 {
+        self.records_crc
+            .unwrap_or_else(|| crc32c::crc32c(&self.records))
+    }
 }
 
 /// What [`Subscription::poll`] found.

@@ -9,6 +9,7 @@ use super::reader::ShardReader;
 #[cfg(doc)]
 use super::Subscription;
 use super::{Delivered, RawChunk, Selector, SubscribeError};
+use crate::chunk::ChunkHeader;
 use crate::record;
 use crate::shard::ShardShared;
 
@@ -20,6 +21,9 @@ pub(super) struct Lane {
     pub(super) at: usize,
     /// The run is sealed (see `reader::Run::sealed`): chunk mode may ship it.
     pub(super) run_sealed: bool,
+    /// The run's chunk header while the run is a whole chunk body (see
+    /// `reader::Run::whole`); it describes the run only while `at` is 0.
+    pub(super) run_whole: Option<ChunkHeader>,
     /// Next offset to deliver (the cursor): every earlier one was delivered or filtered out.
     pub(super) next: u64,
     /// The record at `at`, when it matches the filter.
@@ -132,6 +136,7 @@ impl Lane {
                 self.run = run.bytes;
                 self.at = 0;
                 self.run_sealed = run.sealed;
+                self.run_whole = run.whole;
                 Ok(true)
             }
             None => Ok(false),
@@ -177,6 +182,28 @@ impl Lane {
     pub(super) fn take_records(&mut self, max_bytes: usize) -> Result<RawChunk, SubscribeError> {
         let rest = self.run.slice(self.at..);
         let shard = self.shard().id;
+        // A whole stored chunk that fits: its verified header already says
+        // what a walk would find, and its body checksum is the chunk's.
+        if let Some(header) = self
+            .run_whole
+            .filter(|_| self.at == 0 && rest.len() <= max_bytes)
+        {
+            debug_assert_eq!(header.first_offset, self.next);
+            let count = u64::from(header.record_count);
+            self.at = rest.len();
+            self.next += count;
+            self.head = None;
+            self.seen_ts = self.seen_ts.max(header.last_ts);
+            return Ok(RawChunk {
+                shard,
+                first_offset: header.first_offset,
+                count,
+                first_ts: header.first_ts,
+                last_ts: header.last_ts,
+                records_crc: Some(header.body_crc),
+                records: rest,
+            });
+        }
         let bad = |source| SubscribeError::Record { shard, source };
         let (mut at, mut count, mut first_ts, mut last_ts) = (0, 0u64, 0, 0);
         while at < rest.len() {
@@ -205,6 +232,7 @@ impl Lane {
             count,
             first_ts,
             last_ts,
+            records_crc: None,
             records: rest.slice(..at),
         };
         self.at += at;

@@ -176,6 +176,7 @@ impl Subscription {
                 run: Bytes::new(),
                 at: 0,
                 run_sealed: false,
+                run_whole: None,
                 next,
                 head: None,
                 seen_ts: 0,

@@ -28,6 +28,11 @@ pub(crate) struct Run {
     /// segment chunk's body or the rest of a sealed window. An unsealed run is
     /// the open window's committed prefix: the live edge.
     pub sealed: bool,
+    /// The run is a whole segment chunk's body, from its first record, and
+    /// this is the chunk's verified header: its count, stamps and body
+    /// checksum describe exactly these bytes, so chunk mode ships them
+    /// without walking or checksumming them again.
+    pub whole: Option<ChunkHeader>,
 }
 
 /// Where the reader left off, so the next read continues without searching.
@@ -197,6 +202,7 @@ impl ShardReader {
             bytes,
             first_offset: next,
             sealed: sealed && cut.is_none(),
+            whole: None,
         })
     }
 
@@ -248,6 +254,7 @@ impl ShardReader {
                         bytes: body.slice(start..),
                         first_offset: next,
                         sealed: true,
+                        whole: (start == 0).then_some(header),
                     });
                 }
                 Some(header) => {

@@ -199,10 +199,17 @@ fn every_variant_round_trips_through_raw() {
         prefixed.extend(&wire);
         for response in [RawSubscribeResponse::Fields(fields.clone()), once] {
             let lease = std::sync::Arc::new(());
-            let frame = response.into_frame(lease.clone());
-            assert_eq!(&frame[..], &prefixed[..], "{expected:?}");
-            let part = frame.slice(1..);
-            drop(frame);
+            let frames = response.into_frame(lease.clone());
+            assert_eq!(frames.parts().concat(), prefixed, "{expected:?}");
+            // The lease is in the last part written, and lives as long as
+            // any slice of it.
+            let last = frames
+                .into_parts()
+                .into_iter()
+                .rfind(|p| !p.is_empty())
+                .expect("a frame has bytes");
+            let part = last.slice(1..);
+            drop(last);
             assert_eq!(std::sync::Arc::strong_count(&lease), 2, "kept by a part");
             drop(part);
             assert_eq!(
@@ -210,6 +217,51 @@ fn every_variant_round_trips_through_raw() {
                 1,
                 "dropped with the last part"
             );
+        }
+    }
+}
+
+/// A chunk response's frame is the prost encoding in three parts, whatever
+/// the fields' sizes (each varint length at its byte boundaries, zero fields
+/// left out), and its records part is the chunk's own bytes, not a copy.
+#[test]
+fn chunk_frames_are_the_encoding_with_the_records_uncopied() {
+    use ringfeed_proto::raw::{chunk_frame, RawResponseFields};
+    let lengths = [1usize, 127, 128, 16_383, 16_384, 70_000, 1 << 20];
+    let mut case = 0u64;
+    for &records_len in &lengths {
+        for cursor_len in [0usize, 1, 127, 128] {
+            for zeros in [false, true] {
+                case += 1;
+                let value = |v: u64| if zeros { 0 } else { v.wrapping_mul(case) };
+                let records = Bytes::from(vec![(case % 251) as u8; records_len]);
+                let chunk = ChunkMessage {
+                    shard: value(3) as u32,
+                    first_offset: value(1 << 40),
+                    record_count: value(200) as u32,
+                    crc32c: value(0x9e37_79b9) as u32,
+                    records: records.clone(),
+                    first_ts_ns: value(1_700_000_000_000_000_000) as i64,
+                    last_ts_ns: -(value(5) as i64),
+                };
+                let cursor = Bytes::from(vec![7u8; cursor_len]);
+                let wire = RawResponseFields {
+                    cursor: cursor.clone(),
+                    item: Some(RawItem::Chunk(chunk.clone())),
+                }
+                .encode_to_vec();
+                let mut prefixed = vec![0];
+                prefixed.extend((wire.len() as u32).to_be_bytes());
+                prefixed.extend(&wire);
+                let frames = chunk_frame(&cursor, chunk);
+                assert_eq!(
+                    frames.parts().concat(),
+                    prefixed,
+                    "records {records_len}, cursor {cursor_len}, zeros {zeros}"
+                );
+                assert_eq!(frames.parts()[1].as_ptr(), records.as_ptr(), "not copied");
+                assert!(frames.parts()[0].len() < cursor_len + 64 && frames.parts()[2].len() < 32);
+            }
         }
     }
 }

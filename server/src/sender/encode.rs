@@ -33,7 +33,7 @@ pub(super) fn chunk_message(chunk: RawChunk) -> v1::ChunkMessage {
         shard: chunk.shard,
         first_offset: chunk.first_offset,
         record_count: chunk.count as u32,
-        crc32c: crc32c::crc32c(&chunk.records),
+        crc32c: chunk.crc32c(),
         records: chunk.records,
         first_ts_ns: chunk.first_ts,
         last_ts_ns: chunk.last_ts,

@@ -21,7 +21,8 @@ pub struct SubscriberLimits {
     /// (each at most `MAX_FILTER_PATH_BYTES` of paths); a subscriber past
     /// it is refused with RESOURCE_EXHAUSTED.
     pub filter_budget_bytes: usize,
-    /// Most record bytes of one chunk response (at least one record).
+    /// Most record bytes of one chunk response (at least one record): one
+    /// stored chunk of the default `window_bytes`.
     pub chunk_max_bytes: usize,
     /// Bytes each stream may hold encoded in the HTTP/2 layer and not yet
     /// written to its connection (hyper's per-stream send buffer).
@@ -46,7 +47,11 @@ impl Default for SubscriberLimits {
             response_budget_bytes: 128 << 20,
             backlog_readers: 64,
             filter_budget_bytes: 64 << 20,
-            chunk_max_bytes: 64 << 10,
+            // A stored chunk holds at most one ring window (`window_bytes`,
+            // 1 MiB by default): whole, it goes with its stored checksum and
+            // no walk of its records (`RawChunk::records_crc`). Its records
+            // are a view of the segment mapping, not copied into the frame.
+            chunk_max_bytes: 1 << 20,
             send_buffer_bytes: 64 << 10,
             stall_timeout: Duration::from_secs(60),
             keepalive_interval: Duration::from_secs(20),

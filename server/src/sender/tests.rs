@@ -37,7 +37,8 @@ async fn a_response_holds_its_budget_until_its_frame_is_dropped() {
     // The outbox lives on: the stream is open, nothing more queued.
     let (budget, _outbox, mut responses) = two_queued().await;
     let frame = |r: Option<Result<RawSubscribeResponse, Status>>| match r {
-        Some(Ok(RawSubscribeResponse::Framed(frame))) => frame,
+        // A heartbeat's frame is one part.
+        Some(Ok(RawSubscribeResponse::Framed(frames))) => frames.into_parts()[0].clone(),
         other => panic!("not a frame: {other:?}"),
     };
     let first = frame(responses.next().await);

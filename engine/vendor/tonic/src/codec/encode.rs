@@ -1,7 +1,9 @@
 use super::compression::{
     compress, CompressionEncoding, CompressionSettings, SingleMessageCompressionOverride,
 };
-use super::{BufferSettings, EncodeBuf, Encoder, DEFAULT_MAX_SEND_MESSAGE_SIZE, HEADER_SIZE};
+use super::{
+    BufferSettings, EncodeBuf, Encoder, Frames, DEFAULT_MAX_SEND_MESSAGE_SIZE, HEADER_SIZE,
+};
 use crate::Status;
 use bytes::{BufMut, Bytes, BytesMut};
 use http::HeaderMap;
@@ -29,9 +31,9 @@ struct EncodedBytes<T, U> {
     buf: BytesMut,
     uncompression_buf: BytesMut,
     error: Option<Status>,
-    /// ringfeed patch: a frame (`Encoder::frame`) that waits for the bytes
-    /// encoded before it to be yielded first.
-    frame: Option<Bytes>,
+    /// ringfeed patch: the parts of frames (`Encoder::frame`) not yielded
+    /// yet, which wait for the bytes encoded before them.
+    frame: Frames,
 }
 
 impl<T: Encoder, U: Stream> EncodedBytes<T, U> {
@@ -69,7 +71,7 @@ impl<T: Encoder, U: Stream> EncodedBytes<T, U> {
             buf,
             uncompression_buf,
             error: None,
-            frame: None,
+            frame: Frames::default(),
         }
     }
 }
@@ -94,8 +96,8 @@ where
         } = self.project();
         let buffer_settings = encoder.buffer_settings();
 
-        if let Some(frame) = frame.take() {
-            return Poll::Ready(Some(Ok(frame)));
+        if let Some(part) = frame.take_part() {
+            return Poll::Ready(Some(Ok(part)));
         }
         if let Some(status) = error.take() {
             return Poll::Ready(Some(Err(status)));
@@ -118,8 +120,8 @@ where
                     let item = match compression_encoding {
                         Some(_) => item,
                         None => match encoder.frame(item) {
-                            Ok(framed) => {
-                                if let Err(status) = check_frame(&framed, *max_message_size) {
+                            Ok(mut framed) => {
+                                if let Err(status) = check_frame(framed.parts(), *max_message_size) {
                                     // What was encoded before it still
                                     // goes out, as before a source's error.
                                     if buf.is_empty() {
@@ -129,9 +131,11 @@ where
                                     return Poll::Ready(Some(Ok(buf.split_to(buf.len()).freeze())));
                                 }
                                 if buf.is_empty() {
-                                    return Poll::Ready(Some(Ok(framed)));
+                                    let first = framed.take_part().unwrap_or_default();
+                                    *frame = framed;
+                                    return Poll::Ready(Some(Ok(first)));
                                 }
-                                *frame = Some(framed);
+                                *frame = framed;
                                 return Poll::Ready(Some(Ok(buf.split_to(buf.len()).freeze())));
                             }
                             Err(item) => item,
@@ -168,18 +172,35 @@ where
     }
 }
 
-/// ringfeed patch: a frame from `Encoder::frame` has its 5-byte prefix,
-/// uncompressed, saying the length that follows, within the size limit.
-fn check_frame(frames: &[u8], max_message_size: Option<usize>) -> Result<(), Status> {
-    // ringfeed patch: one or more frames back to back, each checked.
+/// ringfeed patch: frames from `Encoder::frame` (one or more back to back,
+/// across the parts) each have a 5-byte prefix, uncompressed, saying the
+/// length that follows, within the size limit.
+fn check_frame(parts: &[Bytes; 3], max_message_size: Option<usize>) -> Result<(), Status> {
     let limit = max_message_size.unwrap_or(DEFAULT_MAX_SEND_MESSAGE_SIZE);
-    let mut rest = frames;
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    // The byte at `at` of the parts joined (`at` < `total`).
+    let byte_at = |mut at: usize| {
+        for part in parts {
+            if at < part.len() {
+                return part[at];
+            }
+            at -= part.len();
+        }
+        unreachable!("at is below the parts' total")
+    };
+    let mut at = 0;
     loop {
-        let Some((prefix, after)) = rest.split_first_chunk::<HEADER_SIZE>() else {
+        if total - at < HEADER_SIZE {
             return Err(Status::internal("a gRPC frame shorter than its prefix"));
-        };
-        let said = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
-        if prefix[0] != 0 || said > after.len() {
+        }
+        let said = u32::from_be_bytes([
+            byte_at(at + 1),
+            byte_at(at + 2),
+            byte_at(at + 3),
+            byte_at(at + 4),
+        ]) as usize;
+        at += HEADER_SIZE;
+        if byte_at(at - HEADER_SIZE) != 0 || said > total - at {
             return Err(Status::internal("a gRPC frame whose prefix does not match it"));
         }
         if said > limit {
@@ -187,8 +208,8 @@ fn check_frame(frames: &[u8], max_message_size: Option<usize>) -> Result<(), Sta
                 "Error, encoded message length too large: found {said} bytes, the limit is: {limit} bytes"
             )));
         }
-        rest = &after[said..];
-        if rest.is_empty() {
+        at += said;
+        if at == total {
             return Ok(());
         }
     }

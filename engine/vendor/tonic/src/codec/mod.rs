@@ -141,8 +141,60 @@ pub trait Encoder {
     /// as `Ok` and goes to the transport as it is, never copied into the
     /// encode buffer; `Err` gives the item back to be encoded as usual. Not
     /// used with compression.
-    fn frame(&mut self, item: Self::Item) -> Result<bytes::Bytes, Self::Item> {
+    fn frame(&mut self, item: Self::Item) -> Result<Frames, Self::Item> {
         Err(item)
+    }
+}
+
+/// ringfeed patch: what [`Encoder::frame`] returns: complete gRPC message
+/// frames, back to back, in up to three parts that go to the transport in
+/// turn and are never joined (a message whose large field is a view of
+/// stored bytes: the bytes before that field, the field, the bytes after).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Frames {
+    parts: [bytes::Bytes; 3],
+}
+
+impl Frames {
+    /// The frames whose bytes are `parts`, in order.
+    pub fn new(parts: [bytes::Bytes; 3]) -> Frames {
+        Frames { parts }
+    }
+
+    /// The parts, in order (some may be empty).
+    pub fn parts(&self) -> &[bytes::Bytes; 3] {
+        &self.parts
+    }
+
+    /// The parts, in order (some may be empty).
+    pub fn into_parts(self) -> [bytes::Bytes; 3] {
+        self.parts
+    }
+
+    /// Bytes in all parts.
+    pub fn len(&self) -> usize {
+        self.parts.iter().map(|p| p.len()).sum()
+    }
+
+    /// No bytes at all.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Takes the first part that is not empty.
+    pub(crate) fn take_part(&mut self) -> Option<bytes::Bytes> {
+        self.parts
+            .iter_mut()
+            .find(|p| !p.is_empty())
+            .map(std::mem::take)
+    }
+}
+
+impl From<bytes::Bytes> for Frames {
+    fn from(bytes: bytes::Bytes) -> Frames {
+        Frames {
+            parts: [bytes, bytes::Bytes::new(), bytes::Bytes::new()],
+        }
     }
 }
 
