@@ -55,7 +55,8 @@ pub(super) async fn catchup(
             catch_up_figures(&mut row, &collected, size);
             client0.figures(&mut row, collected.delivered);
             server_figures(&mut row, system, cpu(system) - cpu0, &each0);
-            served_as_named(system, &mut row, chunk_mode, chunks0).await?;
+            let backlog = events * size as u64;
+            served_as_named(system, &mut row, chunk_mode, chunks0, backlog).await?;
             rows.push(row);
         }
     }

@@ -62,7 +62,8 @@ pub(super) async fn storm(
                 row.figure("server RSS before MiB", rss_before);
             }
             server_figures(&mut row, system, cpu(system) - cpu0, &each0);
-            served_as_named(system, &mut row, chunk_mode, chunks0).await?;
+            let backlog = behind * size as u64;
+            served_as_named(system, &mut row, chunk_mode, chunks0, backlog).await?;
             rows.push(row);
         }
     }

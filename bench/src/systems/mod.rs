@@ -243,9 +243,11 @@ pub trait System: Send + Sync {
         None
     }
 
-    /// Chunk-mode responses the server has sent so far, for a server the
-    /// bench started (ringfeed: its metrics); `None` otherwise.
-    async fn chunks_sent(&self) -> Option<Result<u64>> {
+    /// Chunk-mode responses the server has sent so far, and the backlog in
+    /// bytes past which a chunk-mode catch-up must get chunks (what the
+    /// server's open windows cannot hold), for a server the bench started
+    /// (ringfeed: its metrics); `None` otherwise.
+    async fn chunks_sent(&self) -> Option<Result<(u64, u64)>> {
         None
     }
 
@@ -320,6 +322,8 @@ pub struct RingfeedOptions {
     pub chunk_mode: bool,
     /// Shards of the server the bench starts.
     pub shards: u32,
+    /// Its `window_bytes`, when not the server's default.
+    pub window_bytes: Option<usize>,
 }
 
 /// Starts `kind` on loopback with its data under `dir` (created empty),

@@ -23,6 +23,9 @@ use crate::util::now_ns;
 pub struct Ringfeed {
     pub addr: String,
     pub chunk_mode: bool,
+    /// Shards and `window_bytes` of the server the bench started.
+    shards: u32,
+    window_bytes: usize,
     /// Against a `--target`, "the beginning" is when the bench connected:
     /// the server may hold older events that are not the bench's.
     beginning_ns: Option<i64>,
@@ -68,6 +71,8 @@ impl Ringfeed {
             return Ok(Ringfeed {
                 addr: addr.clone(),
                 chunk_mode: options.chunk_mode,
+                shards: options.shards,
+                window_bytes: options.window_bytes.unwrap_or(1 << 20),
                 beginning_ns: Some(now_ns()),
                 processes: Vec::new(),
                 metrics: None,
@@ -85,7 +90,15 @@ impl Ringfeed {
         // RINGFEED_BENCH_SERVE_TOML: more config lines for the server, to
         // set one binary's runs side by side with different settings.
         let extra = std::env::var("RINGFEED_BENCH_SERVE_TOML").unwrap_or_default();
-        std::fs::write(&config, format!("max_connections = {most}\n{extra}\n"))?;
+        let window = options
+            .window_bytes
+            // An event may fill at most a quarter of a window.
+            .map(|w| format!("window_bytes = {w}\nmax_event_bytes = {}\n", w / 4))
+            .unwrap_or_default();
+        std::fs::write(
+            &config,
+            format!("max_connections = {most}\n{window}{extra}\n"),
+        )?;
         let (process, addr) = spawn_server_with(
             &dir.join("data"),
             options.shards.max(1),
@@ -99,6 +112,8 @@ impl Ringfeed {
         Ok(Ringfeed {
             addr,
             chunk_mode: options.chunk_mode,
+            shards: options.shards.max(1),
+            window_bytes: options.window_bytes.unwrap_or(1 << 20),
             beginning_ns: None,
             processes: vec![process],
             metrics: Some(metrics),
@@ -160,13 +175,14 @@ impl super::System for Ringfeed {
         self.chunk_mode = on;
     }
 
-    async fn chunks_sent(&self) -> Option<Result<u64>> {
+    async fn chunks_sent(&self) -> Option<Result<(u64, u64)>> {
         let at = self.metrics?;
-        Some(
-            crate::util::scrape_metrics(at).await.map(|m| {
-                crate::util::metric_sum(&m, "ringfeed_subscriber_chunks_sent_total") as u64
-            }),
-        )
+        // Two windows a shard: only the open one is never shipped as chunks.
+        let past = 2 * u64::from(self.shards) * self.window_bytes as u64;
+        Some(crate::util::scrape_metrics(at).await.map(|m| {
+            let sent = crate::util::metric_sum(&m, "ringfeed_subscriber_chunks_sent_total");
+            (sent as u64, past)
+        }))
     }
 
     async fn syncs(&self) -> Option<Result<u64>> {
