@@ -196,8 +196,6 @@ pub(super) async fn collect(
     Ok(all)
 }
 
-/// The figures of a catch-up (`catchup`, `storm`): throughput over the run,
-/// and the time until all were caught up when none hit the time limit.
 /// Chunk-mode responses the server has sent so far and the backlog past
 /// which chunks must flow (`None` where its metrics are not readable: a
 /// `--target` server, the other systems).
@@ -238,6 +236,8 @@ pub(super) async fn served_as_named(
     Ok(())
 }
 
+/// The figures of a catch-up (`catchup`, `storm`): throughput over the run,
+/// and the time until all were caught up when none hit the time limit.
 pub(super) fn catch_up_figures(row: &mut Row, c: &Collected, size: usize) {
     let secs = c.last.as_secs_f64();
     if c.timed_out == 0 {

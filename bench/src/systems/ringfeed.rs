@@ -63,6 +63,13 @@ pub async fn connect(addr: &str) -> Result<RingFeedClient<Channel>> {
         .map_err(|e| anyhow!("connecting to {addr}: {e}"))
 }
 
+/// The `window_bytes` of the server `options` describe.
+fn window_bytes(options: &RingfeedOptions) -> usize {
+    options
+        .window_bytes
+        .unwrap_or_else(|| ringfeed_engine::EngineConfig::default().window_bytes)
+}
+
 impl Ringfeed {
     pub async fn start(dir: &Path, options: &RingfeedOptions) -> Result<Ringfeed> {
         if let Some(addr) = &options.target {
@@ -72,7 +79,7 @@ impl Ringfeed {
                 addr: addr.clone(),
                 chunk_mode: options.chunk_mode,
                 shards: options.shards,
-                window_bytes: options.window_bytes.unwrap_or(1 << 20),
+                window_bytes: window_bytes(options),
                 beginning_ns: Some(now_ns()),
                 processes: Vec::new(),
                 metrics: None,
@@ -113,7 +120,7 @@ impl Ringfeed {
             addr,
             chunk_mode: options.chunk_mode,
             shards: options.shards.max(1),
-            window_bytes: options.window_bytes.unwrap_or(1 << 20),
+            window_bytes: window_bytes(options),
             beginning_ns: None,
             processes: vec![process],
             metrics: Some(metrics),

@@ -184,26 +184,51 @@ impl Lane {
         let shard = self.shard().id;
         // A whole stored chunk that fits: its verified header already says
         // what a walk would find, and its body checksum is the chunk's.
-        if let Some(header) = self
+        let whole = self
             .run_whole
-            .filter(|_| self.at == 0 && rest.len() <= max_bytes)
-        {
-            debug_assert_eq!(header.first_offset, self.next);
-            let count = u64::from(header.record_count);
-            self.at = rest.len();
-            self.next += count;
-            self.head = None;
-            self.seen_ts = self.seen_ts.max(header.last_ts);
-            return Ok(RawChunk {
-                shard,
-                first_offset: header.first_offset,
-                count,
-                first_ts: header.first_ts,
-                last_ts: header.last_ts,
-                records_crc: Some(header.body_crc),
-                records: rest,
-            });
-        }
+            .filter(|_| self.at == 0 && rest.len() <= max_bytes);
+        let (at, count, first_ts, last_ts, records_crc) = match whole {
+            Some(header) => {
+                debug_assert_eq!(header.first_offset, self.next);
+                let count = u64::from(header.record_count);
+                (
+                    rest.len(),
+                    count,
+                    header.first_ts,
+                    header.last_ts,
+                    Some(header.body_crc),
+                )
+            }
+            None => {
+                let (at, count, first_ts, last_ts) = self.walk_records(&rest, max_bytes)?;
+                (at, count, first_ts, last_ts, None)
+            }
+        };
+        let chunk = RawChunk {
+            shard,
+            first_offset: self.next,
+            count,
+            first_ts,
+            last_ts,
+            records_crc,
+            records: rest.slice(..at),
+        };
+        self.at += at;
+        self.next += count;
+        self.head = None;
+        self.seen_ts = self.seen_ts.max(last_ts);
+        Ok(chunk)
+    }
+
+    /// The records at the start of `rest` (the run from `at`) that fit in
+    /// `max_bytes` (at least one): their length, count and first and last
+    /// stamps, checking that they hold the expected offsets densely.
+    fn walk_records(
+        &self,
+        rest: &[u8],
+        max_bytes: usize,
+    ) -> Result<(usize, u64, i64, i64), SubscribeError> {
+        let shard = self.shard().id;
         let bad = |source| SubscribeError::Record { shard, source };
         let (mut at, mut count, mut first_ts, mut last_ts) = (0, 0u64, 0, 0);
         while at < rest.len() {
@@ -226,20 +251,7 @@ impl Lane {
             at += len;
             count += 1;
         }
-        let chunk = RawChunk {
-            shard,
-            first_offset: self.next,
-            count,
-            first_ts,
-            last_ts,
-            records_crc: None,
-            records: rest.slice(..at),
-        };
-        self.at += at;
-        self.next += count;
-        self.head = None;
-        self.seen_ts = self.seen_ts.max(last_ts);
-        Ok(chunk)
+        Ok((at, count, first_ts, last_ts))
     }
 
     /// Stamp of the first unconsumed record of the current run.
