@@ -68,39 +68,40 @@ impl ClientCost {
     }
 }
 
-/// Adds the serving process's CPU (`cpu_s`, from [`cpu`]) and peak memory,
-/// when the bench started it; for a system of several processes also each
-/// one's (its CPU since `each_before`, from [`cpu_each`]) and their totals,
-/// labelled as such (peaks reached at different moments, added).
+/// Adds the serving process's CPU (since `each_before`, from [`cpu_each`];
+/// `cpu_s`, from [`cpu`], without it) and peak memory, when the bench started
+/// it; for a system of several processes also each one's, from the same
+/// reading, and their totals, labelled as such (peaks reached at different
+/// moments, added).
 pub(super) fn server_figures(row: &mut Row, system: &dyn System, cpu_s: f64, each_before: &[f64]) {
-    if !system.processes().is_empty() {
-        row.figure("server CPU s", cpu_s);
-        row.figure("server peak RSS MiB", memory_mib(system, "VmHWM"));
+    let processes = system.processes();
+    if processes.is_empty() {
+        return;
     }
+    // Each process read once: the serving process's figures and its share
+    // by name are the same reading (read twice, a tick could fall between).
+    let cpu_after = cpu_each(system);
+    let peaks: Vec<f64> = processes
+        .iter()
+        .map(|p| p.memory("VmHWM") as f64 / f64::from(1 << 20))
+        .collect();
+    let spent = |i: usize| each_before.get(i).map(|before| cpu_after[i] - before);
+    let serving = system.serving();
+    row.figure("server CPU s", spent(serving).unwrap_or(cpu_s));
+    row.figure(
+        "server peak RSS MiB",
+        peaks.get(serving).copied().unwrap_or(0.0),
+    );
     // A system of several processes: each one's share, by name.
-    if system.processes().len() > 1 {
-        let all: f64 = system
-            .processes()
-            .iter()
-            .zip(each_before)
-            .map(|(p, before)| p.cpu_seconds() - before)
-            .sum();
+    if processes.len() > 1 {
+        let all: f64 = (0..processes.len()).filter_map(spent).sum();
         row.figure("all processes CPU s", all);
-        let peaks: f64 = system
-            .processes()
-            .iter()
-            .map(|p| p.memory("VmHWM") as f64)
-            .sum::<f64>()
-            / f64::from(1 << 20);
-        row.figure("sum of process peaks RSS MiB", peaks);
-        for (i, p) in system.processes().iter().enumerate() {
-            if let Some(before) = each_before.get(i) {
-                row.figure(&format!("{} CPU s", p.name), p.cpu_seconds() - before);
+        row.figure("sum of process peaks RSS MiB", peaks.iter().sum());
+        for (i, p) in processes.iter().enumerate() {
+            if let Some(cpu) = spent(i) {
+                row.figure(&format!("{} CPU s", p.name), cpu);
             }
-            row.figure(
-                &format!("{} peak RSS MiB", p.name),
-                p.memory("VmHWM") as f64 / f64::from(1 << 20),
-            );
+            row.figure(&format!("{} peak RSS MiB", p.name), peaks[i]);
         }
     }
 }
