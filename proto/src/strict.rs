@@ -107,20 +107,45 @@ pub fn fuzz_event(bytes: &[u8]) {
 }
 
 fn check_at(rules: &Rules, index: usize, bytes: &[u8]) -> Result<(), Refusal> {
-    // The path is kept as (message, field number) and named only for a
-    // refusal: naming each field as it was walked cost more than the walk.
-    let mut path = Vec::new();
-    walk(rules, index, bytes, &mut path, 1).map_err(|reason| Refusal {
-        field: path
+    walk(rules, index, bytes, 1).map_err(|fault| Refusal {
+        field: fault
+            .path
             .iter()
+            .rev()
             .map(|&(message, number)| match rules.field(message, number) {
                 Some(field) => field.name.clone(),
                 None => format!("#{number}"),
             })
             .collect::<Vec<_>>()
             .join("."),
-        reason,
+        reason: fault.reason,
     })
+}
+
+/// Why a walk stopped, and the field it was in: the path is gathered as
+/// the walk unwinds from the refusal (innermost field first), so an
+/// accepted event costs no allocation for it. (Kept as the walk went, a
+/// path cost a vector per event checked; naming each field as it was
+/// walked cost more than the walk.)
+struct Fault {
+    reason: String,
+    /// (message, field number), innermost first.
+    path: Vec<(usize, u64)>,
+}
+
+impl Fault {
+    fn new(reason: String) -> Fault {
+        Fault {
+            reason,
+            path: Vec::new(),
+        }
+    }
+
+    /// The fault, inside field `number` of message `message`.
+    fn within(mut self, message: usize, number: u64) -> Fault {
+        self.path.push((message, number));
+        self
+    }
 }
 
 /// The wire types of proto3.
@@ -232,57 +257,55 @@ fn compile(message: &DescriptorProto, by_name: &HashMap<String, usize>) -> Vec<O
     fields
 }
 
-/// Checks the fields of message `index` in `bytes`; on a refusal, `path`
-/// holds the field it is in.
-fn walk(
-    rules: &Rules,
-    index: usize,
-    mut bytes: &[u8],
-    path: &mut Vec<(usize, u64)>,
-    depth: usize,
-) -> Result<(), String> {
+/// Checks the fields of message `index` in `bytes`.
+fn walk(rules: &Rules, index: usize, mut bytes: &[u8], depth: usize) -> Result<(), Fault> {
     if depth > MAX_DEPTH {
-        return Err(format!("messages nested more than {MAX_DEPTH} deep"));
+        return Err(Fault::new(format!(
+            "messages nested more than {MAX_DEPTH} deep"
+        )));
     }
     while !bytes.is_empty() {
-        let key = varint(&mut bytes).map_err(|e| format!("a field key {e}"))?;
+        let key = varint(&mut bytes).map_err(|e| Fault::new(format!("a field key {e}")))?;
         let number = key >> 3;
         if number == 0 || number > (1 << 29) - 1 {
-            return Err(format!("field number {number} is outside 1..=536870911"));
+            return Err(Fault::new(format!(
+                "field number {number} is outside 1..=536870911"
+            )));
         }
         let field = rules.field(index, number);
-        path.push((index, number));
+        // From here a refusal is in this field.
+        let refused = |reason: String| Fault::new(reason).within(index, number);
         let wire = match key & 7 {
             0 => Wire::Varint,
             1 => Wire::Fixed64,
             2 => Wire::Len,
             5 => Wire::Fixed32,
             3 | 4 => {
-                return Err(format!(
+                return Err(refused(format!(
                     "wire type {} (a group) is refused: groups are not proto3, and decoders \
                      read them differently",
                     key & 7
-                ))
+                )))
             }
-            other => return Err(format!("wire type {other} does not exist")),
+            other => return Err(refused(format!("wire type {other} does not exist"))),
         };
         let value = match wire {
             Wire::Varint => {
-                varint(&mut bytes)?;
+                varint(&mut bytes).map_err(refused)?;
                 &[][..]
             }
-            Wire::Fixed64 => take(&mut bytes, 8)?,
-            Wire::Fixed32 => take(&mut bytes, 4)?,
+            Wire::Fixed64 => take(&mut bytes, 8).map_err(refused)?,
+            Wire::Fixed32 => take(&mut bytes, 4).map_err(refused)?,
             Wire::Len => {
-                let len = varint(&mut bytes).map_err(|e| format!("a length {e}"))?;
-                let len = usize::try_from(len).map_err(|_| "a length past the end".to_owned())?;
-                take(&mut bytes, len)?
+                let len = varint(&mut bytes).map_err(|e| refused(format!("a length {e}")))?;
+                let len = usize::try_from(len)
+                    .map_err(|_| refused("a length past the end".to_owned()))?;
+                take(&mut bytes, len).map_err(refused)?
             }
         };
         if let Some(field) = field {
-            known(rules, field, wire, value, path, depth)?;
+            known(rules, field, wire, value, depth).map_err(|f| f.within(index, number))?;
         }
-        path.pop();
     }
     Ok(())
 }
@@ -293,9 +316,8 @@ fn known(
     field: &Field,
     wire: Wire,
     value: &[u8],
-    path: &mut Vec<(usize, u64)>,
     depth: usize,
-) -> Result<(), String> {
+) -> Result<(), Fault> {
     let expected = match field.kind {
         Kind::Scalar(w) => w,
         Kind::String | Kind::Bytes | Kind::Message(_) => Wire::Len,
@@ -307,28 +329,28 @@ fn known(
             let mut packed = value;
             while !packed.is_empty() {
                 match w {
-                    Wire::Varint => varint(&mut packed).map(drop)?,
-                    Wire::Fixed64 => take(&mut packed, 8).map(drop)?,
-                    Wire::Fixed32 => take(&mut packed, 4).map(drop)?,
+                    Wire::Varint => varint(&mut packed).map(drop),
+                    Wire::Fixed64 => take(&mut packed, 8).map(drop),
+                    Wire::Fixed32 => take(&mut packed, 4).map(drop),
                     Wire::Len => unreachable!("a scalar is never length-delimited"),
                 }
+                .map_err(Fault::new)?;
             }
             Ok(())
         }
         (Kind::String, Wire::Len) => std::str::from_utf8(value)
             .map(drop)
-            .map_err(|e| format!("not UTF-8 ({e})")),
+            .map_err(|e| Fault::new(format!("not UTF-8 ({e})"))),
         (Kind::Bytes, Wire::Len) => Ok(()),
-        (Kind::Message(index), Wire::Len) => walk(rules, index, value, path, depth + 1),
-        _ => Err(format!(
+        (Kind::Message(index), Wire::Len) => walk(rules, index, value, depth + 1),
+        _ => Err(Fault::new(format!(
             "wire type {} where its type needs {}",
             wire.name(),
             expected.name()
-        )),
+        ))),
     }
 }
 
-/// Reads a varint of at most 64 bits.
 fn varint(bytes: &mut &[u8]) -> Result<u64, String> {
     let mut value = 0u64;
     for i in 0..10 {
@@ -453,9 +475,8 @@ mod tests {
         // nests deeper than it declares: the bound is checked on a walk.
         let rules = rules();
         let entry = rules.by_name["ringfeed.v1.Entry"];
-        let mut path = Vec::new();
-        assert!(walk(rules, entry, &[], &mut path, MAX_DEPTH + 1).is_err());
-        assert!(walk(rules, entry, &[], &mut path, MAX_DEPTH).is_ok());
+        assert!(walk(rules, entry, &[], MAX_DEPTH + 1).is_err());
+        assert!(walk(rules, entry, &[], MAX_DEPTH).is_ok());
     }
 
     mod fuzz {

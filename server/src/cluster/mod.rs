@@ -64,8 +64,9 @@ use crate::registry::Registered;
 use crate::sender::{Admission, Outbox, Responses, SubscriberLimits};
 use peers::FromPeer;
 
-/// Events a peer's task may have sent and the merge not taken yet.
-const PEER_CHANNEL: usize = 4096;
+/// Steps (each at most a response's events, 512 by default) the peers'
+/// tasks may have sent and the merge not taken yet.
+const PEER_CHANNEL: usize = 8;
 
 /// One event on its way through the merge.
 struct Pending {
@@ -186,6 +187,7 @@ pub(crate) fn start(
         start,
         peer_tx,
         peer_rx,
+        held: FromPeer::default(),
         followers: 0,
         wake: Arc::new(Notify::new()),
         outbox,
@@ -224,6 +226,9 @@ struct ClusterStream {
     start: ClusterCursor,
     peer_tx: mpsc::Sender<FromPeer>,
     peer_rx: mpsc::Receiver<FromPeer>,
+    /// What is left of the last step taken from `peer_rx` (the merge was
+    /// full before all of it went in).
+    held: FromPeer,
     /// Followers started (each own follower's id).
     followers: u64,
     /// Woken when a shared feed this stream reads gets items.

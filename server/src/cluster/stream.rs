@@ -43,12 +43,7 @@ impl ClusterStream {
             // Listen before looking, so news in between is not missed.
             let changed = self.local.changed();
             let more_local = self.pull_local()?;
-            while !self.full(false) {
-                let Ok(item) = self.peer_rx.try_recv() else {
-                    break;
-                };
-                self.take_from_peer(item)?;
-            }
+            self.take_from_peers()?;
             self.pull_shared()?;
             let short = self.short_of_budget();
             let full = self.full_when(short, false);
@@ -59,6 +54,10 @@ impl ClusterStream {
             // The local pull stopped short and could go on now (budget came
             // back meanwhile): no news of events would wake it.
             if more_local && !self.full(true) {
+                continue;
+            }
+            // The same for what is left of a peer's step.
+            if !full && !self.held.is_empty() {
                 continue;
             }
             // until_ns: once every node (skipped ones too) is past it and
@@ -97,8 +96,11 @@ impl ClusterStream {
                 // read everything stood still until the next append.)
                 _ = admission.unit_freed(), if short => {}
                 _ = self.changes.changed() => self.join_new_peers()?,
-                item = self.peer_rx.recv(), if !full => match item {
-                    Some(item) => self.take_from_peer(item)?,
+                from = self.peer_rx.recv(), if !full => match from {
+                    Some(from) => {
+                        self.held = from;
+                        self.take_from_peers()?;
+                    }
                     None => return Err(Status::internal("the peers' tasks ended")),
                 },
                 _ = self.wake.notified(), if !full => {}
