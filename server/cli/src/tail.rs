@@ -5,7 +5,6 @@ use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use base64::Engine as _;
 use ringfeed_core::now_ns;
 use ringfeed_proto::bytes::Bytes;
 use ringfeed_proto::v1::subscribe_request::Start;
@@ -13,8 +12,8 @@ use ringfeed_proto::v1::{Ordering, Scope, SubscribeRequest};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use ringfeed_client::{
-    cursor_text, parse_cursor_text, write_event_parts_json, Backoff, Connection, CursorFile,
-    FollowedEvent, Follower, Step, CURSOR_TEXT,
+    cursor_text, parse_cursor_text, push_base64, push_int, write_event_parts_json, Backoff,
+    Connection, CursorFile, FollowedEvent, Follower, Step, CURSOR_TEXT,
 };
 
 use super::connection::{code_name, connect, Access, StoppedBy};
@@ -429,29 +428,26 @@ pub(super) fn subscribe_request(args: &TailArgs, now_ns: i64) -> Result<Subscrib
 /// wire form (printed as URL-safe base64, which needs no JSON escaping).
 pub(super) fn event_line(text: &mut Vec<u8>, event: &FollowedEvent, cursor: &[u8]) -> Result<()> {
     let start = text.len();
-    let _ = write!(text, r#"{{"ts":{},"#, event.ts_ns);
+    text.extend_from_slice(br#"{"ts":"#);
+    push_int(text, event.ts_ns);
     // Only cluster streams name the node (ids start at 1).
     if event.node != 0 {
-        let _ = write!(text, r#""node":{},"#, event.node);
+        text.extend_from_slice(br#","node":"#);
+        push_int(text, event.node);
     }
-    let _ = write!(
-        text,
-        r#""shard":{},"offset":{},"cursor":""#,
-        event.shard, event.offset
-    );
-    // Straight into the line (the streaming encoder cost 9 % of a tail).
-    let at = text.len();
-    let len = base64::encoded_len(cursor.len(), false).expect("a cursor's length");
-    text.resize(at + len, 0);
-    let written = CURSOR_TEXT
-        .encode_slice(cursor, &mut text[at..])
-        .expect("sized for the cursor");
-    text.truncate(at + written);
+    text.extend_from_slice(br#","shard":"#);
+    push_int(text, event.shard);
+    text.extend_from_slice(br#","offset":"#);
+    push_int(text, event.offset);
+    text.extend_from_slice(br#","cursor":""#);
+    push_base64(text, cursor, &CURSOR_TEXT);
     text.extend_from_slice(b"\",");
     // What the event did, beside its entries (which say it only implicitly).
     let parts = event.view().parts();
     if let Some(kind) = parts.as_ref().ok().and_then(|p| p.kind()) {
-        let _ = write!(text, r#""op":"{}","#, kind.name());
+        text.extend_from_slice(br#""op":""#);
+        text.extend_from_slice(kind.name().as_bytes());
+        text.extend_from_slice(br#"","#);
     }
     text.extend_from_slice(br#""event":"#);
     if let Err(e) = write_event_parts_json(&event.event, parts, text) {

@@ -8,8 +8,6 @@
 //! generated serializer does not fix) go through the full decode instead, so
 //! the text is always the generated serializer's.
 
-use std::io::Write as _;
-
 use ringfeed_proto::prost::{DecodeError, Message};
 use ringfeed_proto::v1;
 
@@ -75,7 +73,7 @@ fn write_parts(event: &EventParts<'_>, out: &mut Vec<u8>) -> Result<bool, Decode
             if i > 0 {
                 object.out.push(b',');
             }
-            let _ = write!(object.out, "{}", signature?);
+            push_int(object.out, signature?);
         }
         object.out.push(b']');
     }
@@ -89,33 +87,48 @@ fn write_entry(entry: &EntryParts<'_>, out: &mut Vec<u8>) {
         object.string("name", entry.name);
     }
     if entry.is_directory {
-        object.raw("isDirectory", format_args!("true"));
+        object.key("isDirectory");
+        object.out.extend_from_slice(b"true");
     }
     if entry.size != 0 {
-        object.raw("size", format_args!("\"{}\"", entry.size));
+        object.quoted_int("size", entry.size);
     }
     if entry.mtime_ns != 0 {
-        object.raw("mtimeNs", format_args!("\"{}\"", entry.mtime_ns));
+        object.quoted_int("mtimeNs", entry.mtime_ns);
     }
     if entry.mode != 0 {
-        object.raw("mode", format_args!("{}", entry.mode));
+        object.key("mode");
+        push_int(object.out, entry.mode);
     }
     if !entry.attributes.is_empty() {
         object.key("attributes");
         object.out.push(b'"');
-        {
-            let mut base64 = base64::write::EncoderWriter::new(
-                &mut *object.out,
-                &base64::engine::general_purpose::STANDARD,
-            );
-            base64
-                .write_all(entry.attributes)
-                .and_then(|()| base64.finish().map(drop))
-                .expect("writing to a Vec");
-        }
+        push_base64(
+            object.out,
+            entry.attributes,
+            &base64::engine::general_purpose::STANDARD,
+        );
         object.out.push(b'"');
     }
     object.close();
+}
+
+/// Appends `value` in decimal.
+pub fn push_int(out: &mut Vec<u8>, value: impl itoa::Integer) {
+    out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+}
+
+/// Appends `bytes` in `engine`'s base64, straight into `out` (the streaming
+/// encoder cost 9 % of a tail).
+pub fn push_base64(out: &mut Vec<u8>, bytes: &[u8], engine: &impl base64::Engine) {
+    let at = out.len();
+    let padded = base64::engine::Config::encode_padding(engine.config());
+    let len = base64::encoded_len(bytes.len(), padded).expect("a length that fits");
+    out.resize(at + len, 0);
+    let written = engine
+        .encode_slice(bytes, &mut out[at..])
+        .expect("sized for the bytes");
+    out.truncate(at + written);
 }
 
 /// A JSON object being written: commas between members.
@@ -143,12 +156,28 @@ impl<'a> Object<'a> {
     /// A string member, escaped as serde_json escapes.
     fn string(&mut self, name: &str, value: &str) {
         self.key(name);
-        serde_json::to_writer(&mut *self.out, value).expect("writing to a Vec");
+        // serde_json escapes only control characters, '"' and '\\'; a
+        // path holds none as a rule, and looking for them a whole string
+        // at a time is several times faster than its byte-by-byte escape
+        // (which was a sixth of a tail's CPU).
+        let plain = value
+            .bytes()
+            .fold(true, |plain, b| plain & (b >= 0x20 && b != b'"' && b != b'\\'));
+        if plain {
+            self.out.push(b'"');
+            self.out.extend_from_slice(value.as_bytes());
+            self.out.push(b'"');
+        } else {
+            serde_json::to_writer(&mut *self.out, value).expect("writing to a Vec");
+        }
     }
 
-    fn raw(&mut self, name: &str, value: std::fmt::Arguments<'_>) {
+    /// A 64-bit integer member, as proto3 JSON writes it: in quotes.
+    fn quoted_int(&mut self, name: &str, value: impl itoa::Integer) {
         self.key(name);
-        let _ = self.out.write_fmt(value);
+        self.out.push(b'"');
+        push_int(self.out, value);
+        self.out.push(b'"');
     }
 
     fn close(self) {
@@ -252,6 +281,9 @@ mod tests {
             "日本",
             "\u{1f600}",
             " ",
+            "\u{1f}",
+            "\t",
+            "~",
         ];
         let mut text = |n: u64| -> String {
             (0..n % 5)

@@ -41,7 +41,7 @@ pub use cursor_file::{cursor_text, parse_cursor_text, CursorFile, CURSOR_TEXT};
 pub use error::FollowError;
 pub use event::{FollowedEvent, Step};
 pub use follower::{request_filter, Connection, FollowStats, Follower};
-pub use json::{write_event_json, write_event_parts_json};
+pub use json::{push_base64, push_int, write_event_json, write_event_parts_json};
 pub use truncation::{Truncation, TRUNCATION_METADATA};
 pub use view::{EntryParts, EntryView, EventParts, EventView};
 
