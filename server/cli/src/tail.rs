@@ -12,8 +12,8 @@ use ringfeed_proto::v1::{Ordering, Scope, SubscribeRequest};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use ringfeed_client::{
-    cursor_text, parse_cursor_text, push_base64, push_int, write_event_parts_json, Backoff,
-    Connection, CursorFile, FollowedEvent, Follower, Step, CURSOR_TEXT,
+    cursor_text, parse_cursor_text, push_cursor_text, push_int, write_event_parts_json, Backoff,
+    Connection, CursorFile, FollowedEvent, Follower, Step,
 };
 
 use super::connection::{code_name, connect, Access, StoppedBy};
@@ -440,7 +440,7 @@ pub(super) fn event_line(text: &mut Vec<u8>, event: &FollowedEvent, cursor: &[u8
     text.extend_from_slice(br#","offset":"#);
     push_int(text, event.offset);
     text.extend_from_slice(br#","cursor":""#);
-    push_base64(text, cursor, &CURSOR_TEXT);
+    push_cursor_text(text, cursor);
     text.extend_from_slice(b"\",");
     // What the event did, beside its entries (which say it only implicitly).
     let parts = event.view().parts();

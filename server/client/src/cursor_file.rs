@@ -37,6 +37,11 @@ pub fn cursor_text(cursor: &[u8]) -> String {
     CURSOR_TEXT.encode(cursor)
 }
 
+/// [`cursor_text`], appended to `out` (as `tail` writes a line).
+pub fn push_cursor_text(out: &mut Vec<u8>, cursor: &[u8]) {
+    crate::json::push_base64(out, cursor, &base64_simd::URL_SAFE_NO_PAD);
+}
+
 /// A cursor's bytes from its text: URL-safe base64 (as `tail` prints it) or
 /// standard base64 (as `subscribers --json` and other JSON outputs print
 /// bytes), padded or not. `None` if it is neither, or empty. The bytes are
@@ -111,6 +116,24 @@ impl CursorFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pushed_cursor_text_is_the_cursor_text() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for len in 0..200 {
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    seed as u8
+                })
+                .collect();
+            let mut out = b"x".to_vec();
+            push_cursor_text(&mut out, &bytes);
+            assert_eq!(&out[1..], cursor_text(&bytes).as_bytes(), "{len} bytes");
+        }
+    }
 
     #[test]
     fn cursor_text_reads_both_base64_alphabets() {

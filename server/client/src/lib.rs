@@ -37,11 +37,11 @@ mod view;
 
 pub use backoff::Backoff;
 pub use bearer::Bearer;
-pub use cursor_file::{cursor_text, parse_cursor_text, CursorFile, CURSOR_TEXT};
+pub use cursor_file::{cursor_text, parse_cursor_text, push_cursor_text, CursorFile, CURSOR_TEXT};
 pub use error::FollowError;
 pub use event::{FollowedEvent, Step};
 pub use follower::{request_filter, Connection, FollowStats, Follower};
-pub use json::{push_base64, push_int, write_event_json, write_event_parts_json};
+pub use json::{push_int, write_event_json, write_event_parts_json};
 pub use truncation::{Truncation, TRUNCATION_METADATA};
 pub use view::{EntryParts, EntryView, EventParts, EventView};
 
