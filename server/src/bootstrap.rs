@@ -246,6 +246,7 @@ pub fn serve(config: ServerConfig) -> Result<()> {
                 engine.feed_id() as i32,
                 crate::seaweedfs::Kv::open(&data_dir).map_err(|e| anyhow::anyhow!("filer API: {e}"))?,
                 service.streams().clone(),
+                service.subscribers().clone(),
                 stop_rx.clone(),
             );
             let service = crate::seaweedfs::OnlyTheFeed(

@@ -144,6 +144,33 @@ impl Registry {
         lock(&self.state)
     }
 
+    /// RESOURCE_EXHAUSTED if a filter of `bytes` does not fit beside the
+    /// filters held.
+    fn filter_room(&self, state: &State, bytes: usize) -> Result<(), Status> {
+        if self.filter_budget > 0 && state.filter_bytes + bytes > self.filter_budget {
+            return Err(Status::resource_exhausted(format!(
+                "the filters of connected subscribers hold {} of the {} bytes they may \
+                 (filter_budget_bytes), and this one needs {bytes}; subscribe with \
+                 fewer paths, or later",
+                state.filter_bytes, self.filter_budget
+            )));
+        }
+        Ok(())
+    }
+
+    /// Holds `bytes` of the filter budget for a stream this registry does
+    /// not list (the filer API's), until the hold is dropped; refused with
+    /// RESOURCE_EXHAUSTED as [`Registry::register`] is.
+    pub(crate) fn hold_filter(self: &Arc<Self>, bytes: usize) -> Result<FilterHold, Status> {
+        let mut state = self.lock();
+        self.filter_room(&state, bytes)?;
+        state.filter_bytes += bytes;
+        Ok(FilterHold {
+            registry: self.clone(),
+            bytes,
+        })
+    }
+
     /// Registers a stream, superseding an older stream of the same client.
     /// Returns the superseded stream's epoch, if any, with the registration.
     /// `owner`: who presents the stream (a token's id; empty on an open
@@ -157,14 +184,7 @@ impl Registry {
         filter_bytes: usize,
     ) -> Result<(Registered, Option<u64>), Status> {
         let mut state = self.lock();
-        if self.filter_budget > 0 && state.filter_bytes + filter_bytes > self.filter_budget {
-            return Err(Status::resource_exhausted(format!(
-                "the filters of connected subscribers hold {} of the {} bytes they may \
-                 (filter_budget_bytes), and this one needs {filter_bytes}; subscribe with \
-                 fewer paths, or later",
-                state.filter_bytes, self.filter_budget
-            )));
-        }
+        self.filter_room(&state, filter_bytes)?;
         let id = state.next_id;
         let key = (owner.to_owned(), info.client_name.clone(), info.client_id);
         let mut superseded = None;
@@ -341,6 +361,18 @@ impl Drop for Registered {
                 state.clients.remove(&stream.client);
             }
         }
+    }
+}
+
+/// Filter budget held by a stream the registry does not list.
+pub(crate) struct FilterHold {
+    registry: Arc<Registry>,
+    bytes: usize,
+}
+
+impl Drop for FilterHold {
+    fn drop(&mut self) {
+        self.registry.lock().filter_bytes -= self.bytes;
     }
 }
 

@@ -74,6 +74,9 @@ pub struct FilerApi {
     rounds: Rounds,
     /// The native streams' response budget, backlog places and limits.
     streams: Arc<Streams>,
+    /// The native streams' registry: a stream's filter counts against its
+    /// filter budget.
+    registry: Arc<crate::registry::Registry>,
     /// The followed filers' configuration, for `GetFilerConfiguration`.
     upstream: Mutex<Option<filer_pb::GetFilerConfigurationResponse>>,
     /// `KvGet`/`KvPut`.
@@ -95,6 +98,7 @@ impl FilerApi {
         signature: i32,
         kv: super::kv::Kv,
         streams: Arc<Streams>,
+        registry: Arc<crate::registry::Registry>,
         stop: watch::Receiver<bool>,
     ) -> Arc<FilerApi> {
         let forward_to = filers
@@ -120,6 +124,7 @@ impl FilerApi {
             cache: PreparedCache::default(),
             rounds: Rounds::default(),
             streams,
+            registry,
             kv,
             forward_to,
             filers,
@@ -180,13 +185,17 @@ impl FilerApi {
                  the {MAX_FILTER_PATH_BYTES} a subscription may hold"
             )));
         }
+        // The filter counts against filter_budget_bytes beside the native
+        // streams' (the matcher, and the request's paths the stream keeps).
+        let shape = Shape::of(&request);
+        let held = self.registry.hold_filter(shape.memory_bytes() + bytes)?;
         let replaced = self.register(request.client_id, request.client_epoch)?;
         let (outbox, responses) = Outbox::with_capacity(STREAM_QUEUE);
         let outbox = Arc::new(outbox);
         let (id, epoch) = (request.client_id, request.client_epoch);
         let mut streaming = tokio::spawn({
             let (api, outbox) = (self.clone(), outbox.clone());
-            async move { api.stream(request, replaced, &outbox).await }
+            async move { api.stream(request, shape, replaced, &outbox).await }
         });
         let api = self.clone();
         tokio::spawn(async move {
@@ -209,6 +218,7 @@ impl FilerApi {
                 }
             };
             streaming.abort();
+            drop(held);
             api.unregister(id, epoch);
             if let Err(status) = ended {
                 outbox.fail(status);
@@ -224,6 +234,7 @@ impl FilerApi {
     async fn stream(
         &self,
         request: filer_pb::SubscribeMetadataRequest,
+        shape: Arc<Shape>,
         mut replaced: watch::Receiver<bool>,
         outbox: &Outbox<RawFilerResponse>,
     ) -> Result<(), Status> {
@@ -241,7 +252,6 @@ impl FilerApi {
             .engine
             .subscribe(SubscribeRequest::from(start))
             .map_err(|e| Status::internal(format!("reading the feed: {e}")))?;
-        let shape = Shape::of(&request);
         let matcher = shape.matcher();
         // Sources: each followed filer, then ringfeed's own events, then the
         // events of filers no longer followed (nothing to wait for).

@@ -54,6 +54,11 @@ impl Shape {
         })
     }
 
+    /// About what the shape holds in memory (its matcher).
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Shape>() + self.matcher.memory_bytes()
+    }
+
     /// Which events the request selects.
     pub fn matcher(&self) -> &Matcher {
         &self.matcher

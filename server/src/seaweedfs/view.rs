@@ -51,6 +51,27 @@ impl Matcher {
         }
     }
 
+    /// About what the matcher holds in memory: its paths, each string's
+    /// and table entry's bookkeeping, and the prefix lengths' table.
+    pub fn memory_bytes(&self) -> usize {
+        /// A `String` and its place in a map or set, or in the hashed
+        /// prefixes' list and table.
+        const PER_PATH: usize = 64;
+        let prefixes = &self.path_prefixes;
+        self.path_prefix.len()
+            + prefixes
+                .list
+                .iter()
+                .map(|p| p.len() + PER_PATH)
+                .sum::<usize>()
+            + prefixes.ends.len()
+            + self
+                .directories
+                .iter()
+                .map(|d| d.len() + PER_PATH)
+                .sum::<usize>()
+    }
+
     /// Whether the subscriber gets the event. As SeaweedFS: its signature
     /// drops it; the filer's own log directory is never sent; then the
     /// source path, or for an event with a new entry the target path,

@@ -17,9 +17,9 @@ pub struct SubscriberLimits {
     pub response_budget_bytes: usize,
     /// Subscribers that may read backlog at the same time; others wait.
     pub backlog_readers: usize,
-    /// Bytes the filters of all connected subscribers may hold together
-    /// (each at most `MAX_FILTER_PATH_BYTES` of paths); a subscriber past
-    /// it is refused with RESOURCE_EXHAUSTED.
+    /// Bytes the filters of all connected subscribers (the filer API's
+    /// too) may hold together (each at most `MAX_FILTER_PATH_BYTES` of
+    /// paths); a subscriber past it is refused with RESOURCE_EXHAUSTED.
     pub filter_budget_bytes: usize,
     /// Most record bytes of one chunk response (at least one record).
     pub chunk_max_bytes: usize,

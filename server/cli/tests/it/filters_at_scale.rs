@@ -3,7 +3,8 @@
 //! request is refused with INVALID_ARGUMENT (natively and through the filer
 //! API), and the filters of all connected subscribers together stay within
 //! `filter_budget_bytes` (RESOURCE_EXHAUSTED past it, room again once a
-//! subscriber leaves).
+//! subscriber leaves), the filer API's subscribers counted with the native
+//! ones.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -122,4 +123,78 @@ async fn thousands_of_prefixes_select_exactly_and_large_filters_are_bounded() {
         err.message()
     );
     server.stop().await;
+}
+
+/// The filer API's streams count their filters against the same
+/// `filter_budget_bytes` as native streams: a SeaweedFS subscriber of
+/// thousands of paths holds its share while it is connected, a native one
+/// past what is left is refused, and the share comes back when it leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filer_api_filters_count_against_the_filter_budget() {
+    use ringfeed_proto::filer_pb;
+    let _watchdog = ringfeed_testkit::arm();
+    let dir = tempfile::tempdir().unwrap();
+    // 3,000 short paths: about 230 KB as the filer API counts them, and
+    // about 360 KB as a native filter (a tree of path components); room
+    // for one filer stream of them, not two, nor one beside a native one.
+    let wanted = prefixes(3_000);
+    let native = ringfeed_server::filter_bytes(&ringfeed_engine::Filter {
+        prefixes: wanted.clone(),
+        ..Default::default()
+    });
+    let budget = 400_000;
+    assert!(
+        native < budget,
+        "a native filter of 3,000 paths is {native} bytes"
+    );
+    let config = dir.path().join("ringfeed.toml");
+    std::fs::write(&config, format!("filter_budget_bytes = {budget}\n")).unwrap();
+    let config = config.to_str().unwrap().to_owned();
+    let server = crate::serve_binary::Server::start_with(
+        &dir.path().join("data"),
+        1,
+        &["--filer-listen", "127.0.0.1:0", "--config", &config],
+    );
+    let mut filer = crate::filer_api_weed_clients::filer_api_client(&server).await;
+    let subscribe = |name: &str| filer_pb::SubscribeMetadataRequest {
+        client_name: name.into(),
+        path_prefixes: wanted.clone(),
+        ..Default::default()
+    };
+    let first = filer
+        .subscribe_metadata(subscribe("first"))
+        .await
+        .expect("one filer stream of 3,000 paths fits")
+        .into_inner();
+    let second = filer
+        .subscribe_metadata(subscribe("second"))
+        .await
+        .expect_err("a second one is past filter_budget_bytes");
+    assert_eq!(second.code(), Code::ResourceExhausted, "{second:?}");
+    assert!(
+        second.message().contains("filter_budget_bytes"),
+        "{}",
+        second.message()
+    );
+    let mut client = ringfeed_proto::RingFeedClient::connect(format!("http://{}", server.addr))
+        .await
+        .unwrap();
+    let beside = client
+        .subscribe(from_beginning(wanted.clone()))
+        .await
+        .expect_err("a native stream past what the filer stream left");
+    assert_eq!(beside.code(), Code::ResourceExhausted, "{beside:?}");
+    // Once the filer stream is gone, its share is given back.
+    drop(first);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match client.subscribe(from_beginning(wanted.clone())).await {
+            Ok(_) => break,
+            Err(e) if e.code() == Code::ResourceExhausted && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("the filer stream's filter was never given back: {e:?}"),
+        }
+    }
+    server.stop();
 }
