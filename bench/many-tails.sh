@@ -7,11 +7,12 @@
 # dir is removed at the end.
 #
 #   cargo build --release -p ringfeed-cli && bash bench/many-tails.sh [N] [E]
+#   (RINGFEED_BIN=path runs another build of `ringfeed`, e.g. to compare two)
 set -u
 N=${1:-200}
 E=${2:-200000}
 cd "$(dirname "$0")/.."
-BIN=$PWD/target/release/ringfeed
+BIN=${RINGFEED_BIN:-$PWD/target/release/ringfeed}
 [ -x "$BIN" ] || { echo "build it first: cargo build --release -p ringfeed-cli" >&2; exit 1; }
 mkdir -p bench-scratch
 D=$(mktemp -d "$PWD/bench-scratch/tails.XXXXXX") || exit 1
