@@ -30,15 +30,41 @@ fn from_beginning(path_prefixes: Vec<String>) -> v1::SubscribeRequest {
     }
 }
 
+/// What a native filter of `paths` (as prefixes) holds of the budget.
+fn native_filter_bytes(paths: &[String]) -> usize {
+    ringfeed_server::filter_bytes(&ringfeed_engine::Filter {
+        prefixes: paths.to_vec(),
+        ..Default::default()
+    })
+}
+
+/// Subscribes to `paths` from the beginning once the filter budget has room
+/// for them again: a stream that left gives its filter back when the server
+/// sees it cancelled. Panics, naming `whose` filter it waited for, if that
+/// takes more than 10 s.
+async fn subscribe_when_room(
+    client: &mut ringfeed_proto::RingFeedClient<ringfeed_proto::tonic::transport::Channel>,
+    paths: &[String],
+    whose: &str,
+) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match client.subscribe(from_beginning(paths.to_vec())).await {
+            Ok(_) => return,
+            Err(e) if e.code() == Code::ResourceExhausted && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("{whose} filter was never given back: {e:?}"),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousands_of_prefixes_select_exactly_and_large_filters_are_bounded() {
     let _watchdog = ringfeed_testkit::arm();
     let dir = tempfile::tempdir().unwrap();
     let wanted = prefixes(6_000);
-    let one = ringfeed_server::filter_bytes(&ringfeed_engine::Filter {
-        prefixes: wanted.clone(),
-        ..Default::default()
-    });
+    let one = native_filter_bytes(&wanted);
     // Room for one such filter and a few small ones, not two large ones.
     let limits = SubscriberLimits {
         filter_budget_bytes: one + one / 2,
@@ -96,16 +122,7 @@ async fn thousands_of_prefixes_select_exactly_and_large_filters_are_bounded() {
     // ... and once the first leaves, the large one fits again (its stream
     // gives its filter back when the server sees it cancelled).
     drop(stream);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match client.subscribe(from_beginning(wanted.clone())).await {
-            Ok(_) => break,
-            Err(e) if e.code() == Code::ResourceExhausted && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(20)).await
-            }
-            Err(e) => panic!("the first stream's filter was never given back: {e:?}"),
-        }
-    }
+    subscribe_when_room(&mut client, &wanted, "the first stream's").await;
 
     // Past the bound on one filter: refused whole, the bound named.
     let too_many = prefixes(20_000);
@@ -138,10 +155,7 @@ async fn filer_api_filters_count_against_the_filter_budget() {
     // about 360 KB as a native filter (a tree of path components); room
     // for one filer stream of them, not two, nor one beside a native one.
     let wanted = prefixes(3_000);
-    let native = ringfeed_server::filter_bytes(&ringfeed_engine::Filter {
-        prefixes: wanted.clone(),
-        ..Default::default()
-    });
+    let native = native_filter_bytes(&wanted);
     let budget = 400_000;
     assert!(
         native < budget,
@@ -186,15 +200,6 @@ async fn filer_api_filters_count_against_the_filter_budget() {
     assert_eq!(beside.code(), Code::ResourceExhausted, "{beside:?}");
     // Once the filer stream is gone, its share is given back.
     drop(first);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match client.subscribe(from_beginning(wanted.clone())).await {
-            Ok(_) => break,
-            Err(e) if e.code() == Code::ResourceExhausted && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(20)).await
-            }
-            Err(e) => panic!("the filer stream's filter was never given back: {e:?}"),
-        }
-    }
+    subscribe_when_room(&mut client, &wanted, "the filer stream's").await;
     server.stop();
 }
