@@ -34,10 +34,13 @@ const STANDARD_TEXT: GeneralPurpose = GeneralPurpose::new(
 
 /// A cursor's text as `ringfeed tail` prints it.
 pub fn cursor_text(cursor: &[u8]) -> String {
-    CURSOR_TEXT.encode(cursor)
+    let mut text = Vec::new();
+    push_cursor_text(&mut text, cursor);
+    String::from_utf8(text).expect("base64 is ASCII")
 }
 
-/// [`cursor_text`], appended to `out` (as `tail` writes a line).
+/// [`cursor_text`], appended to `out` (as `tail` writes a line): the one
+/// place cursor text is encoded; [`CURSOR_TEXT`] reads it back.
 pub fn push_cursor_text(out: &mut Vec<u8>, cursor: &[u8]) {
     crate::json::push_base64(out, cursor, &base64_simd::URL_SAFE_NO_PAD);
 }
@@ -118,7 +121,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_pushed_cursor_text_is_the_cursor_text() {
+    fn cursor_text_is_what_cursor_text_reads_back() {
         let mut seed = 0x2545_f491_4f6c_dd1du64;
         for len in 0..200 {
             let bytes: Vec<u8> = (0..len)
@@ -131,7 +134,12 @@ mod tests {
                 .collect();
             let mut out = b"x".to_vec();
             push_cursor_text(&mut out, &bytes);
-            assert_eq!(&out[1..], cursor_text(&bytes).as_bytes(), "{len} bytes");
+            assert_eq!(
+                &out[1..],
+                CURSOR_TEXT.encode(&bytes).as_bytes(),
+                "{len} bytes"
+            );
+            assert_eq!(cursor_text(&bytes).as_bytes(), &out[1..], "{len} bytes");
         }
     }
 

@@ -194,7 +194,7 @@ impl ClusterStream {
     /// Takes items of a peer's own follower from `from` while the merge is
     /// not full (all of them if the stream has left that follower); what
     /// is left waits in `from`.
-    pub(super) fn take_from_peer(&mut self, from: &mut FromPeer) -> Result<(), Status> {
+    fn take_from_peer(&mut self, from: &mut FromPeer) -> Result<(), Status> {
         while !from.is_empty() && !self.full(false) {
             let node = &mut self.nodes[from.node];
             let Source::Own { id, unchecked, .. } = &mut node.source else {
