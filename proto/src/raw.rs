@@ -181,15 +181,17 @@ pub fn chunk_frame(cursor: &Bytes, mut chunk: v1::ChunkMessage) -> Frames {
     use bytes::BufMut;
     use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
     let records = std::mem::take(&mut chunk.records);
-    // Fields 1-4, then 6-7, each as prost writes them (records empty: left out).
+    // Fields 1-4, then 6-8, each as prost writes them (records empty: left out).
     let before = v1::ChunkMessage {
         first_ts_ns: 0,
         last_ts_ns: 0,
+        node: 0,
         ..chunk
     };
     let after = v1::ChunkMessage {
         first_ts_ns: chunk.first_ts_ns,
         last_ts_ns: chunk.last_ts_ns,
+        node: chunk.node,
         ..Default::default()
     };
     let records_key = key_len(5) + encoded_len_varint(records.len() as u64);

@@ -160,6 +160,7 @@ fn every_variant_round_trips_through_raw() {
                 records: Bytes::from_static(b"records"),
                 first_ts_ns: 1,
                 last_ts_ns: 2,
+                node: 3,
             })),
         },
         SubscribeResponse {
@@ -243,6 +244,7 @@ fn chunk_frames_are_the_encoding_with_the_records_uncopied() {
                     records: records.clone(),
                     first_ts_ns: value(1_700_000_000_000_000_000) as i64,
                     last_ts_ns: -(value(5) as i64),
+                    node: value(7) as u32,
                 };
                 let cursor = Bytes::from(vec![7u8; cursor_len]);
                 let wire = RawResponseFields {

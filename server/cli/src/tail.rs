@@ -129,8 +129,10 @@ pub struct TailArgs {
     /// "node" after "ts", and cursors are cluster cursors that resume on any
     /// node of the cluster. Every start and stop flag works (now and --since
     /// by the server's clock; --until waits for every node, a down one too);
-    /// batches as in node scope; not with --chunk-mode or --progress (yet).
-    #[arg(long, conflicts_with_all = ["chunk_mode", "progress"])]
+    /// batches as in node scope. With --chunk-mode it catches up from the
+    /// server's stored chunks, then each peer's in turn, then merges. Not
+    /// with --progress (yet).
+    #[arg(long, conflicts_with = "progress")]
     pub cluster: bool,
 }
 

@@ -37,9 +37,14 @@
 //! event carries its shard's next offset), so it is exact whatever order
 //! the node's shards come in and whichever follower brought them.
 //!
-//! Not yet (docs/cluster.md): chunk mode.
+//! In chunk mode the stream first ships stored chunks: this node's, then
+//! each peer's in turn (read from the peer in chunk mode and forwarded,
+//! checked, each naming its node), its cursor moving each node's shard
+//! past each chunk; then `ChunkModeEnd`, and the merge from where the
+//! chunks ended ([`chunks`]).
 
 mod budget;
+mod chunks;
 mod failure;
 mod feeds;
 mod merge;
@@ -111,6 +116,8 @@ enum Source {
     },
     /// The peer's shared live feed, from item `seq`.
     Shared { seq: u64 },
+    /// Not followed yet: its chunks come first (chunk mode), from `start`.
+    Waiting { start: v1::subscribe_request::Start },
 }
 
 /// Starts a cluster stream for `r` and returns what its client reads, and
@@ -128,11 +135,6 @@ pub(crate) fn start(
     shutdown: watch::Receiver<bool>,
     scope: Option<crate::auth::ReadScope>,
 ) -> Result<(Responses, Vec<u8>), Status> {
-    if r.chunk_mode {
-        return Err(Status::invalid_argument(
-            "scope cluster: chunk_mode is not supported yet",
-        ));
-    }
     // Every node starts at the same place: its part of a cursor, else the
     // cursor's start time (`now` is this node's clock), else its beginning.
     let start = match &r.start {
@@ -195,6 +197,8 @@ pub(crate) fn start(
         batch_max_events: limits.batch_max_events.max(1),
         batch_max_bytes: limits.batch_max_bytes.max(1),
         batching: r.batching,
+        chunks: r.chunk_mode,
+        chunk_max_bytes: limits.chunk_max_bytes,
         started: tokio::time::Instant::now(),
         heartbeat: crate::sender::heartbeat_interval(r),
         last_sent: tokio::time::Instant::now(),
@@ -240,6 +244,10 @@ struct ClusterStream {
     batch_max_events: usize,
     batch_max_bytes: usize,
     batching: bool,
+    /// Chunk mode, until its chunks are shipped: peers added meanwhile
+    /// wait for their turn ([`Source::Waiting`]).
+    chunks: bool,
+    chunk_max_bytes: usize,
     started: tokio::time::Instant,
     /// How often a quiet stream sends a heartbeat, if asked to.
     heartbeat: Option<Duration>,

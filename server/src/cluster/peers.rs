@@ -117,6 +117,11 @@ impl ClusterStream {
             feed,
             address: peer.address.clone(),
         });
+        if self.chunks {
+            // Its chunks first, in its turn (chunks.rs).
+            self.nodes.last_mut().expect("just pushed").source = Source::Waiting { start };
+            return Ok(());
+        }
         self.follow_own(self.nodes.len() - 1, start, false)
     }
 
@@ -128,6 +133,9 @@ impl ClusterStream {
         request.heartbeats = true;
         request.heartbeat_interval_ms = PEER_HEARTBEAT_MS;
         request.batching = true;
+        // Events: a chunk-mode stream reads its peers' chunks with a
+        // request of its own first (chunks.rs).
+        request.chunk_mode = false;
         request.client_id = 0;
         request.client_name = format!("cluster stream of node {}", self.nodes[0].id);
         request
@@ -148,6 +156,13 @@ impl ClusterStream {
         request.resume_truncated &= !resumed;
         let address = &self.nodes[node].address;
         let follower = peer_follower(&self.membership, address, request)?;
+        self.follow_with(node, follower);
+        Ok(())
+    }
+
+    /// Follows node `node` (a peer) with `follower`, a follower of the
+    /// stream's own, on a task of its own.
+    pub(super) fn follow_with(&mut self, node: usize, follower: Follower) {
         self.followers += 1;
         let id = self.followers;
         let task = tokio::spawn(follow_peer(follower, node, id, self.peer_tx.clone()));
@@ -156,7 +171,6 @@ impl ClusterStream {
             id,
             unchecked: 0,
         };
-        Ok(())
     }
 
     /// Peers reached since the stream started (or last looked) join it.

@@ -126,6 +126,9 @@ impl ClusterStream {
         let held = listed(node_ids(self.merge.holding()));
         let skipped = listed(node_ids(self.merge.skipped()));
         let mut mode = format!("cluster, {} node(s)", self.nodes.len());
+        if self.chunks {
+            mode += ", chunks";
+        }
         let shared = self
             .nodes
             .iter()
@@ -161,7 +164,7 @@ impl ClusterStream {
 
     /// Queues `item` (holding `permit` of the budget until the transport
     /// has written it) with the stream's cursor after it.
-    async fn send(
+    pub(super) async fn send(
         &mut self,
         item: RawItem,
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
@@ -170,6 +173,10 @@ impl ClusterStream {
         let events = match &item {
             RawItem::Event(_) => 1,
             RawItem::Batch(b) => b.events.len() as u64,
+            RawItem::Chunk(c) => {
+                self.admission.metrics().chunk_sent();
+                u64::from(c.record_count)
+            }
             _ => 0,
         };
         let cursor: Bytes = self.cursor().to_bytes().into();

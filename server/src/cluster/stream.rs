@@ -39,6 +39,9 @@ impl ClusterStream {
     }
 
     async fn feed(&mut self, shutdown: &mut watch::Receiver<bool>) -> Result<(), Status> {
+        if self.chunks {
+            self.ship_chunks(shutdown).await?;
+        }
         loop {
             // Listen before looking, so news in between is not missed.
             let changed = self.local.changed();

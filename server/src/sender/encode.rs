@@ -28,7 +28,9 @@ pub(super) fn shown(d: &Delivered, options: &StreamOptions, events: &mut Vec<Raw
     }
 }
 
-pub(super) fn chunk_message(chunk: RawChunk) -> v1::ChunkMessage {
+/// A stored chunk as a response item (`node`: its node's id in a cluster
+/// stream, 0 in node scope).
+pub(crate) fn chunk_message(chunk: RawChunk, node: u32) -> v1::ChunkMessage {
     v1::ChunkMessage {
         shard: chunk.shard,
         first_offset: chunk.first_offset,
@@ -37,6 +39,7 @@ pub(super) fn chunk_message(chunk: RawChunk) -> v1::ChunkMessage {
         records: chunk.records,
         first_ts_ns: chunk.first_ts,
         last_ts_ns: chunk.last_ts,
+        node,
     }
 }
 

@@ -61,6 +61,7 @@ use crate::shared::Groups;
 use task::{Connected, Sender};
 
 pub(crate) use admission::{budget_bytes, budget_units, trim, Admission, Place};
+pub(crate) use encode::chunk_message;
 pub(crate) use limits::heartbeat_interval;
 pub use limits::SubscriberLimits;
 pub(crate) use outbox::{Outbox, Responses};

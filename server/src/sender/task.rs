@@ -114,7 +114,7 @@ impl Sender {
                     break;
                 };
                 let permit = trim(permit, chunk.records.len());
-                let item = RawItem::Chunk(chunk_message(chunk));
+                let item = RawItem::Chunk(chunk_message(chunk, 0));
                 self.send(&sub, item, Some(permit), "chunks").await?;
             }
             let marker = RawItem::ChunkModeEnd(v1::ChunkModeEnd {});

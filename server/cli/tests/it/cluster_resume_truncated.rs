@@ -213,27 +213,49 @@ async fn a_peer_event_strict_decoders_refuse_is_not_forwarded() {
         wait_all_up(addr).await;
     }
     append(&ports[0], 1, 0, 3, true).await;
-    let mut stream = cluster_stream(&ports[0]).await;
-    let status = loop {
-        match tokio::time::timeout(Duration::from_secs(20), stream.message())
+    // In chunk mode too: node 2's chunk holding it is not forwarded (the
+    // event is on disk there: a stored chunk).
+    for chunk_mode in [false, true] {
+        let mut stream = client(&ports[0])
             .await
-            .expect("the cluster stream neither failed nor moved")
-        {
-            Ok(Some(response)) => assert!(
-                events_of(response).iter().all(|e| e.1 != 2),
-                "node 2's poison was forwarded"
-            ),
-            Ok(None) => panic!("the cluster stream ended OK past the poison"),
-            Err(status) => break status,
+            .subscribe(v1::SubscribeRequest {
+                start: Some(v1::subscribe_request::Start::Beginning(true)),
+                scope: v1::Scope::Cluster as i32,
+                chunk_mode,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let status = loop {
+            match tokio::time::timeout(Duration::from_secs(20), stream.message())
+                .await
+                .expect("the cluster stream neither failed nor moved")
+            {
+                Ok(Some(response)) => {
+                    if let Some(v1::subscribe_response::Item::Chunk(c)) = &response.item {
+                        assert_ne!(c.node, 2, "node 2's poison was forwarded in a chunk");
+                    }
+                    assert!(
+                        events_of(response).iter().all(|e| e.1 != 2),
+                        "node 2's poison was forwarded"
+                    )
+                }
+                Ok(None) => panic!("the cluster stream ended OK past the poison"),
+                Err(status) => break status,
+            }
+        };
+        assert_eq!(status.code(), tonic::Code::DataLoss, "{status:?}");
+        for part in [
+            "node 2",
+            "shard 0 offset 0",
+            "new_entry.extended",
+            "wire type 3",
+        ] {
+            assert!(
+                status.message().contains(part),
+                "chunk mode {chunk_mode}: {part:?} in {status:?}"
+            );
         }
-    };
-    assert_eq!(status.code(), tonic::Code::DataLoss, "{status:?}");
-    for part in [
-        "node 2",
-        "shard 0 offset 0",
-        "new_entry.extended",
-        "wire type 3",
-    ] {
-        assert!(status.message().contains(part), "{part:?} in {status:?}");
     }
 }

@@ -11,6 +11,7 @@ mod append_stream_group_failure;
 mod browser;
 mod cli_round_trip;
 mod cli_subscribers;
+mod cluster_chunk_mode;
 mod cluster_cursor_any_ordering;
 mod cluster_feed_is_exact;
 mod cluster_membership_in_etcd;

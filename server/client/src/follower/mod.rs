@@ -161,11 +161,6 @@ impl Follower {
                 })
             })
             .transpose()?;
-        if cluster.is_some() && request.chunk_mode {
-            return Err(FollowError::Refused(Status::invalid_argument(
-                "a cluster follower reads events: no chunk mode",
-            )));
-        }
         // Batches by default: one event per response cost a tail 8 times
         // its time catching up (0.91 s against 0.12 s for 200k events).
         request.batching = true;
@@ -405,5 +400,40 @@ impl Follower {
             out.push(event);
         }
         Ok(true)
+    }
+
+    /// Chunk mode, node scope: the next chunk whole, as it came, for
+    /// forwarding it (a cluster stream ships its peers' this way); `None`
+    /// once chunk mode is over (the server's `ChunkModeEnd`; from then on
+    /// [`Follower::next`] hands out events, from right after the last
+    /// chunk). Each chunk is checked as [`Follower::next`] checks it
+    /// (checksum, offsets dense from `first_offset`, the count) and is not
+    /// filtered: the checkpoint moves past all its records. `None` at once
+    /// without chunk mode, in cluster scope, or with events at hand.
+    pub async fn next_chunk(&mut self) -> Result<Option<v1::ChunkMessage>, FollowError> {
+        if !self.request.chunk_mode || self.cluster.is_some() {
+            return Ok(None);
+        }
+        loop {
+            if self.ahead.is_some() || self.ended || (self.stream.is_some() && !self.in_chunks) {
+                return Ok(None);
+            }
+            self.receive().await?;
+            if !matches!(self.pending, Pending::Chunk(_)) {
+                continue;
+            }
+            let Pending::Chunk(chunk) = std::mem::take(&mut self.pending) else {
+                unreachable!("matched above");
+            };
+            // Every record is handed out: the checkpoint is the response's.
+            self.ahead = None;
+            if let Some(cursor) = self.response_cursor.take() {
+                self.reached(cursor);
+            }
+            self.stats.events += u64::from(chunk.message.record_count);
+            let mut message = chunk.message;
+            message.records = chunk.records;
+            return Ok(Some(message));
+        }
     }
 }

@@ -24,8 +24,11 @@ pub(super) enum Pending {
 /// A chunk's records, checked when it arrived, filtered as they are walked.
 #[derive(Clone, Debug)]
 pub(super) struct ChunkRecords {
-    shard: u32,
-    records: Bytes,
+    /// The chunk as it came, its records taken out (into `records`).
+    pub(super) message: v1::ChunkMessage,
+    /// Its node (cluster scope; 0 otherwise).
+    node: u32,
+    pub(super) records: Bytes,
     /// Where the unread records start.
     at: usize,
 }
@@ -57,16 +60,17 @@ impl ChunkRecords {
     ) -> Result<Option<FollowedEvent>, FollowError> {
         while self.at < self.records.len() {
             let at = self.at;
+            let shard = self.message.shard;
             let h = peek_header(&self.records[at..]).map_err(|e| {
-                FollowError::Corrupt(format!("shard {} record at byte {at}: {e}", self.shard))
+                FollowError::Corrupt(format!("shard {shard} record at byte {at}: {e}"))
             })?;
             self.at += h.len;
             if filter.matches(&h) && (until == 0 || h.ts <= until) {
                 return Ok(Some(FollowedEvent {
                     ts_ns: h.ts,
-                    shard: self.shard,
+                    shard,
                     offset: h.offset,
-                    node: 0,
+                    node: self.node,
                     event: self.records.slice(at + h.payload_at..at + h.len),
                 }));
             }
@@ -236,7 +240,7 @@ impl Follower {
     }
 
     /// Every event before `cursor` was handed out.
-    fn reached(&mut self, cursor: Cursor) {
+    pub(super) fn reached(&mut self, cursor: Cursor) {
         self.checkpoint = Some(cursor);
         // resume_truncated was for the cursor the follower started
         // from; a later crash's truncation must be reported again.
@@ -274,13 +278,24 @@ impl Follower {
 
     /// Checks a chunk (checksum, offsets dense from `first_offset`, the
     /// announced count) before any of its records is handed out.
-    fn check_chunk(&self, chunk: v1::ChunkMessage) -> Result<ChunkRecords, FollowError> {
+    fn check_chunk(&self, mut chunk: v1::ChunkMessage) -> Result<ChunkRecords, FollowError> {
         if !self.in_chunks {
             return Err(FollowError::Corrupt(
                 "a chunk after the end of chunk mode".into(),
             ));
         }
-        let records = chunk.records;
+        // In cluster scope every chunk names its node, as every event does.
+        let node = match self.cluster {
+            Some(_) if chunk.node == 0 => {
+                return Err(FollowError::Corrupt(format!(
+                    "shard {} chunk at offset {}: no node in a cluster stream",
+                    chunk.shard, chunk.first_offset
+                )))
+            }
+            Some(_) => chunk.node,
+            None => 0,
+        };
+        let records = std::mem::take(&mut chunk.records);
         if crc32c::crc32c(&records) != chunk.crc32c {
             return Err(FollowError::Corrupt(format!(
                 "shard {} chunk at offset {}: checksum mismatch",
@@ -312,7 +327,8 @@ impl Follower {
             )));
         }
         Ok(ChunkRecords {
-            shard: chunk.shard,
+            message: chunk,
+            node,
             records,
             at: 0,
         })
