@@ -9,7 +9,9 @@
 //! the nodes, with `--subscribers K` cluster subscriptions on node 1 at once
 //! (their latencies together), and the peers' CPU per live event: with one
 //! shared live stream per peer it should not grow with K. Every pass checks
-//! it got each event once.
+//! it got each event once. Each row also times `ringfeed tail --beginning`
+//! (`--cluster` in cluster scope) over the same backlog, in events and
+//! with `--chunk-mode`, JSON lines to a pipe, checked exact.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -68,6 +70,8 @@ struct Row {
     /// `ringfeed tail` (with `--cluster` in cluster scope) from the
     /// beginning, JSON lines to a pipe, as users run it.
     tail_cli_eps: f64,
+    /// The same with `--chunk-mode`.
+    tail_chunks_eps: f64,
     node1_cpu_us: f64,
     all_cpu_us: f64,
     p50_ms: f64,
@@ -98,10 +102,11 @@ pub fn run(args: &Args) -> Result<()> {
     }
     println!();
     println!(
-        "{:<22} {:>14} {:>13} {:>16} {:>16} {:>10} {:>10} {:>8} {:>20}",
+        "{:<22} {:>14} {:>13} {:>18} {:>16} {:>16} {:>10} {:>10} {:>8} {:>20}",
         "feed",
         "catch-up ev/s",
         "tail ev/s",
+        "tail chunks ev/s",
         "node-1 CPU µs/ev",
         "all CPU µs/ev",
         "live p50",
@@ -111,10 +116,11 @@ pub fn run(args: &Args) -> Result<()> {
     );
     for r in &rows {
         println!(
-            "{:<22} {:>14.0} {:>13.0} {:>16.2} {:>16.2} {:>8.1}ms {:>8.1}ms {:>8} {:>20.1}",
+            "{:<22} {:>14.0} {:>13.0} {:>18.0} {:>16.2} {:>16.2} {:>8.1}ms {:>8.1}ms {:>8} {:>20.1}",
             r.label,
             r.catchup_eps,
             r.tail_cli_eps,
+            r.tail_chunks_eps,
             r.node1_cpu_us,
             r.all_cpu_us,
             r.p50_ms,
@@ -292,34 +298,10 @@ async fn measure(args: &Args, nodes: &[Node], n: usize) -> Result<Vec<Row>> {
             );
             stream = Some(s);
         }
-        // The command-line tail over the same backlog, as users run it.
-        let tail_cli_eps = {
-            let binary = std::env::current_exe()?.with_file_name("ringfeed");
-            let mut command = std::process::Command::new(binary);
-            command.args(["tail", "--server", &nodes[0].addr, "--beginning"]);
-            if scope == v1::Scope::Cluster {
-                command.arg("--cluster");
-            }
-            let cli = crate::systems::TailCli {
-                command,
-                terminator: b"\n",
-                payload: &["event", "newEntry", "attributes"],
-            };
-            let row = crate::scenarios::catchup::cli_catch_up(
-                crate::systems::Kind::Ringfeed,
-                cli,
-                live_from,
-                args.payload,
-                Duration::from_secs(120),
-            )
-            .await?;
-            if row.get("inexact") != Some(0.0) {
-                bail!("{label}: the command-line tail did not print every event once");
-            }
-            let eps = row.get("events/s").unwrap_or(0.0);
-            println!("  {label} tail CLI: {live_from} events, {eps:.0} events/s");
-            eps
-        };
+        // The command-line tail over the same backlog, as users run it, in
+        // events and in chunk mode.
+        let tail_cli_eps = tail_cli(nodes, scope, live_from, args.payload, false, &label).await?;
+        let tail_chunks_eps = tail_cli(nodes, scope, live_from, args.payload, true, &label).await?;
         // Live: the last catch-up stream goes on, with `subscribers - 1`
         // more from now (given a second to reach the peers' edge); one
         // event at a time round-robin over the nodes at `rate`.
@@ -396,6 +378,7 @@ async fn measure(args: &Args, nodes: &[Node], n: usize) -> Result<Vec<Row>> {
             label,
             catchup_eps: median(eps),
             tail_cli_eps,
+            tail_chunks_eps,
             node1_cpu_us: median(cpu1),
             all_cpu_us: median(cpu_all),
             p50_ms: latency.value_at_quantile(0.5) as f64 / 1e6,
@@ -405,4 +388,46 @@ async fn measure(args: &Args, nodes: &[Node], n: usize) -> Result<Vec<Row>> {
         });
     }
     Ok(rows)
+}
+
+/// `ringfeed tail --beginning` on node 1 (`--cluster` in cluster scope,
+/// `--chunk-mode` with `chunk_mode`), JSON lines to a pipe, over the
+/// `events` in the logs: its events/s, checked exact.
+async fn tail_cli(
+    nodes: &[Node],
+    scope: v1::Scope,
+    events: u64,
+    payload: usize,
+    chunk_mode: bool,
+    label: &str,
+) -> Result<f64> {
+    let binary = std::env::current_exe()?.with_file_name("ringfeed");
+    let mut command = std::process::Command::new(binary);
+    command.args(["tail", "--server", &nodes[0].addr, "--beginning"]);
+    if scope == v1::Scope::Cluster {
+        command.arg("--cluster");
+    }
+    if chunk_mode {
+        command.arg("--chunk-mode");
+    }
+    let cli = crate::systems::TailCli {
+        command,
+        terminator: b"\n",
+        payload: &["event", "newEntry", "attributes"],
+    };
+    let row = crate::scenarios::catchup::cli_catch_up(
+        crate::systems::Kind::Ringfeed,
+        cli,
+        events,
+        payload,
+        Duration::from_secs(120),
+    )
+    .await?;
+    let mode = if chunk_mode { " --chunk-mode" } else { "" };
+    if row.get("inexact") != Some(0.0) {
+        bail!("{label}: the command-line tail{mode} did not print every event once");
+    }
+    let eps = row.get("events/s").unwrap_or(0.0);
+    println!("  {label} tail CLI{mode}: {events} events, {eps:.0} events/s");
+    Ok(eps)
 }
