@@ -100,16 +100,7 @@ async fn cluster_chunk_mode_ships_every_nodes_chunks_and_resumes_inside_them() {
     let ports = free_ports(3);
     let dirs = data_dirs(3, "cluster-chunks-");
     let (servers, until) = three_nodes(&dirs, &ports).await;
-    let status = client(&ports[1])
-        .await
-        .status(v1::StatusRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(
-        status.shards.iter().all(|s| s.evicted_below > 0),
-        "a peer's feed starts on disk: {status:?}"
-    );
+    crate::common::assert_starts_on_disk(&mut client(&ports[1]).await).await;
 
     // The wire: chunks of every node, each naming it, one end marker, and
     // no chunk after it.

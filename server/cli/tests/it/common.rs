@@ -118,6 +118,20 @@ pub async fn committed(client: &mut RingFeedClient<Channel>) -> u64 {
     status.shards.iter().map(|s| s.committed_next).sum()
 }
 
+/// Asserts that every shard's feed starts on disk (evicted from the ring),
+/// so a read from the beginning reads segments first.
+pub async fn assert_starts_on_disk(client: &mut RingFeedClient<Channel>) {
+    let status = client
+        .status(v1::StatusRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        status.shards.iter().all(|s| s.evicted_below > 0),
+        "a shard's feed is not on disk only at its start: {status:?}"
+    );
+}
+
 /// (ts, shard, offset, event) of one delivered event.
 pub type Got = (i64, u32, u64, v1::Event);
 

@@ -262,15 +262,7 @@ async fn chunk_mode_delivers_what_event_mode_delivers() {
     let mut client = server.client().await;
     let until = append(&mut client, 24_000, 450, 500).await;
     let addr = server.addr.to_string();
-    let status = client
-        .status(v1::StatusRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(
-        status.shards.iter().all(|s| s.evicted_below > 0),
-        "nothing on disk only: {status:?}"
-    );
+    crate::common::assert_starts_on_disk(&mut client).await;
 
     let starts = [
         Start::Beginning(true),
