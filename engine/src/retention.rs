@@ -16,6 +16,10 @@ pub struct RetentionPolicy {
     pub max_age: Option<Duration>,
     /// Bound on the preallocated size of all segments together.
     pub max_bytes: Option<u64>,
+    /// Keep every segment an object store does not hold yet: only segments
+    /// wholly below the shard's uploaded offset
+    /// ([`crate::shard::ShardShared::uploaded_below`]) may go.
+    pub keep_until_uploaded: bool,
 }
 
 /// What a retention pass removed.
@@ -28,11 +32,14 @@ pub struct RetentionOutcome {
 }
 
 impl<S: Storage> Log<S> {
-    /// Deletes old segments as `policy` says, judging age against `now_ns`.
+    /// Deletes old segments as `policy` says, judging age against `now_ns`;
+    /// never one holding an offset at or above `keep_from` (what an object
+    /// store does not hold yet; `u64::MAX` for no such bound).
     pub async fn apply_retention(
         &mut self,
         policy: RetentionPolicy,
         now_ns: i64,
+        keep_from: u64,
     ) -> Result<RetentionOutcome, LogError> {
         let mut outcome = RetentionOutcome::default();
         let mut total: u64 = self.segments.iter().map(|s| s.header.segment_bytes).sum();
@@ -43,7 +50,9 @@ impl<S: Storage> Log<S> {
             let oldest = &self.segments[0];
             let too_old = cutoff.is_some_and(|c| oldest.index.last().is_none_or(|l| l.last_ts < c));
             let too_big = policy.max_bytes.is_some_and(|max| total > max);
-            if !(too_old || too_big) {
+            // Its end: where the next segment starts.
+            let uploaded = self.segments[1].header.first_offset <= keep_from;
+            if !(too_old || too_big) || !uploaded {
                 break;
             }
             self.storage

@@ -13,6 +13,7 @@ use crate::record::{read_u16, read_u32, read_u64};
 pub mod error;
 pub mod index;
 pub mod recovery;
+pub mod sealed;
 
 /// Bytes reserved for the segment header; the first chunk starts here.
 pub const SEGMENT_HEADER_BLOCK: usize = 4096;

@@ -77,7 +77,11 @@ pub(super) async fn flusher<S: Storage + 'static>(mut log: Log<S>, driver: Rc<Dr
             }
             FlushIo::Retention => {
                 let now = crate::clock::now_ns();
-                if let Ok(outcome) = log.apply_retention(config.retention, now).await {
+                let keep_from = match config.retention.keep_until_uploaded {
+                    true => shared.uploaded_below(),
+                    false => u64::MAX,
+                };
+                if let Ok(outcome) = log.apply_retention(config.retention, now, keep_from).await {
                     core.borrow_mut().retention_applied(&outcome, &log);
                 }
                 shared

@@ -54,6 +54,10 @@ pub struct ShardShared {
     /// already holds, so a quiet shard can answer a merge at once even when
     /// the wall clock is behind the other shards' stamps.
     pub(super) stamped_high: Arc<std::sync::atomic::AtomicI64>,
+    /// Every offset below this is in the object store (the server's
+    /// uploader raises it): with `RetentionPolicy::keep_until_uploaded`,
+    /// retention removes no segment holding an offset at or above it.
+    uploaded_below: std::sync::atomic::AtomicU64,
 }
 
 /// Counters of a shard's work, for metrics and benchmarks. Relaxed atomics,
@@ -165,7 +169,19 @@ impl ShardShared {
             generations: std::sync::OnceLock::new(),
             chunk_index: std::sync::RwLock::new(LogIndex::default()),
             stamped_high,
+            uploaded_below: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Every offset below this is in the object store (0 until the server's
+    /// uploader says otherwise).
+    pub fn uploaded_below(&self) -> u64 {
+        self.uploaded_below.load(Ordering::Acquire)
+    }
+
+    /// The object store now holds every offset below `next` (never lowers).
+    pub fn set_uploaded_below(&self, next: u64) {
+        self.uploaded_below.fetch_max(next, Ordering::AcqRel);
     }
 
     /// The durable chunk holding `offset`, with its segment's first offset.

@@ -111,12 +111,14 @@ impl World {
         let policy = RetentionPolicy {
             max_age: None,
             max_bytes: Some(64 << 10),
+            keep_until_uploaded: false,
         };
         let node = &mut self.nodes[shard];
         if node.core.is_latched() {
             return Ok(());
         }
-        let Ok(outcome) = block_on(node.log.apply_retention(policy, self.clock_ns)) else {
+        let Ok(outcome) = block_on(node.log.apply_retention(policy, self.clock_ns, u64::MAX))
+        else {
             self.note(format!("retention shard {shard}: failed"));
             return Ok(());
         };

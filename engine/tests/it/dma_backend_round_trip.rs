@@ -137,3 +137,57 @@ fn fixtures_open_through_o_direct() {
         );
     });
 }
+
+/// Sealed segments read from their files on another thread (what the
+/// server's object-store uploader ships): every segment but the newest, each
+/// handed out as the exact prefix of its file up to its last chunk, offsets
+/// dense from one to the next, the checksum of those bytes; a flipped byte
+/// inside a chunk is refused, not handed out as a segment.
+#[test]
+fn sealed_segments_read_from_their_files() {
+    use ringfeed_engine::segment::sealed::{read_sealed, sealed_files};
+    let _watchdog = ringfeed_testkit::arm();
+    let dir = scratch();
+    let path = dir.path().to_path_buf();
+    let names = on_glommio(move || async move {
+        let mut log = open(&path).await;
+        append_records(&mut log, 5000, 20).await.unwrap();
+        log.sync().await.unwrap();
+        let names = log.segment_names();
+        log.close().await.unwrap();
+        names
+    });
+    let sealed = sealed_files(dir.path()).unwrap();
+    assert!(sealed.len() >= 2, "{sealed:?}");
+    assert_eq!(
+        sealed.iter().map(|s| s.name.clone()).collect::<Vec<_>>(),
+        names[..names.len() - 1].to_vec(),
+        "every segment but the newest"
+    );
+    let mut expected_first = 0;
+    for file in &sealed {
+        assert_eq!(file.first_offset, expected_first);
+        let mut bytes = Vec::new();
+        let found = read_sealed(dir.path(), file, |part| {
+            bytes.extend(part);
+            Ok(())
+        })
+        .unwrap();
+        let on_disk = std::fs::read(dir.path().join(&file.name)).unwrap();
+        assert_eq!(found.bytes as usize, bytes.len());
+        assert_eq!(&on_disk[..bytes.len()], &bytes[..], "{}", file.name);
+        assert_eq!(found.crc32c, crc32c::crc32c(&bytes));
+        assert_eq!(found.first_ts, Some(stamp_for(file.first_offset)));
+        assert_eq!(found.last_ts, Some(stamp_for(file.next_offset - 1)));
+        expected_first = file.next_offset;
+    }
+
+    // One flipped byte in the middle of the first segment's chunks.
+    let first = dir.path().join(&sealed[0].name);
+    let mut on_disk = std::fs::read(&first).unwrap();
+    let at = ringfeed_engine::segment::SEGMENT_HEADER_BLOCK + 200;
+    on_disk[at] ^= 0x40;
+    std::fs::write(&first, &on_disk).unwrap();
+    let err = read_sealed(dir.path(), &sealed[0], |_| Ok(())).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
+}

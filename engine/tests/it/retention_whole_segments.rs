@@ -47,6 +47,7 @@ fn by_bytes_keeps_the_newest_segments() {
             ..Default::default()
         },
         0,
+        u64::MAX,
     ))
     .unwrap();
     assert_eq!(outcome.removed, before[..before.len() - 2].to_vec());
@@ -73,6 +74,31 @@ fn by_bytes_keeps_the_newest_segments() {
     );
 }
 
+/// With an object store, a segment goes only once the store holds it: the
+/// bound stops retention at the first segment ending above it, whatever the
+/// size limit says.
+#[test]
+fn never_a_segment_the_object_store_does_not_hold() {
+    let (storage, mut log) = filled(400);
+    let before = log.segment_names();
+    let starts: Vec<u64> = before
+        .iter()
+        .map(|n| ringfeed_engine::segment::parse_segment_name(n).unwrap())
+        .collect();
+    let policy = RetentionPolicy {
+        max_bytes: Some(0),
+        keep_until_uploaded: true,
+        ..Default::default()
+    };
+    // Nothing uploaded: nothing goes.
+    let outcome = block_on(log.apply_retention(policy, 0, 0)).unwrap();
+    assert!(outcome.removed.is_empty(), "{outcome:?}");
+    // The store holds the first two segments and part of the third.
+    let outcome = block_on(log.apply_retention(policy, 0, starts[2] + 1)).unwrap();
+    assert_eq!(outcome.removed, before[..2].to_vec());
+    assert_eq!(segment_files(&storage), before[2..].to_vec());
+}
+
 #[test]
 fn never_the_active_segment() {
     let (storage, mut log) = filled(400);
@@ -81,8 +107,10 @@ fn never_the_active_segment() {
         RetentionPolicy {
             max_bytes: Some(0),
             max_age: Some(Duration::ZERO),
+            ..Default::default()
         },
         i64::MAX,
+        u64::MAX,
     ))
     .unwrap();
     assert!(!outcome.removed.contains(&active));
@@ -103,6 +131,7 @@ fn by_age_removes_segments_whose_newest_record_is_older() {
             ..Default::default()
         },
         cutoff + 1_000,
+        u64::MAX,
     ))
     .unwrap();
     assert!(!outcome.removed.is_empty());

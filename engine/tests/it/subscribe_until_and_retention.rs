@@ -73,6 +73,7 @@ fn a_cursor_below_retention_names_the_oldest_retained_position() {
         retention: RetentionPolicy {
             max_age: None,
             max_bytes: Some(2 << 20),
+            ..Default::default()
         },
         retention_interval: Duration::from_millis(10),
         ..small_engine_config(1)

@@ -243,6 +243,7 @@ async fn overload_latching_and_retention_map_to_their_codes() {
         retention: ringfeed_engine::RetentionPolicy {
             max_age: None,
             max_bytes: Some(2 << 20),
+            ..Default::default()
         },
         retention_interval: Duration::from_millis(10),
         append_timeout: Duration::from_secs(5),

@@ -123,6 +123,7 @@ fn harness() -> &'static Harness {
             retention: RetentionPolicy {
                 max_age: None,
                 max_bytes: Some(4 << 20),
+                ..Default::default()
             },
             retention_interval: Duration::from_millis(200),
             limits,
