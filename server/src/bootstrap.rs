@@ -278,6 +278,21 @@ pub fn serve(config: ServerConfig) -> Result<()> {
             });
         }
         let service_metrics = service.metrics().clone();
+        if let Some(bucket) = &config.object_store {
+            tracing::info!(
+                bucket = bucket.url(),
+                "uploading sealed segments to the object store"
+            );
+            crate::bucket::spawn_uploader(
+                engine.clone(),
+                data_dir.clone(),
+                engine_node.unwrap_or(0),
+                bucket.clone(),
+                config.object_store_upload_after,
+                service_metrics.clone(),
+                stop_rx.clone(),
+            );
+        }
         let board = service.board().clone();
         board.set_filers(filers.clone());
         tokio::spawn(board.clone().sample_every_second(stop_rx.clone()));

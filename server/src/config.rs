@@ -93,6 +93,15 @@ pub struct FileConfig {
     pub max_event_bytes: Option<usize>,
     pub retention_max_age_secs: Option<u64>,
     pub retention_max_bytes: Option<u64>,
+    /// How often each shard applies retention (default 60 s).
+    pub retention_interval_secs: Option<u64>,
+    /// Upload sealed segments to this object store (`serve
+    /// --object-store`): `s3://BUCKET/PREFIX` (endpoint, region and
+    /// credentials from the `AWS_*` environment variables) or `file:///DIR`.
+    /// Local retention then keeps every segment until the store holds it.
+    pub object_store: Option<String>,
+    /// Upload a sealed segment once it is this old (default 0: at once).
+    pub object_store_upload_after_secs: Option<u64>,
     /// No longer used (still accepted, so older files keep working): a
     /// subscriber that allows batches gets every ready event in one response,
     /// however far behind it is.
@@ -162,6 +171,10 @@ pub struct ServerConfig {
     pub follow_skip_gap: bool,
     /// See [`FileConfig::filer_listen`].
     pub filer_listen: Option<String>,
+    /// See [`FileConfig::object_store`] (opened, so a bad URL fails at
+    /// start) and [`FileConfig::object_store_upload_after_secs`].
+    pub object_store: Option<std::sync::Arc<crate::bucket::Bucket>>,
+    pub object_store_upload_after: Duration,
 }
 
 impl FileConfig {
@@ -245,9 +258,14 @@ impl FileConfig {
             retention: RetentionPolicy {
                 max_age: self.retention_max_age_secs.map(Duration::from_secs),
                 max_bytes: self.retention_max_bytes,
+                keep_until_uploaded: self.object_store.is_some(),
+            },
+            retention_interval: match self.retention_interval_secs {
+                Some(0) => bail!("retention_interval_secs: must be at least 1"),
+                Some(secs) => Duration::from_secs(secs),
+                None => defaults.retention_interval,
             },
             limits,
-            ..defaults
         };
         if engine.flush_interval.is_zero() {
             bail!("flush_interval_ms: must be at least 1");
@@ -331,7 +349,17 @@ impl FileConfig {
             Some(ns) if ns < 0 => bail!("follow_since_ns: {ns} is before the Unix epoch"),
             since => since.unwrap_or(0),
         };
+        let object_store = match &self.object_store {
+            Some(url) => Some(std::sync::Arc::new(
+                crate::bucket::Bucket::open(url).map_err(|e| anyhow::anyhow!(e))?,
+            )),
+            None => None,
+        };
         Ok(ServerConfig {
+            object_store,
+            object_store_upload_after: Duration::from_secs(
+                self.object_store_upload_after_secs.unwrap_or(0),
+            ),
             follow_filers,
             follow_since_ns,
             follow_skip_gap: self.follow_skip_gap.unwrap_or(false),

@@ -9,6 +9,7 @@ mod append_budget;
 mod auth;
 mod board;
 mod bootstrap;
+pub mod bucket;
 mod cluster;
 mod config;
 mod connections;

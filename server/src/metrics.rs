@@ -52,6 +52,14 @@ pub struct ServerMetrics {
     heartbeats_sent: Counter,
     /// Chunk-mode responses: stored records shipped verbatim.
     chunks_sent: Counter,
+    /// The object store (issue 40): segments and bytes uploaded, failed
+    /// upload passes, and what waits (sealed segments not uploaded yet, and
+    /// how long ago the oldest of them was sealed).
+    bucket_segments_uploaded: Counter,
+    bucket_bytes_uploaded: Counter,
+    bucket_upload_errors: Counter,
+    bucket_upload_lag_segments: Gauge,
+    bucket_upload_lag_seconds: Gauge,
     /// Encode once for all: live responses encoded once and kept for the
     /// streams of the same shape, and responses queued from such an encoding.
     shared_responses_built: Counter,
@@ -81,6 +89,11 @@ impl Default for ServerMetrics {
             events_sent: Counter::default(),
             bytes_sent: Counter::default(),
             chunks_sent: Counter::default(),
+            bucket_segments_uploaded: Counter::default(),
+            bucket_bytes_uploaded: Counter::default(),
+            bucket_upload_errors: Counter::default(),
+            bucket_upload_lag_segments: Gauge::default(),
+            bucket_upload_lag_seconds: Gauge::default(),
             heartbeats_sent: Counter::default(),
             shared_responses_built: Counter::default(),
             shared_responses_reused: Counter::default(),
@@ -151,6 +164,23 @@ impl ServerMetrics {
     /// [`ServerMetrics::events_sent`]).
     pub fn chunk_sent(&self) {
         self.chunks_sent.inc();
+    }
+
+    /// A segment of `bytes` is in the bucket and its manifest.
+    pub fn bucket_segment_uploaded(&self, bytes: u64) {
+        self.bucket_segments_uploaded.inc();
+        self.bucket_bytes_uploaded.inc_by(bytes);
+    }
+
+    /// An upload pass over a shard failed (it is retried with backoff).
+    pub fn bucket_upload_failed(&self) {
+        self.bucket_upload_errors.inc();
+    }
+
+    /// Sealed segments not in the bucket yet, and the age of the oldest.
+    pub fn set_bucket_upload_lag(&self, segments: u64, oldest_seconds: u64) {
+        self.bucket_upload_lag_segments.set(segments as i64);
+        self.bucket_upload_lag_seconds.set(oldest_seconds as i64);
     }
 
     pub fn stalled_given_back(&self) {
@@ -261,6 +291,31 @@ impl ServerMetrics {
             "subscriber_bytes_sent",
             "Encoded bytes of event responses sent to subscribers",
             self.bytes_sent.clone(),
+        );
+        r.register(
+            "object_store_segments_uploaded",
+            "Sealed segments uploaded to the object store and named in its manifest",
+            self.bucket_segments_uploaded.clone(),
+        );
+        r.register(
+            "object_store_bytes_uploaded",
+            "Bytes of sealed segments uploaded to the object store",
+            self.bucket_bytes_uploaded.clone(),
+        );
+        r.register(
+            "object_store_upload_errors",
+            "Failed upload passes over a shard (retried with backoff; the log says why)",
+            self.bucket_upload_errors.clone(),
+        );
+        r.register(
+            "object_store_upload_lag_segments",
+            "Sealed segments not in the object store yet",
+            self.bucket_upload_lag_segments.clone(),
+        );
+        r.register(
+            "object_store_upload_lag_seconds",
+            "How long ago the oldest sealed segment not in the object store yet was sealed",
+            self.bucket_upload_lag_seconds.clone(),
         );
         r.register(
             "subscriber_chunks_sent",

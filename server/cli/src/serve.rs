@@ -98,6 +98,13 @@ pub struct ServeArgs {
     /// security) or --insecure [default: off]. Config `filer_listen`.
     #[arg(long, value_name = "ADDR")]
     filer_listen: Option<String>,
+    /// Upload each shard's sealed segments to an object store: s3://BUCKET/PREFIX (endpoint,
+    /// region and credentials from AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID,
+    /// AWS_SECRET_ACCESS_KEY; AWS_ALLOW_HTTP=true for a plain-HTTP endpoint) or file:///DIR.
+    /// Each shard's manifest (PREFIX/node-N/shard-KKK/manifest.json) names what is uploaded;
+    /// local retention keeps every segment until it is [default: off]. Config `object_store`.
+    #[arg(long, value_name = "URL")]
+    object_store: Option<String>,
     /// Serve Prometheus metrics at http://ADDR/metrics; port 0 picks a free port [default: off].
     #[arg(long)]
     metrics_listen: Option<String>,
@@ -169,6 +176,7 @@ fn serve_command(args: ServeArgs) -> Result<()> {
         file.follow_filers = Some(args.follow_filers);
     }
     file.filer_listen = args.filer_listen.or(file.filer_listen);
+    file.object_store = args.object_store.or(file.object_store);
     if args.follow_skip_gap {
         file.follow_skip_gap = Some(true);
     }

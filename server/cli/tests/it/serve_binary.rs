@@ -61,8 +61,28 @@ impl Server {
         Server::spawn(data_dir, shards, "127.0.0.1:0", flags)
     }
 
+    /// [`Server::start_with`] with more environment variables.
+    pub fn start_with_env(
+        data_dir: &Path,
+        shards: u32,
+        flags: &[&str],
+        env: &[(&str, &str)],
+    ) -> Server {
+        Server::spawn_env(data_dir, shards, "127.0.0.1:0", flags, env)
+    }
+
     fn spawn(data_dir: &Path, shards: u32, listen: &str, flags: &[&str]) -> Server {
-        Server::try_spawn(data_dir, shards, listen, flags).unwrap_or_else(|(pid, threads)| {
+        Server::spawn_env(data_dir, shards, listen, flags, &[])
+    }
+
+    fn spawn_env(
+        data_dir: &Path,
+        shards: u32,
+        listen: &str,
+        flags: &[&str],
+        env: &[(&str, &str)],
+    ) -> Server {
+        Server::try_spawn(data_dir, shards, listen, flags, env).unwrap_or_else(|(pid, threads)| {
             // A server that never starts is a hang to find, not to retry.
             panic!(
                 "ringfeed serve (pid {pid}) printed no `listening on` line within {STARTUP:?}; \
@@ -79,8 +99,10 @@ impl Server {
         shards: u32,
         listen: &str,
         flags: &[&str],
+        env: &[(&str, &str)],
     ) -> Result<Server, (u32, String)> {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ringfeed"))
+            .envs(env.iter().copied())
             .arg("serve")
             .arg("--data-dir")
             .arg(data_dir)

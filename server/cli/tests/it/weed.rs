@@ -22,7 +22,7 @@ pub struct Weed {
     processes: Vec<(&'static str, Vec<String>, Option<Child>)>,
     /// Each running process's guard: the watchdog kills it if the test
     /// hangs (it exits the binary at once, and no `Drop` here would run).
-    owned: [Option<ringfeed_testkit::OwnedChild>; 3],
+    owned: Vec<Option<ringfeed_testkit::OwnedChild>>,
     /// The filer as `weed` commands and `--follow-filer` name it: `127.0.0.1:PORT.GRPCPORT`.
     pub filer: String,
     /// The filer's gRPC address.
@@ -110,13 +110,59 @@ impl Weed {
             dir,
             weed,
             processes,
-            owned: [None, None, None],
+            owned: vec![None, None, None],
         };
         for i in 0..3 {
             weed.spawn(i);
         }
         weed.wait_ready().await;
         Some(weed)
+    }
+
+    /// Starts SeaweedFS's S3 gateway on the filer, with anonymous access (no
+    /// identities configured), and makes `bucket` in it; its endpoint URL.
+    pub async fn start_s3(&mut self, bucket: &str) -> String {
+        let ports: Vec<String> = free_ports(2)
+            .iter()
+            .map(|a| a.rsplit_once(':').unwrap().1.to_owned())
+            .collect();
+        let endpoint = format!("127.0.0.1:{}", ports[0]);
+        self.processes.push((
+            "s3",
+            vec![
+                format!("-port={}", ports[0]),
+                format!("-port.grpc={}", ports[1]),
+                "-port.iceberg=0".into(),
+                "-port.lance=0".into(),
+                format!("-filer={}", self.filer),
+            ],
+            None,
+        ));
+        self.owned.push(None);
+        self.spawn(self.processes.len() - 1);
+        // Ready once it makes the bucket (PUT /BUCKET).
+        let deadline = Instant::now() + START;
+        loop {
+            let made = std::net::TcpStream::connect(&endpoint).and_then(|mut conn| {
+                use std::io::{Read as _, Write as _};
+                write!(
+                    conn,
+                    "PUT /{bucket} HTTP/1.1\r\nhost: {endpoint}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                )?;
+                let mut response = String::new();
+                conn.read_to_string(&mut response)?;
+                Ok(response)
+            });
+            match made {
+                Ok(r) if r.starts_with("HTTP/1.1 200") => return format!("http://{endpoint}"),
+                other => assert!(
+                    Instant::now() < deadline,
+                    "the S3 gateway made no bucket within {START:?}: {other:?}\n{}",
+                    self.logs()
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     fn spawn(&mut self, i: usize) {
@@ -260,6 +306,24 @@ impl Weed {
             .status()
             .unwrap();
         assert!(status.success(), "kill -{signal} {pid}");
+    }
+
+    /// SIGKILLs the S3 gateway ([`Weed::start_s3`]).
+    pub fn kill_s3(&mut self) {
+        let i = self.processes.len() - 1;
+        assert_eq!(self.processes[i].0, "s3", "start_s3 first");
+        if let Some(mut child) = self.processes[i].2.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.owned[i] = None;
+    }
+
+    /// Starts the S3 gateway again on its ports.
+    pub fn restart_s3(&mut self) {
+        let i = self.processes.len() - 1;
+        assert_eq!(self.processes[i].0, "s3", "start_s3 first");
+        self.spawn(i);
     }
 
     /// SIGKILLs the filer and starts it again on the same ports and store.

@@ -1,0 +1,268 @@
+//! The uploader: a task on the tokio side that uploads each shard's sealed
+//! segments, oldest first, and names each in the shard's manifest once it
+//! is whole in the bucket. Segment files are read on blocking threads,
+//! chunk by chunk (each verified), never by a shard.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use object_store::buffered::BufWriter;
+use ringfeed_engine::segment::sealed::{read_sealed, SealedFile, SealedSegment};
+use ringfeed_engine::Engine;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, watch};
+
+use super::{Bucket, Manifest, ManifestSegment};
+use crate::metrics::ServerMetrics;
+
+/// How often the uploader looks for newly sealed segments.
+const POLL: Duration = Duration::from_secs(1);
+/// Backoff after a failed pass: doubling from POLL up to this.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Bytes an upload buffers before it switches to a multipart upload (S3's
+/// smallest part is 5 MiB); the parts in flight are bounded by the store.
+const UPLOAD_BUFFER: usize = 8 << 20;
+
+/// Uploads the sealed segments of every shard of `engine` (its data dir
+/// `data_dir`, node `node`: 0 outside a cluster) to `bucket` once they are
+/// `upload_after` old, until `shutdown`.
+pub fn spawn_uploader(
+    engine: Arc<Engine>,
+    data_dir: PathBuf,
+    node: u32,
+    bucket: Arc<Bucket>,
+    upload_after: Duration,
+    metrics: Arc<ServerMetrics>,
+    mut shutdown: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let feed_id = format!("{:016x}", engine.feed_id());
+        let mut shards: Vec<ShardUpload> = (0..engine.shard_count())
+            .map(|shard| ShardUpload {
+                shard,
+                manifest: None,
+            })
+            .collect();
+        let mut failures = 0u32;
+        loop {
+            let mut lag = Lag::default();
+            let mut failed = false;
+            for s in &mut shards {
+                let pass = Pass {
+                    engine: &engine,
+                    data_dir: &data_dir,
+                    node,
+                    feed_id: &feed_id,
+                    bucket: &bucket,
+                    upload_after,
+                    metrics: &metrics,
+                };
+                if let Err(e) = s.pass(&pass, &mut lag).await {
+                    failed = true;
+                    metrics.bucket_upload_failed();
+                    tracing::warn!(shard = s.shard, bucket = bucket.url(), "upload: {e}");
+                }
+            }
+            metrics.set_bucket_upload_lag(lag.segments, lag.oldest.as_secs());
+            failures = if failed {
+                failures.saturating_add(1)
+            } else {
+                0
+            };
+            let wait = match failures {
+                0 => POLL,
+                n => (POLL * 2u32.saturating_pow(n.min(16))).min(MAX_BACKOFF),
+            };
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    })
+}
+
+/// What one pass over the shards needs.
+struct Pass<'a> {
+    engine: &'a Engine,
+    data_dir: &'a Path,
+    node: u32,
+    feed_id: &'a str,
+    bucket: &'a Arc<Bucket>,
+    upload_after: Duration,
+    metrics: &'a ServerMetrics,
+}
+
+/// Sealed segments not in the bucket yet, over all shards.
+#[derive(Default)]
+struct Lag {
+    segments: u64,
+    /// How long ago the oldest of them was sealed.
+    oldest: Duration,
+}
+
+struct ShardUpload {
+    shard: u32,
+    /// The shard's manifest as the bucket holds it, once read.
+    manifest: Option<Manifest>,
+}
+
+impl ShardUpload {
+    async fn pass(&mut self, p: &Pass<'_>, lag: &mut Lag) -> Result<(), String> {
+        let shard = self.shard;
+        if self.manifest.is_none() {
+            let manifest = match p.bucket.manifest(p.node, shard).await? {
+                Some(m) if m.feed_id != p.feed_id => {
+                    return Err(format!(
+                        "the bucket's manifest of shard {shard} comes from another data dir \
+                         (feed {}, this one's is {}): nothing of this shard is uploaded, and \
+                         its local retention keeps every segment",
+                        m.feed_id, p.feed_id
+                    ))
+                }
+                Some(m) => m,
+                None => Manifest::new(p.node, shard, p.feed_id.to_owned()),
+            };
+            self.manifest = Some(manifest);
+        }
+        let manifest = self.manifest.as_mut().expect("read above");
+        let shared = p.engine.shard(shard);
+        shared.set_uploaded_below(manifest.uploaded_below());
+        let dir = ringfeed_engine::shard_dir(p.data_dir, shard);
+        let listed = dir.clone();
+        let files = tokio::task::spawn_blocking(move || sealed_with_age(&listed))
+            .await
+            .map_err(|e| format!("listing {}: {e}", dir.display()))?
+            .map_err(|e| format!("listing {}: {e}", dir.display()))?;
+        let below = manifest.uploaded_below();
+        let mut pending = Vec::new();
+        for (file, age) in files {
+            if file.next_offset <= below && file.first_offset < below {
+                // In the bucket already: it must be the manifest's.
+                let known = manifest
+                    .segments
+                    .iter()
+                    .any(|s| s.name == file.name && s.next_offset == file.next_offset);
+                if !known {
+                    return Err(format!(
+                        "local segment {} (offsets {}..{}) is not the one the bucket's manifest \
+                         holds there",
+                        file.name, file.first_offset, file.next_offset
+                    ));
+                }
+            } else if file.first_offset < below {
+                return Err(format!(
+                    "local segment {} overlaps what the bucket holds (below offset {below})",
+                    file.name
+                ));
+            } else if file.first_offset >= below {
+                pending.push((file, age));
+            }
+        }
+        let mut done = 0;
+        let mut result = Ok(());
+        for (file, age) in &pending {
+            if *age < p.upload_after {
+                break;
+            }
+            let found = match upload(p.bucket, p.node, shard, &dir, file).await {
+                Ok(found) => found,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            manifest.segments.push(entry(file, &found));
+            if let Err(e) = p.bucket.put_manifest(manifest).await {
+                // The bucket's manifest is still the one before.
+                manifest.segments.pop();
+                result = Err(e);
+                break;
+            }
+            shared.set_uploaded_below(file.next_offset);
+            p.metrics.bucket_segment_uploaded(found.bytes);
+            tracing::debug!(shard, segment = %file.name, bytes = found.bytes, "uploaded");
+            done += 1;
+        }
+        if let Some((_, age)) = pending.get(done) {
+            lag.segments += (pending.len() - done) as u64;
+            lag.oldest = lag.oldest.max(*age);
+        }
+        result
+    }
+}
+
+/// The shard directory's sealed segments, each with how long ago it was
+/// sealed (its file's last write).
+fn sealed_with_age(dir: &Path) -> std::io::Result<Vec<(SealedFile, Duration)>> {
+    let now = SystemTime::now();
+    let mut out = Vec::new();
+    for file in ringfeed_engine::segment::sealed::sealed_files(dir)? {
+        let modified = std::fs::metadata(dir.join(&file.name))?.modified()?;
+        out.push((file, now.duration_since(modified).unwrap_or_default()));
+    }
+    Ok(out)
+}
+
+/// Uploads sealed segment `file` of `dir` as it reads it; nothing is
+/// completed in the bucket unless every chunk of it read and verified.
+async fn upload(
+    bucket: &Bucket,
+    node: u32,
+    shard: u32,
+    dir: &Path,
+    file: &SealedFile,
+) -> Result<SealedSegment, String> {
+    let path = bucket.shard_dir(node, shard).child(file.name.as_str());
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(4);
+    let (dir, file) = (dir.to_owned(), file.clone());
+    let reader = tokio::task::spawn_blocking(move || {
+        read_sealed(&dir, &file, |part| {
+            tx.blocking_send(part)
+                .map_err(|_| std::io::Error::other("the upload stopped"))
+        })
+    });
+    let mut writer = BufWriter::with_capacity(bucket.store.clone(), path.clone(), UPLOAD_BUFFER);
+    let mut failed = None;
+    while let Some(part) = rx.recv().await {
+        if let Err(e) = writer.put(part.into()).await {
+            failed = Some(format!("uploading {path}: {e}"));
+            break;
+        }
+    }
+    drop(rx);
+    let read = reader
+        .await
+        .map_err(|e| format!("reading {path}'s file: {e}"))
+        .and_then(|r| r.map_err(|e| format!("reading the segment for {path}: {e}")));
+    match (failed, read) {
+        (None, Ok(found)) => {
+            writer
+                .shutdown()
+                .await
+                .map_err(|e| format!("uploading {path}: {e}"))?;
+            Ok(found)
+        }
+        (Some(e), _) | (None, Err(e)) => {
+            // Nothing half-written is completed (a multipart upload is
+            // aborted; a small one was never sent).
+            let _ = writer.abort().await;
+            Err(e)
+        }
+    }
+}
+
+fn entry(file: &SealedFile, found: &SealedSegment) -> ManifestSegment {
+    let (min_generation, max_generation) = found.generations.unwrap_or((0, 0));
+    ManifestSegment {
+        name: file.name.clone(),
+        first_offset: file.first_offset,
+        next_offset: file.next_offset,
+        first_ts_ns: found.first_ts.unwrap_or(0),
+        last_ts_ns: found.last_ts.unwrap_or(0),
+        bytes: found.bytes,
+        crc32c: found.crc32c,
+        min_generation,
+        max_generation,
+    }
+}
