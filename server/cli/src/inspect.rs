@@ -32,6 +32,69 @@ pub(crate) fn shard_dirs(data_dir: &Path) -> Result<Vec<(u32, PathBuf)>> {
     Ok(shard_dirs)
 }
 
+/// What the object store at `url` holds: each shard's manifest and its
+/// segments, each checked to be in the bucket at its size.
+pub async fn bucket(url: String) -> Result<()> {
+    let bucket = ringfeed_server::bucket::Bucket::open(&url).map_err(|e| anyhow::anyhow!(e))?;
+    let manifests = bucket.manifests().await.map_err(|e| anyhow::anyhow!(e))?;
+    println!("object store {url}: {} shard manifest(s)", manifests.len());
+    let mut problems = 0;
+    for m in &manifests {
+        let records: u64 = m
+            .segments
+            .iter()
+            .map(|s| s.next_offset - s.first_offset)
+            .sum();
+        let bytes: u64 = m.segments.iter().map(|s| s.bytes).sum();
+        println!(
+            "node {} shard {}: {} segment(s), offsets {}..{}, {records} record(s), {bytes} bytes, feed {}",
+            m.node,
+            m.shard,
+            m.segments.len(),
+            m.segments.first().map_or(0, |s| s.first_offset),
+            m.uploaded_below(),
+            m.feed_id
+        );
+        for s in &m.segments {
+            let size = bucket
+                .size(m.node, m.shard, &s.name)
+                .await
+                .map_err(|e| anyhow::anyhow!(e))?;
+            let state = match size {
+                Some(size) if size == s.bytes => String::new(),
+                Some(size) => {
+                    problems += 1;
+                    format!(
+                        " -- the object has {size} bytes, the manifest says {}",
+                        s.bytes
+                    )
+                }
+                None => {
+                    problems += 1;
+                    " -- MISSING from the bucket".to_owned()
+                }
+            };
+            println!(
+                "  {}: offsets {}..{}, {} bytes, {} .. {}, generations {}..{}, crc32c {:08x}{state}",
+                s.name,
+                s.first_offset,
+                s.next_offset,
+                s.bytes,
+                crate::output::format_ts(s.first_ts_ns),
+                crate::output::format_ts(s.last_ts_ns),
+                s.min_generation,
+                s.max_generation,
+                s.crc32c
+            );
+        }
+    }
+    println!("(read-only: nothing in the bucket was changed)");
+    if problems > 0 {
+        bail!("{problems} object(s) the manifests name are missing or of another size");
+    }
+    Ok(())
+}
+
 pub fn run(data_dir: &Path) -> Result<()> {
     let shard_dirs = shard_dirs(data_dir)?;
     // Read-only either way; a running server may append and cut while this

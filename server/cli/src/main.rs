@@ -112,12 +112,18 @@ enum Command {
     /// Print the segments, chunk counts and generations of every shard in a data dir,
     /// read-only: it changes nothing (a leftover or torn tail a server's open would
     /// repair is reported, not repaired). Beside a running server it may see the
-    /// active segment mid-write.
+    /// active segment mid-write. With --object-store, what a bucket holds instead.
     Inspect {
         /// The data dir to read (a server's --data-dir); nothing in it is
         /// changed, and a running server may keep it.
         #[arg(long, default_value = ringfeed_server::DEFAULT_DATA_DIR)]
         data_dir: PathBuf,
+        /// List what this object store holds (as `serve --object-store` takes it,
+        /// credentials from the AWS_* environment): every node's and shard's manifest,
+        /// its segments, and any object a manifest names that is missing or of
+        /// another size (then the exit status is 1). Read-only.
+        #[arg(long, value_name = "URL", conflicts_with = "data_dir")]
+        object_store: Option<String>,
     },
     #[cfg(feature = "server")]
     /// Mend a data dir whose logs `serve` refuses for damage (a flipped bit, a
@@ -151,7 +157,11 @@ fn main() -> std::process::ExitCode {
         #[cfg(feature = "server")]
         Command::Tune { what } => tune::run(what),
         #[cfg(feature = "server")]
-        Command::Inspect { data_dir } => inspect::run(&data_dir),
+        Command::Inspect {
+            object_store: Some(url),
+            ..
+        } => client(inspect::bucket(url)),
+        Command::Inspect { data_dir, .. } => inspect::run(&data_dir),
         #[cfg(feature = "server")]
         Command::Repair { data_dir, dry_run } => repair::run(&data_dir, dry_run),
     };

@@ -125,6 +125,48 @@ impl Bucket {
         Ok(Some(manifest))
     }
 
+    /// Every shard's manifest the bucket holds, by node then shard (for
+    /// `ringfeed inspect --object-store`).
+    pub async fn manifests(&self) -> Result<Vec<Manifest>, String> {
+        let listed = |at: Path| async move {
+            self.store
+                .list_with_delimiter(Some(&at))
+                .await
+                .map(|l| l.common_prefixes)
+                .map_err(|e| format!("listing {at}: {e}"))
+        };
+        let number = |dir: &Path, prefix: &str| -> Option<u32> {
+            dir.filename()?.strip_prefix(prefix)?.parse().ok()
+        };
+        let mut found = Vec::new();
+        for node_dir in listed(self.prefix.clone()).await? {
+            let Some(node) = number(&node_dir, "node-") else {
+                continue;
+            };
+            for shard_dir in listed(node_dir).await? {
+                let Some(shard) = number(&shard_dir, "shard-") else {
+                    continue;
+                };
+                if let Some(manifest) = self.manifest(node, shard).await? {
+                    found.push(manifest);
+                }
+            }
+        }
+        found.sort_by_key(|m| (m.node, m.shard));
+        Ok(found)
+    }
+
+    /// The size of the object `name` of shard `shard` of node `node`, if the
+    /// bucket holds it.
+    pub async fn size(&self, node: u32, shard: u32, name: &str) -> Result<Option<u64>, String> {
+        let path = self.shard_dir(node, shard).child(name);
+        match self.store.head(&path).await {
+            Ok(meta) => Ok(Some(meta.size)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(format!("reading {path}: {e}")),
+        }
+    }
+
     /// The object `name` of shard `shard` of node `node`, whole.
     pub async fn get(&self, node: u32, shard: u32, name: &str) -> Result<Vec<u8>, String> {
         let path = self.shard_dir(node, shard).child(name);

@@ -169,6 +169,38 @@ async fn sealed_segments_reach_the_store_whole_and_named_in_its_manifest() {
         }
     }
     server.stop();
+
+    // `ringfeed inspect --object-store` lists every segment, and says
+    // which object a manifest names is gone (exit status 1).
+    let inspect = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_ringfeed"))
+            .args(["inspect", "--object-store", &url])
+            .output()
+            .unwrap()
+    };
+    let listed = inspect();
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    for shard in 0..SHARDS {
+        assert!(text.contains(&format!("node 0 shard {shard}: ")), "{text}");
+        for (name, first, end, bytes, _) in manifest(store.path(), shard).unwrap() {
+            let line = format!("  {name}: offsets {first}..{end}, {bytes} bytes,");
+            assert!(text.contains(&line), "{line:?} in:\n{text}");
+        }
+    }
+    let (gone, ..) = manifest(store.path(), 1).unwrap().remove(0);
+    std::fs::remove_file(store.path().join("node-0/shard-001").join(&gone)).unwrap();
+    let listed = inspect();
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert_eq!(listed.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!("  {gone}: ")) && text.contains("MISSING from the bucket"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
