@@ -137,26 +137,28 @@ impl ShardUpload {
         let below = manifest.uploaded_below();
         let mut pending = Vec::new();
         for (file, age) in files {
-            if file.next_offset <= below && file.first_offset < below {
-                // In the bucket already: it must be the manifest's.
-                let known = manifest
-                    .segments
-                    .iter()
-                    .any(|s| s.name == file.name && s.next_offset == file.next_offset);
-                if !known {
+            match manifest.segments.iter().find(|s| s.name == file.name) {
+                // In the bucket already: the same offsets, or another
+                // segment under its name.
+                Some(s) if s.next_offset == file.next_offset => {}
+                Some(s) => {
                     return Err(format!(
-                        "local segment {} (offsets {}..{}) is not the one the bucket's manifest \
-                         holds there",
-                        file.name, file.first_offset, file.next_offset
-                    ));
+                        "local segment {} holds offsets {}..{}, the bucket's {}..{}",
+                        file.name,
+                        file.first_offset,
+                        file.next_offset,
+                        s.first_offset,
+                        s.next_offset
+                    ))
                 }
-            } else if file.first_offset < below {
-                return Err(format!(
-                    "local segment {} overlaps what the bucket holds (below offset {below})",
-                    file.name
-                ));
-            } else if file.first_offset >= below {
-                pending.push((file, age));
+                None if file.first_offset < below => {
+                    return Err(format!(
+                        "local segment {} (offsets {}..{}) overlaps what the bucket holds \
+                         (below offset {below}) and is not in its manifest",
+                        file.name, file.first_offset, file.next_offset
+                    ))
+                }
+                None => pending.push((file, age)),
             }
         }
         let mut done = 0;
