@@ -33,6 +33,8 @@ pub struct StatusBoard {
     samples: Mutex<VecDeque<Sample>>,
     /// The filers followed (`serve --follow-filer`), set once at start.
     filers: std::sync::OnceLock<Vec<Arc<crate::seaweedfs::FilerProgress>>>,
+    /// The uploads to the object store (`serve --object-store`), set once at start.
+    object_store: std::sync::OnceLock<Arc<crate::bucket::UploadState>>,
 }
 
 /// One sample: what the shards had counted, and the worst lag then.
@@ -56,7 +58,13 @@ impl StatusBoard {
             data_dir,
             samples: Mutex::new(VecDeque::with_capacity(HISTORY)),
             filers: std::sync::OnceLock::new(),
+            object_store: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The uploads to the object store, for status (set once, at start).
+    pub fn set_object_store(&self, state: Arc<crate::bucket::UploadState>) {
+        let _ = self.object_store.set(state);
     }
 
     /// The filers this server follows, for status (set once, at start).
@@ -250,6 +258,7 @@ impl StatusBoard {
                 id => ringfeed_engine::FeedId(id).to_string(),
             },
             filers: self.filers(),
+            object_store: self.object_store.get().map(|s| s.snapshot()),
         }
     }
 }

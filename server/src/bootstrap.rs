@@ -278,22 +278,28 @@ pub fn serve(config: ServerConfig) -> Result<()> {
             });
         }
         let service_metrics = service.metrics().clone();
+        let board = service.board().clone();
         if let Some(bucket) = &config.object_store {
+            let state = Arc::new(crate::bucket::UploadState::new(
+                bucket.url(),
+                engine.shard_count(),
+            ));
+            board.set_object_store(state.clone());
             tracing::info!(
                 bucket = bucket.url(),
                 "uploading sealed segments to the object store"
             );
-            crate::bucket::spawn_uploader(
-                engine.clone(),
-                data_dir.clone(),
-                engine_node.unwrap_or(0),
-                bucket.clone(),
-                config.object_store_upload_after,
-                service_metrics.clone(),
-                stop_rx.clone(),
-            );
+            let uploader = crate::bucket::Uploader {
+                engine: engine.clone(),
+                data_dir: data_dir.clone(),
+                node: engine_node.unwrap_or(0),
+                bucket: bucket.clone(),
+                upload_after: config.object_store_upload_after,
+                metrics: service_metrics.clone(),
+                state,
+            };
+            crate::bucket::spawn_uploader(uploader, stop_rx.clone());
         }
-        let board = service.board().clone();
         board.set_filers(filers.clone());
         tokio::spawn(board.clone().sample_every_second(stop_rx.clone()));
         let access = crate::http::Access {

@@ -251,9 +251,43 @@ pub(super) fn render_status(
         text.push('\n');
         text.push_str(&filers_table(status));
     }
+    if let Some(store) = &status.object_store {
+        text.push('\n');
+        text.push_str(&object_store_lines(store));
+    }
     if let Some(subscribers) = subscribers {
         text.push('\n');
         text.push_str(&subscribers_table(subscribers));
+    }
+    text
+}
+
+/// The uploads to the object store: what went, what waits, what failed.
+fn object_store_lines(store: &ringfeed_proto::v1::ObjectStoreStatus) -> String {
+    let mut text = format!(
+        "object store {}: {} segment(s), {} bytes uploaded since start; {} sealed segment(s) waiting{}\n",
+        store.url,
+        store.segments_uploaded,
+        store.bytes_uploaded,
+        store.lag_segments,
+        if store.lag_segments > 0 {
+            format!(", the oldest sealed {:.1} s ago", store.lag_seconds)
+        } else {
+            String::new()
+        }
+    );
+    let below: Vec<String> = store
+        .uploaded_below
+        .iter()
+        .enumerate()
+        .map(|(shard, below)| format!("shard {shard} below {below}"))
+        .collect();
+    text.push_str(&format!("  in the store: {}\n", below.join(", ")));
+    if !store.error.is_empty() {
+        text.push_str(&format!(
+            "  the last upload pass failed ({} failed pass(es) since start, retried with backoff): {}\n",
+            store.errors, store.error
+        ));
     }
     text
 }

@@ -14,16 +14,40 @@
 mod manifest;
 mod upload;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use object_store::path::Path;
 use object_store::ObjectStore;
+use ringfeed_proto::v1;
 
 pub use manifest::{Manifest, ManifestSegment};
-pub use upload::spawn_uploader;
+pub use upload::{spawn_uploader, Uploader};
 
 /// Most bytes of a manifest read from a bucket (a million segments' worth).
 const MAX_MANIFEST_BYTES: usize = 256 << 20;
+
+/// What the uploader shows in `status` (and the status page), as of its
+/// last pass.
+#[derive(Debug)]
+pub struct UploadState(Mutex<v1::ObjectStoreStatus>);
+
+impl UploadState {
+    pub fn new(url: &str, shards: u32) -> UploadState {
+        UploadState(Mutex::new(v1::ObjectStoreStatus {
+            url: url.to_owned(),
+            uploaded_below: vec![0; shards as usize],
+            ..Default::default()
+        }))
+    }
+
+    pub fn snapshot(&self) -> v1::ObjectStoreStatus {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn update(&self, f: impl FnOnce(&mut v1::ObjectStoreStatus)) {
+        f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+}
 
 /// An object store and the prefix ringfeed's objects live under.
 pub struct Bucket {

@@ -13,7 +13,7 @@ use ringfeed_engine::Engine;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
 
-use super::{Bucket, Manifest, ManifestSegment};
+use super::{Bucket, Manifest, ManifestSegment, UploadState};
 use crate::metrics::ServerMetrics;
 
 /// How often the uploader looks for newly sealed segments.
@@ -24,18 +24,36 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// smallest part is 5 MiB); the parts in flight are bounded by the store.
 const UPLOAD_BUFFER: usize = 8 << 20;
 
-/// Uploads the sealed segments of every shard of `engine` (its data dir
-/// `data_dir`, node `node`: 0 outside a cluster) to `bucket` once they are
-/// `upload_after` old, until `shutdown`.
+/// What the uploader works with.
+pub struct Uploader {
+    pub engine: Arc<Engine>,
+    /// The engine's data dir.
+    pub data_dir: PathBuf,
+    /// This node's id (0 outside a cluster).
+    pub node: u32,
+    pub bucket: Arc<Bucket>,
+    /// A sealed segment is uploaded once it is this old.
+    pub upload_after: Duration,
+    pub metrics: Arc<ServerMetrics>,
+    /// What `status` shows of the uploads.
+    pub state: Arc<UploadState>,
+}
+
+/// Uploads the sealed segments of every shard to the bucket, until
+/// `shutdown`.
 pub fn spawn_uploader(
-    engine: Arc<Engine>,
-    data_dir: PathBuf,
-    node: u32,
-    bucket: Arc<Bucket>,
-    upload_after: Duration,
-    metrics: Arc<ServerMetrics>,
+    uploader: Uploader,
     mut shutdown: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
+    let Uploader {
+        engine,
+        data_dir,
+        node,
+        bucket,
+        upload_after,
+        metrics,
+        state,
+    } = uploader;
     tokio::spawn(async move {
         let feed_id = format!("{:016x}", engine.feed_id());
         let mut shards: Vec<ShardUpload> = (0..engine.shard_count())
@@ -47,7 +65,7 @@ pub fn spawn_uploader(
         let mut failures = 0u32;
         loop {
             let mut lag = Lag::default();
-            let mut failed = false;
+            let mut failed = None;
             for s in &mut shards {
                 let pass = Pass {
                     engine: &engine,
@@ -57,15 +75,22 @@ pub fn spawn_uploader(
                     bucket: &bucket,
                     upload_after,
                     metrics: &metrics,
+                    state: &state,
                 };
                 if let Err(e) = s.pass(&pass, &mut lag).await {
-                    failed = true;
                     metrics.bucket_upload_failed();
                     tracing::warn!(shard = s.shard, bucket = bucket.url(), "upload: {e}");
+                    failed = Some(format!("shard {}: {e}", s.shard));
                 }
             }
             metrics.set_bucket_upload_lag(lag.segments, lag.oldest.as_secs());
-            failures = if failed {
+            state.update(|st| {
+                st.lag_segments = lag.segments;
+                st.lag_seconds = lag.oldest.as_secs_f64();
+                st.errors += u64::from(failed.is_some());
+                st.error = failed.clone().unwrap_or_default();
+            });
+            failures = if failed.is_some() {
                 failures.saturating_add(1)
             } else {
                 0
@@ -91,6 +116,7 @@ struct Pass<'a> {
     bucket: &'a Arc<Bucket>,
     upload_after: Duration,
     metrics: &'a ServerMetrics,
+    state: &'a UploadState,
 }
 
 /// Sealed segments not in the bucket yet, over all shards.
@@ -110,30 +136,52 @@ struct ShardUpload {
 impl ShardUpload {
     async fn pass(&mut self, p: &Pass<'_>, lag: &mut Lag) -> Result<(), String> {
         let shard = self.shard;
-        if self.manifest.is_none() {
-            let manifest = match p.bucket.manifest(p.node, shard).await? {
-                Some(m) if m.feed_id != p.feed_id => {
-                    return Err(format!(
-                        "the bucket's manifest of shard {shard} comes from another data dir \
-                         (feed {}, this one's is {}): nothing of this shard is uploaded, and \
-                         its local retention keeps every segment",
-                        m.feed_id, p.feed_id
-                    ))
-                }
-                Some(m) => m,
-                None => Manifest::new(p.node, shard, p.feed_id.to_owned()),
-            };
-            self.manifest = Some(manifest);
-        }
-        let manifest = self.manifest.as_mut().expect("read above");
         let shared = p.engine.shard(shard);
-        shared.set_uploaded_below(manifest.uploaded_below());
         let dir = ringfeed_engine::shard_dir(p.data_dir, shard);
         let listed = dir.clone();
         let files = tokio::task::spawn_blocking(move || sealed_with_age(&listed))
             .await
             .map_err(|e| format!("listing {}: {e}", dir.display()))?
             .map_err(|e| format!("listing {}: {e}", dir.display()))?;
+        if self.manifest.is_none() {
+            // Until the manifest is read, every sealed segment at or above
+            // what is known uploaded waits (the lag says so while the store
+            // cannot be read).
+            let waiting = |lag: &mut Lag| {
+                let below = shared.uploaded_below();
+                let unread: Vec<_> = files.iter().filter(|f| f.0.first_offset >= below).collect();
+                lag.segments += unread.len() as u64;
+                if let Some((_, age)) = unread.first() {
+                    lag.oldest = lag.oldest.max(*age);
+                }
+            };
+            let manifest = match p.bucket.manifest(p.node, shard).await {
+                Err(e) => {
+                    waiting(lag);
+                    return Err(e);
+                }
+                Ok(Some(m)) if m.feed_id != p.feed_id => {
+                    waiting(lag);
+                    return Err(format!(
+                        "the bucket's manifest of shard {shard} comes from another data dir \
+                         (feed {}, this one's is {}): nothing of this shard is uploaded, and \
+                         its local retention keeps every segment",
+                        m.feed_id, p.feed_id
+                    ));
+                }
+                Ok(Some(m)) => m,
+                Ok(None) => Manifest::new(p.node, shard, p.feed_id.to_owned()),
+            };
+            self.manifest = Some(manifest);
+        }
+        let manifest = self.manifest.as_mut().expect("read above");
+        shared.set_uploaded_below(manifest.uploaded_below());
+        let below = manifest.uploaded_below();
+        p.state.update(|st| {
+            if let Some(b) = st.uploaded_below.get_mut(shard as usize) {
+                *b = below;
+            }
+        });
         let below = manifest.uploaded_below();
         let mut pending = Vec::new();
         for (file, age) in files {
@@ -183,6 +231,13 @@ impl ShardUpload {
             }
             shared.set_uploaded_below(file.next_offset);
             p.metrics.bucket_segment_uploaded(found.bytes);
+            p.state.update(|st| {
+                st.segments_uploaded += 1;
+                st.bytes_uploaded += found.bytes;
+                if let Some(b) = st.uploaded_below.get_mut(shard as usize) {
+                    *b = file.next_offset;
+                }
+            });
             tracing::debug!(shard, segment = %file.name, bytes = found.bytes, "uploaded");
             done += 1;
         }

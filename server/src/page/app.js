@@ -223,7 +223,26 @@ function draw(status) {
   const worst = Math.max(0, ...(status.subscriberList || []).map((s) => num(s.lagSeconds)));
   $("lag-now").textContent = fmtSeconds(worst);
   drawShards(status);
+  drawObjectStore(status);
   drawSubscribers(status);
+}
+
+// Uploads of sealed segments (serve --object-store): shown only with one.
+function drawObjectStore(status) {
+  const store = status.objectStore;
+  $("object-store").hidden = !store;
+  if (!store) return;
+  $("object-store-url").textContent = store.url || "";
+  const below = (store.uploadedBelow || []).map((b, shard) => "shard " + shard + " below " + int(b));
+  const waiting = num(store.lagSegments);
+  $("object-store-text").textContent =
+    int(store.segmentsUploaded) + " segment(s), " + fmtBytes(num(store.bytesUploaded)) +
+    " uploaded since start; " + waiting + " sealed segment(s) waiting" +
+    (waiting > 0 ? ", the oldest sealed " + fmtSeconds(num(store.lagSeconds)) + " ago" : "") +
+    ". In the store: " + (below.join(", ") || "-") + ".";
+  const error = $("object-store-error");
+  error.hidden = !store.error;
+  error.textContent = store.error ? "last upload pass failed (" + int(store.errors) + " since start): " + store.error : "";
 }
 
 async function poll() {

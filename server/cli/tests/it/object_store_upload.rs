@@ -233,6 +233,22 @@ async fn retention_keeps_what_the_store_lacks_and_uploads_resume() {
             "shard {shard}: its first segment is kept"
         );
     }
+    // `ringfeed status` says the uploads fail and segments wait.
+    let status = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ringfeed"))
+            .args(["status", "--server", &server.addr])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let shown = status();
+    assert!(
+        shown.contains(&format!("object store {url}: 0 segment(s)"))
+            && shown.contains("the last upload pass failed")
+            && !shown.contains(" 0 sealed segment(s) waiting"),
+        "{shown}"
+    );
     let errors = server.stderr.lock().unwrap().join("\n");
     assert!(
         errors.contains("upload"),
@@ -244,6 +260,18 @@ async fn retention_keeps_what_the_store_lacks_and_uploads_resume() {
     std::fs::remove_file(&store).unwrap();
     std::fs::create_dir(&store).unwrap();
     until_uploaded(data.path(), &store, Duration::from_secs(30)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let shown = status();
+        if shown.contains(" 0 sealed segment(s) waiting") && !shown.contains("failed") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "status after the uploads:\n{shown}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let deadline = Instant::now() + Duration::from_secs(10);
     let removed = loop {
         let now = sealed_bytes(data.path());
@@ -408,5 +436,64 @@ async fn sealed_segments_reach_seaweedfs_s3_through_a_gateway_crash() {
             }
         }
     }
+    server.stop();
+}
+
+/// The status page (in a real headless Chromium) shows the uploads: the
+/// store, what went, that nothing waits, and each shard's uploaded offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_page_shows_the_uploads() {
+    let _watchdog = ringfeed_testkit::arm();
+    let Some(chromium) = crate::browser::chromium() else {
+        eprintln!("chromium not installed: skipped (CI installs it)");
+        return;
+    };
+    let data = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let config = config_file(data.path(), SMALL);
+    let url = format!("file://{}", store.path().display());
+    let server = Server::start_with(
+        data.path(),
+        SHARDS,
+        &[
+            "--config",
+            &config,
+            "--object-store",
+            &url,
+            "--http-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    fill(&server.addr, 6).await;
+    until_uploaded(data.path(), store.path(), Duration::from_secs(20)).await;
+    let page = server.page.clone().expect("a status page address");
+    let below: Vec<String> = (0..SHARDS)
+        .map(|s| {
+            let uploaded = manifest(store.path(), s).and_then(|m| m.last().map(|e| e.2));
+            format!("shard {s} below {}", uploaded.unwrap_or(0))
+        })
+        .collect();
+    let shown = tokio::task::spawn_blocking(move || {
+        let mut browser =
+            crate::browser::Browser::open(&chromium, &format!("http://{page}/"), 1200, 700);
+        browser.wait_for(
+            "the uploads",
+            r#"(() => ({
+              hidden: document.getElementById('object-store').hidden,
+              url: document.getElementById('object-store-url').textContent,
+              text: document.getElementById('object-store-text').textContent,
+            }))()"#,
+            Duration::from_secs(20),
+            |v| {
+                let text = v["text"].as_str().unwrap_or("");
+                v["hidden"] == false
+                    && text.contains(" 0 sealed segment(s) waiting")
+                    && below.iter().all(|b| text.contains(b.as_str()))
+            },
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(shown["url"], url.as_str(), "{shown}");
     server.stop();
 }
