@@ -91,6 +91,14 @@ async fn until_uploaded(data: &Path, store: &Path, within: Duration) {
     }
 }
 
+/// `ringfeed serve` over `data` with `config`, uploading to `url`, with
+/// `more` flags.
+fn serve(data: &Path, config: &str, url: &str, more: &[&str]) -> Server {
+    let mut flags = vec!["--config", config, "--object-store", url];
+    flags.extend_from_slice(more);
+    Server::start_with(data, SHARDS, &flags)
+}
+
 /// Appends `rounds` × 500 durable events.
 async fn fill(addr: &str, rounds: usize) {
     for round in 0..rounds {
@@ -124,17 +132,11 @@ async fn sealed_segments_reach_the_store_whole_and_named_in_its_manifest() {
         &SMALL.replace("retention_max_bytes = 131072\n", ""),
     );
     let url = format!("file://{}", store.path().display());
-    let server = Server::start_with(
+    let server = serve(
         data.path(),
-        SHARDS,
-        &[
-            "--config",
-            &config,
-            "--object-store",
-            &url,
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ],
+        &config,
+        &url,
+        &["--metrics-listen", "127.0.0.1:0"],
     );
     fill(&server.addr, 12).await;
     until_uploaded(data.path(), store.path(), Duration::from_secs(20)).await;
@@ -212,11 +214,7 @@ async fn retention_keeps_what_the_store_lacks_and_uploads_resume() {
     std::fs::create_dir(&store).unwrap();
     let config = config_file(data.path(), SMALL);
     let url = format!("file://{}", store.display());
-    let server = Server::start_with(
-        data.path(),
-        SHARDS,
-        &["--config", &config, "--object-store", &url],
-    );
+    let server = serve(data.path(), &config, &url, &[]);
     // The store fails: where its directory was, a file.
     std::fs::remove_dir(&store).unwrap();
     std::fs::write(&store, b"not a directory").unwrap();
@@ -315,22 +313,14 @@ async fn another_data_dir_never_overwrites_the_store() {
     let url = format!("file://{}", store.path().display());
     let first = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let config = config_file(first.path(), SMALL);
-    let server = Server::start_with(
-        first.path(),
-        SHARDS,
-        &["--config", &config, "--object-store", &url],
-    );
+    let server = serve(first.path(), &config, &url, &[]);
     fill(&server.addr, 6).await;
     until_uploaded(first.path(), store.path(), Duration::from_secs(20)).await;
     server.stop();
     let manifests: Vec<_> = (0..SHARDS).map(|s| manifest(store.path(), s)).collect();
 
     let second = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let server = Server::start_with(
-        second.path(),
-        SHARDS,
-        &["--config", &config, "--object-store", &url],
-    );
+    let server = serve(second.path(), &config, &url, &[]);
     fill(&server.addr, 12).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let logged = server.stderr.lock().unwrap().join("\n");
@@ -452,17 +442,11 @@ async fn the_status_page_shows_the_uploads() {
     let store = tempfile::tempdir().unwrap();
     let config = config_file(data.path(), SMALL);
     let url = format!("file://{}", store.path().display());
-    let server = Server::start_with(
+    let server = serve(
         data.path(),
-        SHARDS,
-        &[
-            "--config",
-            &config,
-            "--object-store",
-            &url,
-            "--http-listen",
-            "127.0.0.1:0",
-        ],
+        &config,
+        &url,
+        &["--http-listen", "127.0.0.1:0"],
     );
     fill(&server.addr, 6).await;
     until_uploaded(data.path(), store.path(), Duration::from_secs(20)).await;
