@@ -12,8 +12,13 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use crate::chunk::{self, ChunkHeader, CHUNK_HEADER_LEN};
+use crate::chunk::{ChunkHeader, CHUNK_HEADER_LEN};
 use crate::segment::{parse_segment_name, SegmentHeader, SEGMENT_HEADER_BLOCK};
+
+/// Most bytes [`read_sealed`] reads and hands out at once: what an upload
+/// holds of a segment is a few of these, however large its chunks (a chunk
+/// is up to a flush round, 16 MiB by default).
+pub const PIECE_BYTES: usize = 1 << 20;
 
 /// A sealed segment's file: its name and the offsets it holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,12 +75,15 @@ fn invalid(path: &Path, what: String) -> io::Error {
 }
 
 /// Reads the sealed segment `file` of directory `dir`, handing `each` its
-/// bytes in order: the header block, then every chunk as it is on disk
-/// (padding included), up to the end of the last one. Every chunk is
-/// verified (checksum, records, offsets following on from the previous
-/// chunk, stamps rising) before it is handed out, and the last must end
-/// where the successor starts: a segment that does not read so is an
-/// error, and what `each` got of it is to be thrown away.
+/// bytes in order, in pieces of at most [`PIECE_BYTES`]: the header block,
+/// then every chunk as it is on disk (padding included), up to the end of
+/// the last one. Every chunk is checked: its header (own checksum, offsets
+/// following on from the previous chunk, stamps rising, its shard) before
+/// any of it is handed out, its body's checksum as the pieces go by; and
+/// the last must end where the successor starts. A segment that does not
+/// read so is an error, and what `each` got of it is to be thrown away (a
+/// piece goes out before its chunk's body checksum is known: so memory
+/// stays a piece, not a chunk).
 // Bytes from disk: hostile until checked.
 #[deny(
     clippy::unwrap_used,
@@ -87,8 +95,27 @@ fn invalid(path: &Path, what: String) -> io::Error {
 pub fn read_sealed(
     dir: &Path,
     file: &SealedFile,
+    each: impl FnMut(Vec<u8>) -> io::Result<()>,
+) -> io::Result<SealedSegment> {
+    read_sealed_in(dir, file, PIECE_BYTES, each)
+}
+
+/// [`read_sealed`] in pieces of at most `piece_bytes` (at least 1).
+// Bytes from disk: hostile until checked.
+#[deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unreachable
+)]
+pub fn read_sealed_in(
+    dir: &Path,
+    file: &SealedFile,
+    piece_bytes: usize,
     mut each: impl FnMut(Vec<u8>) -> io::Result<()>,
 ) -> io::Result<SealedSegment> {
+    let piece_bytes = piece_bytes.max(1);
     let path = dir.join(&file.name);
     let f = File::open(&path)?;
     let len = f.metadata()?.len();
@@ -104,7 +131,9 @@ pub fn read_sealed(
     }
     let alignment = header.alignment as usize;
     let mut crc = crc32c::crc32c(&block);
-    each(block)?;
+    for piece in block.chunks(piece_bytes) {
+        each(piece.to_vec())?;
+    }
     let mut found = SealedSegment {
         header,
         bytes: SEGMENT_HEADER_BLOCK as u64,
@@ -130,10 +159,6 @@ pub fn read_sealed(
                 format!("chunk at byte {pos} runs past the file"),
             ));
         }
-        let mut chunk = vec![0u8; disk_len];
-        f.read_exact_at(&mut chunk, pos)?;
-        let h = chunk::verify(&chunk)
-            .map_err(|e| invalid(&path, format!("chunk at byte {pos}: {e}")))?;
         let in_order = h.first_offset == next
             && h.shard == header.shard
             && (h.record_count == 0 || found.last_ts.is_none_or(|t| h.first_ts > t));
@@ -155,8 +180,30 @@ pub fn read_sealed(
             });
         }
         next = h.end_offset();
-        crc = crc32c::crc32c_append(crc, &chunk);
-        each(chunk)?;
+        let body_end = CHUNK_HEADER_LEN + h.body_len as usize;
+        let mut body_crc = 0;
+        let mut at = 0;
+        while at < disk_len {
+            let n = (disk_len - at).min(piece_bytes);
+            let mut piece = vec![0u8; n];
+            f.read_exact_at(&mut piece, pos + at as u64)?;
+            let (lo, hi) = (at.max(CHUNK_HEADER_LEN), (at + n).min(body_end));
+            if let Some(body) = piece.get(lo.saturating_sub(at)..hi.saturating_sub(at)) {
+                body_crc = crc32c::crc32c_append(body_crc, body);
+            }
+            crc = crc32c::crc32c_append(crc, &piece);
+            each(piece)?;
+            at += n;
+        }
+        if body_crc != h.body_crc {
+            return Err(invalid(
+                &path,
+                format!(
+                    "chunk at byte {pos}: body checksum {body_crc:08x}, its header says {:08x}",
+                    h.body_crc
+                ),
+            ));
+        }
         pos += disk_len as u64;
     }
     if next != file.next_offset {

@@ -145,7 +145,7 @@ fn fixtures_open_through_o_direct() {
 /// inside a chunk is refused, not handed out as a segment.
 #[test]
 fn sealed_segments_read_from_their_files() {
-    use ringfeed_engine::segment::sealed::{read_sealed, sealed_files};
+    use ringfeed_engine::segment::sealed::{read_sealed, read_sealed_in, sealed_files};
     let _watchdog = ringfeed_testkit::arm();
     let dir = scratch();
     let path = dir.path().to_path_buf();
@@ -169,6 +169,7 @@ fn sealed_segments_read_from_their_files() {
         assert_eq!(file.first_offset, expected_first);
         let mut bytes = Vec::new();
         let found = read_sealed(dir.path(), file, |part| {
+            assert!(part.len() <= ringfeed_engine::segment::sealed::PIECE_BYTES);
             bytes.extend(part);
             Ok(())
         })
@@ -178,6 +179,16 @@ fn sealed_segments_read_from_their_files() {
         assert_eq!(&on_disk[..bytes.len()], &bytes[..], "{}", file.name);
         assert_eq!(found.crc32c, crc32c::crc32c(&bytes));
         assert_eq!(found.first_ts, Some(stamp_for(file.first_offset)));
+        // In small pieces (chunks split inside their header, body and
+        // padding): the same bytes and checks.
+        let mut pieces = Vec::new();
+        let small = read_sealed_in(dir.path(), file, 100, |part| {
+            assert!(part.len() <= 100);
+            pieces.extend(part);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((small, &pieces), (found.clone(), &bytes));
         assert_eq!(found.last_ts, Some(stamp_for(file.next_offset - 1)));
         expected_first = file.next_offset;
     }
@@ -190,4 +201,6 @@ fn sealed_segments_read_from_their_files() {
     std::fs::write(&first, &on_disk).unwrap();
     let err = read_sealed(dir.path(), &sealed[0], |_| Ok(())).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
+    let err = read_sealed_in(dir.path(), &sealed[0], 100, |_| Ok(())).unwrap_err();
+    assert!(err.to_string().contains("body checksum"), "{err}");
 }

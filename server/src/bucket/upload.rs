@@ -23,6 +23,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Bytes an upload buffers before it switches to a multipart upload (S3's
 /// smallest part is 5 MiB); the parts in flight are bounded by the store.
 const UPLOAD_BUFFER: usize = 8 << 20;
+/// Parts of a multipart upload sent at once (the store's default is 8).
+/// What one upload holds: this many parts, the buffer, and two pieces of
+/// the file ([`ringfeed_engine::segment::sealed::PIECE_BYTES`]): about 26 MiB.
+const PARTS_IN_FLIGHT: usize = 2;
 
 /// What the uploader works with.
 pub struct Uploader {
@@ -271,7 +275,8 @@ async fn upload(
     file: &SealedFile,
 ) -> Result<SealedSegment, String> {
     let path = bucket.shard_dir(node, shard).child(file.name.as_str());
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(4);
+    // One piece waiting while one is sent.
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(1);
     let (dir, file) = (dir.to_owned(), file.clone());
     let reader = tokio::task::spawn_blocking(move || {
         read_sealed(&dir, &file, |part| {
@@ -279,7 +284,8 @@ async fn upload(
                 .map_err(|_| std::io::Error::other("the upload stopped"))
         })
     });
-    let mut writer = BufWriter::with_capacity(bucket.store.clone(), path.clone(), UPLOAD_BUFFER);
+    let mut writer = BufWriter::with_capacity(bucket.store.clone(), path.clone(), UPLOAD_BUFFER)
+        .with_max_concurrency(PARTS_IN_FLIGHT);
     let mut failed = None;
     while let Some(part) = rx.recv().await {
         if let Err(e) = writer.put(part.into()).await {
