@@ -259,7 +259,13 @@ fn sealed_with_age(dir: &Path) -> std::io::Result<Vec<(SealedFile, Duration)>> {
     let now = SystemTime::now();
     let mut out = Vec::new();
     for file in ringfeed_engine::segment::sealed::sealed_files(dir)? {
-        let modified = std::fs::metadata(dir.join(&file.name))?.modified()?;
+        let modified = match std::fs::metadata(dir.join(&file.name)) {
+            Ok(meta) => meta.modified()?,
+            // Retention removed it since the listing: it was in the bucket
+            // (only such segments go), nothing to upload.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
         out.push((file, now.duration_since(modified).unwrap_or_default()));
     }
     Ok(out)
