@@ -102,6 +102,11 @@ pub struct FileConfig {
     pub object_store: Option<String>,
     /// Upload a sealed segment once it is this old (default 0: at once).
     pub object_store_upload_after_secs: Option<u64>,
+    /// Settings of the S3 client, over the environment's (a table: the
+    /// `object_store` crate's names, `aws_access_key_id`,
+    /// `aws_secret_access_key`, `aws_endpoint`, `aws_region`,
+    /// `aws_allow_http`, ...). Never shown: values may be secrets.
+    pub object_store_options: Option<StoreOptions>,
     /// No longer used (still accepted, so older files keep working): a
     /// subscriber that allows batches gets every ready event in one response,
     /// however far behind it is.
@@ -139,6 +144,17 @@ pub struct FileConfig {
     /// Milliseconds a new connection has to send its HTTP/2 preface (or TLS
     /// handshake) before it is closed. Default 5000.
     pub handshake_timeout_ms: Option<u64>,
+}
+
+/// [`FileConfig::object_store_options`]: shown (Debug) by their keys only.
+#[derive(Clone, Default, Deserialize, PartialEq)]
+#[serde(transparent)]
+pub struct StoreOptions(pub std::collections::BTreeMap<String, String>);
+
+impl std::fmt::Debug for StoreOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.0.keys()).finish()
+    }
 }
 
 /// Everything `serve` runs with, after file and flags are combined.
@@ -349,10 +365,19 @@ impl FileConfig {
             Some(ns) if ns < 0 => bail!("follow_since_ns: {ns} is before the Unix epoch"),
             since => since.unwrap_or(0),
         };
+        let options: Vec<(&str, &str)> = self
+            .object_store_options
+            .iter()
+            .flat_map(|o| o.0.iter())
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
         let object_store = match &self.object_store {
             Some(url) => Some(std::sync::Arc::new(
-                crate::bucket::Bucket::open(url).map_err(|e| anyhow::anyhow!(e))?,
+                crate::bucket::Bucket::open_with(url, &options).map_err(|e| anyhow::anyhow!(e))?,
             )),
+            None if !options.is_empty() => {
+                bail!("object_store_options: given without object_store")
+            }
             None => None,
         };
         Ok(ServerConfig {
@@ -427,6 +452,41 @@ impl FileConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// S3 settings in the config file reach the store, are checked by name
+    /// at start, and are never shown.
+    #[test]
+    fn object_store_options_are_checked_and_never_shown() {
+        let text = "object_store = \"s3://bucket/prefix\"\n\
+                    [object_store_options]\n\
+                    aws_endpoint = \"http://127.0.0.1:9\"\n\
+                    aws_allow_http = \"true\"\n\
+                    aws_access_key_id = \"ringfeed\"\n\
+                    aws_secret_access_key = \"sekrit\"\n";
+        let file = FileConfig::parse(text).unwrap();
+        let shown = format!("{file:?}");
+        assert!(
+            shown.contains("aws_secret_access_key") && !shown.contains("sekrit"),
+            "{shown}"
+        );
+        let resolved = file.resolve().unwrap();
+        assert!(!format!("{resolved:?}").contains("sekrit"));
+
+        let bad = text.replace("aws_endpoint", "aws_nonsense");
+        let err = FileConfig::parse(&bad).unwrap().resolve().unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("\"aws_nonsense\" is not an S3 setting"),
+            "{err}"
+        );
+        let alone = "[object_store_options]\naws_region = \"x\"\n";
+        let err = FileConfig::parse(alone).unwrap().resolve().unwrap_err();
+        assert!(err.to_string().contains("without object_store"), "{err}");
+        let local =
+            "object_store = \"file:///tmp/x\"\n[object_store_options]\naws_region = \"x\"\n";
+        let err = FileConfig::parse(local).unwrap().resolve().unwrap_err();
+        assert!(err.to_string().contains("takes no S3 settings"), "{err}");
+    }
 
     proptest::proptest! {
         /// A config file is read from disk, where anything can be (issue

@@ -87,12 +87,17 @@ impl Bucket {
             let mut builder =
                 object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
             for (key, value) in options {
-                let key = key.parse().map_err(|e| bad(&format!("{key}: {e}")))?;
+                let key = key.parse().map_err(|_| {
+                    bad(&format!("{key:?} is not an S3 setting object_store knows"))
+                })?;
                 builder = builder.with_config(key, *value);
             }
             let store = builder.build().map_err(|e| bad(&e.to_string()))?;
             (Arc::new(store), prefix)
         } else if let Some(dir) = url.strip_prefix("file://") {
+            if !options.is_empty() {
+                return Err(bad("a local directory takes no S3 settings"));
+            }
             if !dir.starts_with('/') {
                 return Err(bad("a local directory is file:///ABSOLUTE/PATH"));
             }

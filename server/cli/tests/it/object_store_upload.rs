@@ -349,8 +349,9 @@ async fn sealed_segments_reach_seaweedfs_s3_through_a_gateway_crash() {
         return;
     };
     let endpoint = weed.start_s3("ringfeed").await;
+    // The credentials from the environment, the endpoint from the config
+    // file (`object_store_options`): both ways reach the S3 client.
     let env = [
-        ("AWS_ENDPOINT_URL", endpoint.as_str()),
         ("AWS_ALLOW_HTTP", "true"),
         ("AWS_ACCESS_KEY_ID", "ringfeed-test"),
         ("AWS_SECRET_ACCESS_KEY", "ringfeed-test"),
@@ -368,7 +369,10 @@ async fn sealed_segments_reach_seaweedfs_s3_through_a_gateway_crash() {
     )
     .unwrap();
     let data = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let config = config_file(data.path(), SMALL);
+    let config = config_file(
+        data.path(),
+        &format!("{SMALL}[object_store_options]\naws_endpoint = \"{endpoint}\"\n"),
+    );
     let server = Server::start_with_env(
         data.path(),
         SHARDS,
