@@ -83,15 +83,7 @@ fn invalid(path: &Path, what: String) -> io::Error {
 /// the last must end where the successor starts. A segment that does not
 /// read so is an error, and what `each` got of it is to be thrown away (a
 /// piece goes out before its chunk's body checksum is known: so memory
-/// stays a piece, not a chunk).
-// Bytes from disk: hostile until checked.
-#[deny(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::indexing_slicing,
-    clippy::panic,
-    clippy::unreachable
-)]
+/// stays a piece, not a chunk). The reading is [`read_sealed_in`]'s.
 pub fn read_sealed(
     dir: &Path,
     file: &SealedFile,
