@@ -258,7 +258,13 @@ impl StatusBoard {
                 id => ringfeed_engine::FeedId(id).to_string(),
             },
             filers: self.filers(),
-            object_store: self.object_store.get().map(|s| s.snapshot()),
+            object_store: self.object_store.get().map(|s| {
+                let mut store = s.snapshot();
+                store.uploaded_below = (0..self.engine.shard_count())
+                    .map(|id| self.engine.shard(id).uploaded_below())
+                    .collect();
+                store
+            }),
         }
     }
 }

@@ -280,10 +280,7 @@ pub fn serve(config: ServerConfig) -> Result<()> {
         let service_metrics = service.metrics().clone();
         let board = service.board().clone();
         if let Some(bucket) = &config.object_store {
-            let state = Arc::new(crate::bucket::UploadState::new(
-                bucket.url(),
-                engine.shard_count(),
-            ));
+            let state = Arc::new(crate::bucket::UploadState::new(bucket.url()));
             board.set_object_store(state.clone());
             tracing::info!(
                 bucket = bucket.url(),

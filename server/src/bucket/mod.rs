@@ -27,15 +27,16 @@ pub use upload::{spawn_uploader, Uploader};
 const MAX_MANIFEST_BYTES: usize = 256 << 20;
 
 /// What the uploader shows in `status` (and the status page), as of its
-/// last pass.
+/// last pass. Each shard's uploaded offset is not kept here: the status
+/// reads it from the shard ([`ringfeed_engine::ShardShared::uploaded_below`]),
+/// where retention reads it too.
 #[derive(Debug)]
 pub struct UploadState(Mutex<v1::ObjectStoreStatus>);
 
 impl UploadState {
-    pub fn new(url: &str, shards: u32) -> UploadState {
+    pub fn new(url: &str) -> UploadState {
         UploadState(Mutex::new(v1::ObjectStoreStatus {
             url: url.to_owned(),
-            uploaded_below: vec![0; shards as usize],
             ..Default::default()
         }))
     }
@@ -54,7 +55,7 @@ pub struct Bucket {
     store: Arc<dyn ObjectStore>,
     prefix: Path,
     /// As given (for messages; it holds no secret: credentials come from
-    /// the environment).
+    /// the environment or the config's `object_store_options`).
     url: String,
 }
 

@@ -131,6 +131,17 @@ struct Lag {
     oldest: Duration,
 }
 
+impl Lag {
+    /// `waiting` (sealed segments with their ages, oldest first) are not in
+    /// the bucket.
+    fn add(&mut self, waiting: &[(SealedFile, Duration)]) {
+        self.segments += waiting.len() as u64;
+        if let Some((_, age)) = waiting.first() {
+            self.oldest = self.oldest.max(*age);
+        }
+    }
+}
+
 struct ShardUpload {
     shard: u32,
     /// The shard's manifest as the bucket holds it, once read.
@@ -150,22 +161,16 @@ impl ShardUpload {
         if self.manifest.is_none() {
             // Until the manifest is read, every sealed segment at or above
             // what is known uploaded waits (the lag says so while the store
-            // cannot be read).
-            let waiting = |lag: &mut Lag| {
-                let below = shared.uploaded_below();
-                let unread: Vec<_> = files.iter().filter(|f| f.0.first_offset >= below).collect();
-                lag.segments += unread.len() as u64;
-                if let Some((_, age)) = unread.first() {
-                    lag.oldest = lag.oldest.max(*age);
-                }
-            };
+            // cannot be read). The files are in offset order.
+            let below = shared.uploaded_below();
+            let unread = &files[files.partition_point(|f| f.0.first_offset < below)..];
             let manifest = match p.bucket.manifest(p.node, shard).await {
                 Err(e) => {
-                    waiting(lag);
+                    lag.add(unread);
                     return Err(e);
                 }
                 Ok(Some(m)) if m.feed_id != p.feed_id => {
-                    waiting(lag);
+                    lag.add(unread);
                     return Err(format!(
                         "the bucket's manifest of shard {shard} comes from another data dir \
                          (feed {}, this one's is {}): nothing of this shard is uploaded, and \
@@ -179,14 +184,8 @@ impl ShardUpload {
             self.manifest = Some(manifest);
         }
         let manifest = self.manifest.as_mut().expect("read above");
-        shared.set_uploaded_below(manifest.uploaded_below());
         let below = manifest.uploaded_below();
-        p.state.update(|st| {
-            if let Some(b) = st.uploaded_below.get_mut(shard as usize) {
-                *b = below;
-            }
-        });
-        let below = manifest.uploaded_below();
+        shared.set_uploaded_below(below);
         let mut pending = Vec::new();
         for (file, age) in files {
             match manifest.segments.iter().find(|s| s.name == file.name) {
@@ -238,17 +237,11 @@ impl ShardUpload {
             p.state.update(|st| {
                 st.segments_uploaded += 1;
                 st.bytes_uploaded += found.bytes;
-                if let Some(b) = st.uploaded_below.get_mut(shard as usize) {
-                    *b = file.next_offset;
-                }
             });
             tracing::debug!(shard, segment = %file.name, bytes = found.bytes, "uploaded");
             done += 1;
         }
-        if let Some((_, age)) = pending.get(done) {
-            lag.segments += (pending.len() - done) as u64;
-            lag.oldest = lag.oldest.max(*age);
-        }
+        lag.add(&pending[done..]);
         result
     }
 }
