@@ -131,18 +131,7 @@ impl Stepper {
         let checkpoint = self.follower.checkpoint();
         match step {
             FollowStep::Event(e) => {
-                // A peer's bytes are checked as a producer's are: a peer of
-                // an older version, or a damaged one, may hold an event that
-                // decoders read differently, and forwarded it would stop
-                // every strict reader of the cluster stream at it. Nothing is
-                // skipped: the stream ends with DATA_LOSS at that event.
-                if let Err(refusal) = ringfeed_proto::strict::check_event(&e.event) {
-                    return Err(FollowError::Refused(Status::data_loss(format!(
-                        "its event at shard {} offset {} is not forwarded: {refusal} \
-                         (not bytes every protobuf decoder reads alike)",
-                        e.shard, e.offset
-                    ))));
-                }
+                check_peer_event("event", e.shard, e.offset, &e.event)?;
                 let checkpoint = checkpoint.expect("a checkpoint once an event was handed out");
                 if !self.started {
                     // The checkpoint before the event: the same with its
@@ -173,6 +162,25 @@ impl Stepper {
         }
         Ok(())
     }
+}
+
+/// Checks a peer's event (`what`: "event", or "record" of a chunk) as a
+/// producer's is: a peer of an older version, or a damaged one, may hold an
+/// event that decoders read differently, and forwarded it would stop every
+/// strict reader of the cluster stream at it. Nothing is skipped: the
+/// stream ends with DATA_LOSS at that event.
+pub(crate) fn check_peer_event(
+    what: &str,
+    shard: u32,
+    offset: u64,
+    event: &[u8],
+) -> Result<(), FollowError> {
+    ringfeed_proto::strict::check_event(event).map_err(|refusal| {
+        FollowError::Refused(Status::data_loss(format!(
+            "its {what} at shard {shard} offset {offset} is not forwarded: {refusal} \
+             (not bytes every protobuf decoder reads alike)"
+        )))
+    })
 }
 
 /// Why a stream cannot read a feed any more.

@@ -17,7 +17,6 @@
 //! there: the merge follows it from where they ended, and skips it while it
 //! holds the merge, as any peer.
 
-use ringfeed_engine::Cursor;
 use ringfeed_proto::tonic::Status;
 use ringfeed_proto::{v1, RawItem};
 use tokio::sync::watch;
@@ -26,6 +25,7 @@ use super::failure::peer_failure;
 use super::peers::peer_follower;
 use super::{ClusterStream, Source};
 use crate::client::FollowError;
+use crate::peer_feed::check_peer_event;
 use crate::sender::{chunk_message, trim};
 
 impl ClusterStream {
@@ -118,7 +118,7 @@ impl ClusterStream {
                     n.id, chunk.shard, n.shards
                 )));
             }
-            let after: Option<Cursor> = follower.cursor();
+            let after = follower.cursor();
             n.cursor.clone_from(&after);
             n.fed = after;
             chunk.node = n.id;
@@ -143,30 +143,27 @@ impl ClusterStream {
 }
 
 /// A peer's chunk is forwarded only if every record in it is one this
-/// node would have stored: a header that reads, and an event every
-/// protobuf decoder reads alike (the follower checked the checksum, the
-/// offsets and the count). As for a peer's events, nothing is skipped: the
-/// stream ends with DATA_LOSS at the first record that is not.
+/// node would have stored: a header that reads, and an event checked as a
+/// peer's events are ([`check_peer_event`]; the follower checked the
+/// checksum, the offsets and the count). Nothing is skipped: the stream
+/// ends with DATA_LOSS at the first record that is not.
 fn check_forwarded(chunk: &v1::ChunkMessage) -> Result<(), FollowError> {
-    let refused = |offset: u64, why: String| {
-        FollowError::Refused(Status::data_loss(format!(
-            "its record at shard {} offset {offset} is not forwarded: {why}",
-            chunk.shard
-        )))
-    };
     let records = &chunk.records[..];
     let mut at = 0;
     let mut offset = chunk.first_offset;
     while at < records.len() {
-        let h = ringfeed_engine::record::peek_header(&records[at..])
-            .map_err(|e| refused(offset, e.to_string()))?;
-        let payload = &records[at + h.payload_at..at + h.len];
-        ringfeed_proto::strict::check_event(payload).map_err(|refusal| {
-            refused(
-                offset,
-                format!("{refusal} (not bytes every protobuf decoder reads alike)"),
-            )
+        let h = ringfeed_engine::record::peek_header(&records[at..]).map_err(|e| {
+            FollowError::Refused(Status::data_loss(format!(
+                "its record at shard {} offset {offset} is not forwarded: {e}",
+                chunk.shard
+            )))
         })?;
+        check_peer_event(
+            "record",
+            chunk.shard,
+            offset,
+            &records[at + h.payload_at..at + h.len],
+        )?;
         at += h.len;
         offset += 1;
     }
