@@ -253,6 +253,11 @@ impl FileConfig {
             }
             (peers, None) => Members::Static(peers.unwrap_or_default()),
         };
+        let secs_at_least_one = |key: &str, value: Option<u64>, default: Duration| match value {
+            Some(0) => bail!("{key}: must be at least 1"),
+            Some(secs) => Ok(Duration::from_secs(secs)),
+            None => Ok(default),
+        };
         let engine = EngineConfig {
             data_dir: self.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
             node_id: self.node_id,
@@ -276,11 +281,11 @@ impl FileConfig {
                 max_bytes: self.retention_max_bytes,
                 keep_until_uploaded: self.object_store.is_some(),
             },
-            retention_interval: match self.retention_interval_secs {
-                Some(0) => bail!("retention_interval_secs: must be at least 1"),
-                Some(secs) => Duration::from_secs(secs),
-                None => defaults.retention_interval,
-            },
+            retention_interval: secs_at_least_one(
+                "retention_interval_secs",
+                self.retention_interval_secs,
+                defaults.retention_interval,
+            )?,
             limits,
         };
         if engine.flush_interval.is_zero() {
@@ -290,11 +295,6 @@ impl FileConfig {
         let at_least_one = |key: &str, value: Option<usize>, default: usize| match value {
             Some(0) => bail!("{key}: must be at least 1"),
             v => Ok(v.unwrap_or(default)),
-        };
-        let secs_at_least_one = |key: &str, value: Option<u64>, default: Duration| match value {
-            Some(0) => bail!("{key}: must be at least 1"),
-            Some(secs) => Ok(Duration::from_secs(secs)),
-            None => Ok(default),
         };
         let subscribers = SubscriberLimits {
             queue_responses: at_least_one(
