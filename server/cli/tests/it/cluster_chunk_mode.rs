@@ -52,27 +52,14 @@ fn cluster_request(start: Start, until_ns: i64, chunk_mode: bool) -> v1::Subscri
     }
 }
 
-/// Up to `most` events of a follower of `addr` (all, up to `until_ns`, with
-/// `usize::MAX`), and the follower; fails after 30 s.
+/// Up to `most` events of a follower of `addr`, and the follower; fails
+/// after 30 s.
 async fn follow(
     addr: &str,
     request: v1::SubscribeRequest,
     most: usize,
 ) -> (Vec<FollowedEvent>, Follower) {
-    let mut follower = Follower::new(addr, request, Backoff::default()).unwrap();
-    let mut got = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while got.len() < most {
-        let next = tokio::time::timeout_at(deadline.into(), follower.next())
-            .await
-            .unwrap_or_else(|_| panic!("{addr}: {} events, then nothing for 30 s", got.len()))
-            .unwrap_or_else(|e| panic!("{addr}: {e}"));
-        match next {
-            Some(e) => got.push(e),
-            None => break,
-        }
-    }
-    (got, follower)
+    crate::common::follow(addr, request, most, Duration::from_secs(30)).await
 }
 
 fn seen(events: &[FollowedEvent]) -> Vec<Seen> {

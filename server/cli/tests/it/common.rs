@@ -308,3 +308,32 @@ pub async fn append_raw_on(
     .await
     .map(ringfeed_proto::tonic::Response::into_inner)
 }
+
+/// Up to `most` events of a `Follower` of `addr` following `request` (all
+/// of them, to `until_ns`, with `usize::MAX`), and the follower; fails
+/// after `within`.
+pub async fn follow(
+    addr: &str,
+    request: v1::SubscribeRequest,
+    most: usize,
+    within: Duration,
+) -> (
+    Vec<ringfeed_server::client::FollowedEvent>,
+    ringfeed_server::client::Follower,
+) {
+    use ringfeed_server::client::{Backoff, Follower};
+    let mut follower = Follower::new(addr, request, Backoff::default()).unwrap();
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + within;
+    while got.len() < most {
+        let next = tokio::time::timeout_at(deadline.into(), follower.next())
+            .await
+            .unwrap_or_else(|_| panic!("{addr}: {} events, then nothing for {within:?}", got.len()))
+            .unwrap_or_else(|e| panic!("{addr}: {e}"));
+        match next {
+            Some(e) => got.push(e),
+            None => break,
+        }
+    }
+    (got, follower)
+}

@@ -71,17 +71,7 @@ async fn follow_all(
     addr: impl AsRef<str>,
     request: v1::SubscribeRequest,
 ) -> (Vec<FollowedEvent>, Follower) {
-    let mut follower = Follower::new(addr.as_ref(), request, Backoff::default()).unwrap();
-    let mut got = Vec::new();
-    let deadline = Instant::now() + WAIT;
-    while let Some(e) = tokio::time::timeout_at(deadline.into(), follower.next())
-        .await
-        .expect("follower stalled")
-        .expect("follower failed")
-    {
-        got.push(e);
-    }
-    (got, follower)
+    crate::common::follow(addr.as_ref(), request, usize::MAX, WAIT).await
 }
 
 fn per_shard(events: &[FollowedEvent]) -> BTreeMap<u32, Vec<(u64, i64, Vec<u8>)>> {
