@@ -51,8 +51,8 @@ pub use ring::RingView;
 pub use segment::error::{LogError, RecoveryError};
 pub use shard::{Readers, ShardShared, ShardStats, Waiter};
 pub use subscribe::{
-    Cursor, CursorError, Delivered, Filter, Ordering, Progress, RawChunk, Selector, Start, Step,
-    SubscribeError, SubscribeRequest, Subscription, MAX_FILTER_PATH_BYTES,
+    ColdChunk, ColdStore, Cursor, CursorError, Delivered, Filter, Ordering, Progress, RawChunk,
+    Selector, Start, Step, SubscribeError, SubscribeRequest, Subscription, MAX_FILTER_PATH_BYTES,
 };
 pub use watermark::{WatermarkSnapshot, Watermarks};
 

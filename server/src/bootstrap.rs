@@ -286,6 +286,30 @@ pub fn serve(config: ServerConfig) -> Result<()> {
                 bucket = bucket.url(),
                 "uploading sealed segments to the object store"
             );
+            // Readers below a shard's local log read the bucket.
+            let reader = crate::bucket::BucketReader::new(
+                bucket.clone(),
+                engine_node.unwrap_or(0),
+                engine.shard_count(),
+                config.object_store_reads,
+                service_metrics.clone(),
+                state.clone(),
+            );
+            let feed_id = format!("{:016x}", engine.feed_id());
+            let loading = reader.load_manifests(engine.shard_count(), &feed_id);
+            if tokio::time::timeout(Duration::from_secs(10), loading)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    bucket = bucket.url(),
+                    "the object store's manifests did not come in 10 s: \
+                     history below the local log is readable once the uploader reads them"
+                );
+            }
+            for shard in 0..engine.shard_count() {
+                engine.shard(shard).set_cold(reader.clone());
+            }
             let uploader = crate::bucket::Uploader {
                 engine: engine.clone(),
                 data_dir: data_dir.clone(),
@@ -294,6 +318,7 @@ pub fn serve(config: ServerConfig) -> Result<()> {
                 upload_after: config.object_store_upload_after,
                 metrics: service_metrics.clone(),
                 state,
+                reader,
             };
             crate::bucket::spawn_uploader(uploader, stop_rx.clone());
         }

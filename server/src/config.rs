@@ -102,6 +102,11 @@ pub struct FileConfig {
     pub object_store: Option<String>,
     /// Upload a sealed segment once it is this old (default 0: at once).
     pub object_store_upload_after_secs: Option<u64>,
+    /// Reads below the local log: bytes of chunks cached and being fetched
+    /// together (default 256 MiB).
+    pub object_store_cache_bytes: Option<u64>,
+    /// Reads below the local log: fetches at once (default 4).
+    pub object_store_fetches: Option<usize>,
     /// Settings of the S3 client, over the environment's (a table: the
     /// `object_store` crate's names, `aws_access_key_id`,
     /// `aws_secret_access_key`, `aws_endpoint`, `aws_region`,
@@ -191,6 +196,9 @@ pub struct ServerConfig {
     /// start) and [`FileConfig::object_store_upload_after_secs`].
     pub object_store: Option<std::sync::Arc<crate::bucket::Bucket>>,
     pub object_store_upload_after: Duration,
+    /// See [`FileConfig::object_store_cache_bytes`] and
+    /// [`FileConfig::object_store_fetches`].
+    pub object_store_reads: crate::bucket::ReadLimits,
 }
 
 impl FileConfig {
@@ -380,8 +388,23 @@ impl FileConfig {
             }
             None => None,
         };
+        let object_store_reads = crate::bucket::ReadLimits {
+            cache_bytes: match self.object_store_cache_bytes {
+                Some(b) if b < 16 << 20 => {
+                    bail!("object_store_cache_bytes: {b} is less than 16 MiB (16777216)")
+                }
+                b => b.unwrap_or(256 << 20),
+            },
+            fetches: match self.object_store_fetches {
+                Some(n) if !(1..=64).contains(&n) => {
+                    bail!("object_store_fetches: {n} is not between 1 and 64")
+                }
+                n => n.unwrap_or(4),
+            },
+        };
         Ok(ServerConfig {
             object_store,
+            object_store_reads,
             object_store_upload_after: Duration::from_secs(
                 self.object_store_upload_after_secs.unwrap_or(0),
             ),

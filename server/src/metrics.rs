@@ -60,6 +60,12 @@ pub struct ServerMetrics {
     bucket_upload_errors: Counter,
     bucket_upload_lag_segments: Gauge,
     bucket_upload_lag_seconds: Gauge,
+    bucket_fetches: Counter,
+    bucket_bytes_fetched: Counter,
+    bucket_read_errors: Counter,
+    bucket_cache_hits: Counter,
+    bucket_cache_misses: Counter,
+    bucket_cache_bytes: Gauge,
     /// Encode once for all: live responses encoded once and kept for the
     /// streams of the same shape, and responses queued from such an encoding.
     shared_responses_built: Counter,
@@ -94,6 +100,12 @@ impl Default for ServerMetrics {
             bucket_upload_errors: Counter::default(),
             bucket_upload_lag_segments: Gauge::default(),
             bucket_upload_lag_seconds: Gauge::default(),
+            bucket_fetches: Counter::default(),
+            bucket_bytes_fetched: Counter::default(),
+            bucket_read_errors: Counter::default(),
+            bucket_cache_hits: Counter::default(),
+            bucket_cache_misses: Counter::default(),
+            bucket_cache_bytes: Gauge::default(),
             heartbeats_sent: Counter::default(),
             shared_responses_built: Counter::default(),
             shared_responses_reused: Counter::default(),
@@ -181,6 +193,33 @@ impl ServerMetrics {
     pub fn set_bucket_upload_lag(&self, segments: u64, oldest_seconds: u64) {
         self.bucket_upload_lag_segments.set(segments as i64);
         self.bucket_upload_lag_seconds.set(oldest_seconds as i64);
+    }
+
+    /// A fetch from the bucket (a chunk index or a piece of a segment) got
+    /// `bytes`.
+    pub fn bucket_fetched(&self, bytes: u64) {
+        self.bucket_fetches.inc();
+        self.bucket_bytes_fetched.inc_by(bytes);
+    }
+
+    /// A fetch from the bucket failed or got bytes that failed their checks.
+    pub fn bucket_read_failed(&self) {
+        self.bucket_read_errors.inc();
+    }
+
+    /// A reader below the local log found its chunk in the cache.
+    pub fn bucket_cache_hit(&self) {
+        self.bucket_cache_hits.inc();
+    }
+
+    /// A reader below the local log started a fetch.
+    pub fn bucket_cache_miss(&self) {
+        self.bucket_cache_misses.inc();
+    }
+
+    /// Bytes of chunks the bucket cache holds.
+    pub fn set_bucket_cache_bytes(&self, bytes: u64) {
+        self.bucket_cache_bytes.set(bytes as i64);
     }
 
     pub fn stalled_given_back(&self) {
@@ -316,6 +355,36 @@ impl ServerMetrics {
             "object_store_upload_lag_seconds",
             "How long ago the oldest sealed segment not in the object store yet was sealed",
             self.bucket_upload_lag_seconds.clone(),
+        );
+        r.register(
+            "object_store_fetches",
+            "Fetches from the object store for readers below the local log",
+            self.bucket_fetches.clone(),
+        );
+        r.register(
+            "object_store_bytes_fetched",
+            "Bytes fetched from the object store for readers below the local log",
+            self.bucket_bytes_fetched.clone(),
+        );
+        r.register(
+            "object_store_read_errors",
+            "Fetches from the object store that failed or failed their checks (retried)",
+            self.bucket_read_errors.clone(),
+        );
+        r.register(
+            "object_store_cache_hits",
+            "Chunks below the local log found in the object-store cache",
+            self.bucket_cache_hits.clone(),
+        );
+        r.register(
+            "object_store_cache_misses",
+            "Chunks below the local log not in the object-store cache (a fetch started)",
+            self.bucket_cache_misses.clone(),
+        );
+        r.register(
+            "object_store_cache_bytes",
+            "Bytes of chunks in the object-store cache",
+            self.bucket_cache_bytes.clone(),
         );
         r.register(
             "subscriber_chunks_sent",

@@ -13,6 +13,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use crate::chunk::{ChunkHeader, CHUNK_HEADER_LEN};
+use crate::segment::index::ChunkEntry;
 use crate::segment::{parse_segment_name, SegmentHeader, SEGMENT_HEADER_BLOCK};
 
 /// Most bytes [`read_sealed`] reads and hands out at once: what an upload
@@ -43,6 +44,9 @@ pub struct SealedSegment {
     pub last_ts: Option<i64>,
     /// The lowest and highest generation of its chunks.
     pub generations: Option<(u32, u32)>,
+    /// Its chunks that hold records, in order: where a reader of the
+    /// uploaded object finds each (the bucket's chunk index).
+    pub chunks: Vec<ChunkEntry>,
 }
 
 /// The sealed segments of the shard directory `dir`, oldest first: every
@@ -133,6 +137,7 @@ pub fn read_sealed_in(
         first_ts: None,
         last_ts: None,
         generations: None,
+        chunks: Vec::new(),
     };
     let mut next = file.first_offset;
     let mut pos = SEGMENT_HEADER_BLOCK as u64;
@@ -166,6 +171,7 @@ pub fn read_sealed_in(
         if h.record_count > 0 {
             found.first_ts.get_or_insert(h.first_ts);
             found.last_ts = Some(h.last_ts);
+            found.chunks.push(ChunkEntry::new(&h, pos, disk_len));
             found.generations = Some(match found.generations {
                 None => (h.generation, h.generation),
                 Some((low, high)) => (low.min(h.generation), high.max(h.generation)),

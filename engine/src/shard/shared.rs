@@ -15,6 +15,7 @@ use crate::log::Log;
 use crate::ring::{Ring, RingView};
 use crate::segment::index::{ChunkEntry, LogIndex};
 use crate::storage::{ReadFiles, Storage};
+use crate::subscribe::ColdStore;
 use crate::watermark::Watermarks;
 
 /// What other threads see of a shard.
@@ -58,6 +59,9 @@ pub struct ShardShared {
     /// uploader raises it): with `RetentionPolicy::keep_until_uploaded`,
     /// retention removes no segment holding an offset at or above it.
     uploaded_below: std::sync::atomic::AtomicU64,
+    /// Where readers find history below the local log (the server's object
+    /// store), if anywhere.
+    cold: std::sync::OnceLock<Arc<dyn ColdStore>>,
 }
 
 /// Counters of a shard's work, for metrics and benchmarks. Relaxed atomics,
@@ -170,6 +174,7 @@ impl ShardShared {
             chunk_index: std::sync::RwLock::new(LogIndex::default()),
             stamped_high,
             uploaded_below: std::sync::atomic::AtomicU64::new(0),
+            cold: std::sync::OnceLock::new(),
         }
     }
 
@@ -182,6 +187,23 @@ impl ShardShared {
     /// The object store now holds every offset below `next` (never lowers).
     pub fn set_uploaded_below(&self, next: u64) {
         self.uploaded_below.fetch_max(next, Ordering::AcqRel);
+    }
+
+    /// Where readers find history below the local log, if anywhere.
+    pub fn cold(&self) -> Option<&Arc<dyn ColdStore>> {
+        self.cold.get()
+    }
+
+    /// Gives readers `store` for history below the local log; once (a
+    /// second store is ignored).
+    pub fn set_cold(&self, store: Arc<dyn ColdStore>) {
+        let _ = self.cold.set(store);
+    }
+
+    /// Wakes every subscription waiting on this shard (a cold store's fetch
+    /// is in), from any thread.
+    pub fn wake_readers(&self) {
+        self.readers.wake_all();
     }
 
     /// The durable chunk holding `offset`, with its segment's first offset.

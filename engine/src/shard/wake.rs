@@ -66,6 +66,16 @@ impl Readers {
         }
     }
 
+    /// Wakes every waiting subscription now, from any thread (not through
+    /// the relay): for news that is not the shard's, such as a cold store's
+    /// fetch being in.
+    pub(crate) fn wake_all(&self) {
+        fence(Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.event.notify(usize::MAX);
+        }
+    }
+
     /// The relay's side: wakes the readers if the shard marked itself due.
     fn relay(&self) -> bool {
         if !self.due.swap(false, Ordering::AcqRel) {

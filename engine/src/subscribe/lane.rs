@@ -32,6 +32,10 @@ pub(super) struct Lane {
     pub(super) seen_ts: i64,
     /// Per-shard ordering with `until_ns`: this shard has nothing more to give.
     pub(super) done: bool,
+    /// Records stamped before this are passed over, neither delivered nor
+    /// shipped (a subscription from a time that starts at a stored
+    /// segment's first offset); `i64::MIN` once one at or after it is seen.
+    pub(super) skip_before: i64,
 }
 
 #[derive(Clone, Copy)]
@@ -115,7 +119,10 @@ impl Lane {
         // waits on a flush is raised by the flush alone (which wakes the
         // subscription); asking for claims then would only make the shard
         // and the subscriber wake each other until the flush.
-        let bound = if !durable_only || self.next >= committed {
+        // Records this lane could not read yet (a cold store fetching them)
+        // bound it the same way.
+        let waits_on_cold = self.next < committed && self.reader.below_local(self.next);
+        let bound = if (!durable_only || self.next >= committed) && !waits_on_cold {
             (claimed, true)
         } else {
             (self.seen_ts, false)
@@ -127,20 +134,53 @@ impl Lane {
     /// Makes sure the current run has unconsumed records if any are
     /// available, without filtering. Returns whether it has.
     pub(super) fn load(&mut self) -> Result<bool, SubscribeError> {
-        if self.at < self.run.len() {
-            return Ok(true);
-        }
-        match self.reader.read(self.next)? {
-            Some(run) => {
-                debug_assert_eq!(run.first_offset, self.next);
-                self.run = run.bytes;
+        loop {
+            if self.at >= self.run.len() {
+                // What was consumed is let go before reading on (a cold
+                // store's chunk is memory, not a mapping).
+                self.run = Bytes::new();
                 self.at = 0;
-                self.run_sealed = run.sealed;
-                self.run_whole = run.whole;
-                Ok(true)
+                match self.reader.read(self.next)? {
+                    Some(run) => {
+                        debug_assert_eq!(run.first_offset, self.next);
+                        self.run = run.bytes;
+                        self.run_sealed = run.sealed;
+                        self.run_whole = run.whole;
+                    }
+                    None => return Ok(false),
+                }
             }
-            None => Ok(false),
+            if self.skip_before == i64::MIN || !self.skip_early()? {
+                return Ok(true);
+            }
         }
+    }
+
+    /// Consumes the run's records stamped before `skip_before`. Returns
+    /// whether it consumed the whole run (read on).
+    fn skip_early(&mut self) -> Result<bool, SubscribeError> {
+        let shard = self.shard().id;
+        while self.at < self.run.len() {
+            let bad = |source| SubscribeError::Record { shard, source };
+            let (len, offset, ts) = record::peek_position(&self.run[self.at..]).map_err(bad)?;
+            if ts >= self.skip_before {
+                self.skip_before = i64::MIN;
+                return Ok(false);
+            }
+            if offset != self.next {
+                return Err(SubscribeError::Corrupt {
+                    shard,
+                    segment: String::new(),
+                    position: self.at as u64,
+                    reason: format!("expected offset {}, found {offset}", self.next),
+                });
+            }
+            self.at += len;
+            self.next += 1;
+            self.seen_ts = self.seen_ts.max(ts);
+            self.run_whole = None;
+        }
+        Ok(true)
     }
 
     /// Consumes every record before `next` without delivering it (see

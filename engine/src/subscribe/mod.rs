@@ -22,6 +22,7 @@ use bytes::Bytes;
 use crate::generation::CursorCheck;
 use crate::shard::ShardShared;
 
+mod cold;
 mod delivered;
 mod error;
 mod lane;
@@ -30,6 +31,7 @@ mod request;
 mod shard_merge;
 mod wait;
 
+pub use cold::{ColdChunk, ColdStore};
 pub use delivered::{Delivered, RawChunk, Step};
 pub use error::SubscribeError;
 use lane::Lane;
@@ -86,10 +88,7 @@ impl Subscription {
             .map(|s| ShardReader::new(s.clone(), request.durable_only))
             .collect();
         let next: Vec<u64> = match &request.start {
-            Start::Beginning => shards
-                .iter()
-                .map(|s| s.watermarks.snapshot().retained_from)
-                .collect(),
+            Start::Beginning => readers.iter().map(|r| r.oldest()).collect(),
             // Durable only: from the flushed end, so the start cursor never
             // covers events a crash could still take back (it would be
             // refused as truncated although nothing was delivered).
@@ -161,17 +160,24 @@ impl Subscription {
                         }
                         .into());
                     }
-                    if offset < w.retained_from {
+                    if offset < w.retained_from && offset < reader.oldest() {
                         return Err(reader.below_retention(offset));
                     }
                 }
                 next
             }
         };
+        // From a time, each lane passes over the records stamped before it:
+        // a start found in the cold store is its segment's first offset.
+        let skip_before = match request.start {
+            Start::SinceNs(since) => since,
+            _ => i64::MIN,
+        };
         let lanes = readers
             .into_iter()
             .zip(next)
             .map(|(reader, next)| Lane {
+                skip_before,
                 reader,
                 run: Bytes::new(),
                 at: 0,

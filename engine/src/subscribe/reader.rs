@@ -18,6 +18,8 @@ use crate::segment::{segment_name, SegmentHeader};
 use crate::shard::ShardShared;
 use crate::window::Window;
 
+use super::cold::ColdChunk;
+
 use super::SubscribeError;
 
 /// Records back to back, starting with the record at `first_offset`.
@@ -129,14 +131,73 @@ impl ShardReader {
         // Not in the ring: evicted, hence flushed (flushed is published first).
         let retained = w.snapshot().retained_from;
         if next < retained {
-            return Err(self.below_retention(next));
+            return self.read_cold(next);
         }
         if next >= w.flushed_next() {
             // Cannot happen while the shard publishes flushed before evicting;
             // if it ever did, waiting for the next flush is still correct.
             return Ok(None);
         }
-        self.read_disk(next).map(Some)
+        match self.read_disk(next) {
+            // Retention removed its segment since `retained` was read: it
+            // only removes what the cold store holds, when there is one.
+            Err(SubscribeError::BelowRetention { .. }) if self.shard.cold().is_some() => {
+                self.read_cold(next)
+            }
+            read => read.map(Some),
+        }
+    }
+
+    /// Records from `next`, below the local log, from the shard's cold store
+    /// (`None` while it fetches them: the shard's readers are woken then).
+    fn read_cold(&mut self, next: u64) -> Result<Option<Run>, SubscribeError> {
+        let Some(cold) = self.shard.cold().cloned() else {
+            return Err(self.below_retention(next));
+        };
+        self.hint = Hint::None;
+        let corrupt = |reason: String| SubscribeError::Corrupt {
+            shard: self.shard.id,
+            segment: "in the object store".into(),
+            position: next,
+            reason,
+        };
+        match cold.chunk(&self.shard, next) {
+            ColdChunk::Ready { header, body } => {
+                if !(header.first_offset..header.end_offset()).contains(&next) {
+                    return Err(corrupt(format!(
+                        "the chunk handed out for offset {next} holds {}..{}",
+                        header.first_offset,
+                        header.end_offset()
+                    )));
+                }
+                let start = position_in(&body, header.first_offset, next)
+                    .ok_or_else(|| corrupt(format!("offset {next} not found in its chunk")))?;
+                Ok(Some(Run {
+                    bytes: body.slice(start..),
+                    first_offset: next,
+                    sealed: true,
+                    whole: (start == 0).then_some(header),
+                }))
+            }
+            ColdChunk::Pending => Ok(None),
+            ColdChunk::NotHeld => Err(self.below_retention(next)),
+            ColdChunk::Failed(reason) => Err(corrupt(reason)),
+        }
+    }
+
+    /// Whether `next` is below the local log (read from the cold store).
+    pub fn below_local(&self, next: u64) -> bool {
+        next < self.shard.watermarks.snapshot().retained_from
+    }
+
+    /// The oldest offset this reader can read: the local log's oldest, or
+    /// the cold store's when what it holds reaches the local log.
+    pub fn oldest(&self) -> u64 {
+        let local = self.shard.watermarks.snapshot().retained_from;
+        match self.shard.cold().and_then(|c| c.held(self.shard.id)) {
+            Some(held) if held.start < local && held.end >= local => held.start,
+            _ => local,
+        }
     }
 
     /// Records from `next` in the ring, none at or past `limit`.
@@ -342,9 +403,10 @@ impl ShardReader {
         }
     }
 
-    /// The oldest retained offset and, when it is on disk, its stamp.
+    /// The oldest retained offset (in the cold store if it holds older
+    /// ones) and, when it is on the local disk, its stamp.
     pub fn oldest_retained(&mut self) -> (u64, Option<i64>) {
-        let from = self.shard.watermarks.snapshot().retained_from;
+        let from = self.oldest();
         let ts = self
             .shard
             .locate_offset(from)
@@ -354,7 +416,21 @@ impl ShardReader {
 
     /// The first offset stamped at or after `since`: the committed next offset
     /// if every committed record is older.
+    ///
+    /// Below the local log, in the cold store, it is the first offset of the
+    /// first stored segment holding such a record: the lane skips the
+    /// records before `since` there (stamps rise with offsets, so that is
+    /// the same start).
     pub fn find_ts(&mut self, since: i64) -> Result<u64, SubscribeError> {
+        let oldest = self.oldest();
+        if let Some(cold) = self.shard.cold() {
+            match cold.find_ts(self.shard.id, since) {
+                Some(offset) if offset < self.shard.watermarks.snapshot().retained_from => {
+                    return Ok(offset.max(oldest));
+                }
+                _ => {}
+            }
+        }
         loop {
             let committed = self.shard.watermarks.committed_next();
             let flushed = self.shard.watermarks.flushed_next();

@@ -16,10 +16,53 @@ impl Subscription {
     /// edge). Continue with [`Subscription::poll`], which picks up exactly
     /// where the chunks ended. `until_ns` does not cut chunks: records past
     /// it are shipped, and the reader drops them.
+    ///
+    /// A shard whose next records are being fetched from the cold store
+    /// ships nothing meanwhile; `None` then does not mean the live edge:
+    /// [`Subscription::next_chunk`] waits for them.
     pub fn poll_chunk(&mut self, max_bytes: usize) -> Result<Option<RawChunk>, SubscribeError> {
+        Ok(self.poll_chunk_or_wait(max_bytes)?.0)
+    }
+
+    /// [`Subscription::poll_chunk`], waiting while a shard's next records
+    /// are being fetched from the cold store: `None` only at the live edge.
+    pub async fn next_chunk(
+        &mut self,
+        max_bytes: usize,
+    ) -> Result<Option<RawChunk>, SubscribeError> {
+        loop {
+            match self.poll_chunk_or_wait(max_bytes)? {
+                (Some(chunk), _) => return Ok(Some(chunk)),
+                (None, false) => return Ok(None),
+                (None, true) => {}
+            }
+            // Listen, then look again, so a fetch landing between the two
+            // is not missed.
+            let changed = self.changed();
+            match self.poll_chunk_or_wait(max_bytes)? {
+                (Some(chunk), _) => return Ok(Some(chunk)),
+                (None, false) => return Ok(None),
+                (None, true) => changed.await,
+            }
+        }
+    }
+
+    /// The next chunk, and whether a shard waits on the cold store.
+    fn poll_chunk_or_wait(
+        &mut self,
+        max_bytes: usize,
+    ) -> Result<(Option<RawChunk>, bool), SubscribeError> {
         let mut best: Option<(i64, usize)> = None;
+        let mut waits = false;
         for (i, lane) in self.lanes.iter_mut().enumerate() {
-            if lane.done || !lane.load()? || !lane.run_sealed {
+            if lane.done {
+                continue;
+            }
+            if !lane.load()? {
+                waits |= lane.reader.below_local(lane.next);
+                continue;
+            }
+            if !lane.run_sealed {
                 continue;
             }
             let ts = lane.run_ts().unwrap_or(i64::MIN);
@@ -28,11 +71,11 @@ impl Subscription {
             }
         }
         let Some((_, i)) = best else {
-            return Ok(None);
+            return Ok((None, waits));
         };
         let chunk = self.lanes[i].take_records(max_bytes)?;
         self.update_watermark();
-        Ok(Some(chunk))
+        Ok((Some(chunk), waits))
     }
 
     /// Delivers the next event if it can be delivered now. Never blocks.

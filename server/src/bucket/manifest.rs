@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 
 /// The manifest's object name, in its shard's directory.
 pub(super) const MANIFEST: &str = "manifest.json";
-const VERSION: u32 = 1;
+/// 2: each segment has a chunk index object (`index_bytes`,
+/// `index_crc32c`). A version-1 manifest (an earlier build's) is refused.
+const VERSION: u32 = 2;
 
 /// What the bucket holds of one shard, oldest segment first.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,6 +39,9 @@ pub struct ManifestSegment {
     /// The lowest and highest generation of its chunks.
     pub min_generation: u32,
     pub max_generation: u32,
+    /// Its chunk index object (`NNN.idx`, see `index.rs`): length and CRC-32C.
+    pub index_bytes: u64,
+    pub index_crc32c: u32,
 }
 
 impl Manifest {
@@ -107,6 +112,8 @@ mod tests {
             crc32c: 7,
             min_generation: 1,
             max_generation: 1,
+            index_bytes: 16,
+            index_crc32c: 9,
         }
     }
 
@@ -127,9 +134,9 @@ mod tests {
         misnamed.segments[0].name = "x.seg".into();
         assert!(misnamed.check(2, 1).unwrap_err().contains("disagree"));
         let mut future = m.clone();
-        future.version = 2;
-        assert!(future.check(2, 1).unwrap_err().contains("version 2"));
-        let unknown = br#"{"version":1,"node":2,"shard":1,"feed_id":"ab","segments":[],"x":1}"#;
+        future.version = 3;
+        assert!(future.check(2, 1).unwrap_err().contains("version 3"));
+        let unknown = br#"{"version":2,"node":2,"shard":1,"feed_id":"ab","segments":[],"x":1}"#;
         assert!(Manifest::parse(unknown)
             .unwrap_err()
             .contains("unknown field"));

@@ -8,10 +8,14 @@
 //! only segments wholly below what its manifest holds
 //! (`RetentionPolicy::keep_until_uploaded`).
 //!
-//! Not yet: reading from the bucket (a subscriber below the local log), a
-//! node rebuilt from it, bucket retention.
+//! Reads: a subscriber below a shard's local log reads the bucket's
+//! segments through the engine's cold store ([`BucketReader`]).
+//!
+//! Not yet: a node rebuilt from it, bucket retention.
 
+mod index;
 mod manifest;
+mod read;
 mod upload;
 
 use std::sync::{Arc, Mutex};
@@ -21,6 +25,7 @@ use object_store::ObjectStore;
 use ringfeed_proto::v1;
 
 pub use manifest::{Manifest, ManifestSegment};
+pub use read::{BucketReader, ReadLimits};
 pub use upload::{spawn_uploader, Uploader};
 
 /// Most bytes of a manifest read from a bucket (a million segments' worth).
@@ -210,6 +215,15 @@ impl Bucket {
             .await
             .map_err(|e| format!("reading {path}: {e}"))?;
         Ok(bytes.to_vec())
+    }
+
+    /// Writes `bytes` to `path` (one PUT).
+    async fn put(&self, path: &Path, bytes: Vec<u8>) -> Result<(), String> {
+        self.store
+            .put(path, bytes.into())
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("writing {path}: {e}"))
     }
 
     /// Replaces the manifest of its shard (a single PUT: readers see the old

@@ -13,7 +13,7 @@ use ringfeed_engine::Engine;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
 
-use super::{Bucket, Manifest, ManifestSegment, UploadState};
+use super::{index, Bucket, Manifest, ManifestSegment, UploadState};
 use crate::metrics::ServerMetrics;
 
 /// How often the uploader looks for newly sealed segments.
@@ -41,6 +41,8 @@ pub struct Uploader {
     pub metrics: Arc<ServerMetrics>,
     /// What `status` shows of the uploads.
     pub state: Arc<UploadState>,
+    /// Told every manifest read or written, for readers below the local log.
+    pub reader: Arc<super::BucketReader>,
 }
 
 /// Uploads the sealed segments of every shard to the bucket, until
@@ -57,6 +59,7 @@ pub fn spawn_uploader(
         upload_after,
         metrics,
         state,
+        reader,
     } = uploader;
     tokio::spawn(async move {
         let feed_id = format!("{:016x}", engine.feed_id());
@@ -80,6 +83,7 @@ pub fn spawn_uploader(
                     upload_after,
                     metrics: &metrics,
                     state: &state,
+                    reader: &reader,
                 };
                 if let Err(e) = s.pass(&pass, &mut lag).await {
                     metrics.bucket_upload_failed();
@@ -121,6 +125,7 @@ struct Pass<'a> {
     upload_after: Duration,
     metrics: &'a ServerMetrics,
     state: &'a UploadState,
+    reader: &'a super::BucketReader,
 }
 
 /// Sealed segments not in the bucket yet, over all shards.
@@ -181,6 +186,7 @@ impl ShardUpload {
                 Ok(Some(m)) => m,
                 Ok(None) => Manifest::new(p.node, shard, p.feed_id.to_owned()),
             };
+            p.reader.set_manifest(shard, &manifest);
             self.manifest = Some(manifest);
         }
         let manifest = self.manifest.as_mut().expect("read above");
@@ -225,13 +231,23 @@ impl ShardUpload {
                     break;
                 }
             };
-            manifest.segments.push(entry(file, &found));
+            let index = index::encode(&found.chunks);
+            let index_path = p
+                .bucket
+                .shard_dir(p.node, shard)
+                .child(index::index_name(&file.name));
+            if let Err(e) = p.bucket.put(&index_path, index.clone()).await {
+                result = Err(e);
+                break;
+            }
+            manifest.segments.push(entry(file, &found, &index));
             if let Err(e) = p.bucket.put_manifest(manifest).await {
                 // The bucket's manifest is still the one before.
                 manifest.segments.pop();
                 result = Err(e);
                 break;
             }
+            p.reader.set_manifest(shard, manifest);
             shared.set_uploaded_below(file.next_offset);
             p.metrics.bucket_segment_uploaded(found.bytes);
             p.state.update(|st| {
@@ -314,7 +330,7 @@ async fn upload(
     }
 }
 
-fn entry(file: &SealedFile, found: &SealedSegment) -> ManifestSegment {
+fn entry(file: &SealedFile, found: &SealedSegment, index: &[u8]) -> ManifestSegment {
     let (min_generation, max_generation) = found.generations.unwrap_or((0, 0));
     ManifestSegment {
         name: file.name.clone(),
@@ -326,5 +342,7 @@ fn entry(file: &SealedFile, found: &SealedSegment) -> ManifestSegment {
         crc32c: found.crc32c,
         min_generation,
         max_generation,
+        index_bytes: index.len() as u64,
+        index_crc32c: crc32c::crc32c(index),
     }
 }

@@ -42,7 +42,8 @@ impl ClusterStream {
             let permit = self.budget_for(self.chunk_max_bytes, shutdown).await?;
             let chunk = self
                 .local
-                .poll_chunk(self.chunk_max_bytes)
+                .next_chunk(self.chunk_max_bytes)
+                .await
                 .map_err(crate::status::subscribe_status)?;
             let Some(chunk) = chunk else {
                 break;

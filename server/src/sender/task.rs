@@ -110,7 +110,7 @@ impl Sender {
                     .admit(&sub, &mut place, self.limits.chunk_max_bytes)
                     .await;
                 let permit = self.reserved(admitted, self.limits.chunk_max_bytes).await;
-                let Some(chunk) = sub.poll_chunk(self.limits.chunk_max_bytes)? else {
+                let Some(chunk) = sub.next_chunk(self.limits.chunk_max_bytes).await? else {
                     break;
                 };
                 let permit = trim(permit, chunk.records.len());

@@ -40,6 +40,7 @@ mod inspect_is_read_only;
 mod many_subscribers_small_budget;
 mod metrics_endpoint;
 mod node_id_is_kept;
+mod object_store_read;
 mod object_store_upload;
 mod python_client;
 mod reconnect_storm;

@@ -18,18 +18,19 @@ use ringfeed_engine::segment::sealed::sealed_files;
 
 /// 8 KiB windows, 64 KiB segments, retention every second keeping two
 /// segments a shard (when the store holds the rest).
-const SMALL: &str = "window_bytes = 8192\nring_bytes = 65536\nmax_unflushed_bytes = 32768\n\
+pub(crate) const SMALL: &str =
+    "window_bytes = 8192\nring_bytes = 65536\nmax_unflushed_bytes = 32768\n\
      max_event_bytes = 2048\nsegment_bytes = 65536\nretention_interval_secs = 1\n\
      retention_max_bytes = 131072\n";
-const SHARDS: u32 = 2;
+pub(crate) const SHARDS: u32 = 2;
 
-fn shard_dir(data: &Path, shard: u32) -> PathBuf {
+pub(crate) fn shard_dir(data: &Path, shard: u32) -> PathBuf {
     ringfeed_engine::shard_dir(data, shard)
 }
 
 /// The manifest of `shard` in the store at `store`, if there is one:
 /// (name, first offset, next offset, bytes, crc32c) per segment.
-fn manifest(store: &Path, shard: u32) -> Option<Vec<(String, u64, u64, u64, u32)>> {
+pub(crate) fn manifest(store: &Path, shard: u32) -> Option<Vec<(String, u64, u64, u64, u32)>> {
     let path = store
         .join("node-0")
         .join(format!("shard-{shard:03}"))
@@ -67,7 +68,7 @@ fn object(store: &Path, shard: u32, name: &str) -> Vec<u8> {
 
 /// Waits (at most `within`) until every shard's manifest names every
 /// segment sealed locally now.
-async fn until_uploaded(data: &Path, store: &Path, within: Duration) {
+pub(crate) async fn until_uploaded(data: &Path, store: &Path, within: Duration) {
     let deadline = Instant::now() + within;
     loop {
         let done = (0..SHARDS).all(|shard| {
@@ -93,14 +94,14 @@ async fn until_uploaded(data: &Path, store: &Path, within: Duration) {
 
 /// `ringfeed serve` over `data` with `config`, uploading to `url`, with
 /// `more` flags.
-fn serve(data: &Path, config: &str, url: &str, more: &[&str]) -> Server {
+pub(crate) fn serve(data: &Path, config: &str, url: &str, more: &[&str]) -> Server {
     let mut flags = vec!["--config", config, "--object-store", url];
     flags.extend_from_slice(more);
     Server::start_with(data, SHARDS, &flags)
 }
 
 /// Appends `rounds` × 500 durable events.
-async fn fill(addr: &str, rounds: usize) {
+pub(crate) async fn fill(addr: &str, rounds: usize) {
     for round in 0..rounds {
         append(addr, 1, round * 500, 500, true).await;
     }
