@@ -38,7 +38,10 @@ mod subscribe;
 mod watermark;
 mod window;
 
-pub use engine::{shard_dir, Engine, EngineConfig, EngineError, ShardStatus};
+pub use engine::{
+    holds_feed, restore, shard_dir, Engine, EngineConfig, EngineError, RestoredShard, ShardStatus,
+    LOST_GENERATIONS,
+};
 pub use event::{AppendError, Durability, Limits, NewEvent, Position, Producer, Stored};
 pub use generation::{CursorCheck, GenerationStart, Generations};
 pub use latency::{LatencyHistogram, LatencySnapshot};

@@ -165,6 +165,14 @@ pub fn serve(config: ServerConfig) -> Result<()> {
         filer,
         tls,
     } = runtime.block_on(bind(&config, clustered))?;
+    // A node whose disk was lost, started on an empty data dir with its
+    // node id and store, continues its feed from the store.
+    if let Some(bucket) = &config.object_store {
+        let restored = runtime.block_on(crate::bucket::restore_if_empty(bucket, &config.engine))?;
+        for line in restored {
+            println!("{line}");
+        }
+    }
     let engine = Engine::open(config.engine.clone())
         .with_context(|| format!("opening data dir {}", data_dir.display()))?;
     let engine_node = engine.node_id();

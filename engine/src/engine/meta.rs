@@ -7,7 +7,7 @@ use std::path::Path;
 use super::EngineError;
 use crate::segment::FORMAT_VERSION;
 
-const META_FILE: &str = "ringfeed.meta";
+pub(super) const META_FILE: &str = "ringfeed.meta";
 
 /// The lines of `DATA/ringfeed.meta` as read, before they are checked.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -142,7 +142,7 @@ fn new_feed_id(meta: &Path) -> Result<u64, EngineError> {
 
 /// Writes `DATA/ringfeed.meta` durably (a synced temporary file renamed over
 /// it, then the directory synced).
-fn write_meta(
+pub(super) fn write_meta(
     data_dir: &Path,
     shards: u32,
     node_id: Option<u32>,

@@ -11,7 +11,10 @@ mod append;
 mod config;
 mod error;
 mod meta;
+mod restore;
 mod sequences;
+
+pub use restore::{holds_feed, restore, RestoredShard, LOST_GENERATIONS};
 
 pub use config::EngineConfig;
 pub use error::EngineError;

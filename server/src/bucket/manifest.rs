@@ -19,6 +19,10 @@ pub struct Manifest {
     /// The data dir the segments come from (its feed id, hex): another data
     /// dir's segments at the same offsets are other events.
     pub feed_id: String,
+    /// The shard's generation history when this manifest was written:
+    /// `[generation, first offset]`, oldest first (what a node rebuilt from
+    /// the bucket checks cursors against).
+    pub generations: Vec<[u64; 2]>,
     pub segments: Vec<ManifestSegment>,
 }
 
@@ -51,8 +55,33 @@ impl Manifest {
             node,
             shard,
             feed_id,
+            generations: Vec::new(),
             segments: Vec::new(),
         }
+    }
+
+    /// The generation history it names (`None`: none, or not a history).
+    pub fn history(&self) -> Option<ringfeed_engine::Generations> {
+        let entries = self
+            .generations
+            .iter()
+            .map(|&[generation, first_offset]| {
+                Some(ringfeed_engine::GenerationStart {
+                    generation: u32::try_from(generation).ok()?,
+                    first_offset,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        ringfeed_engine::Generations::from_entries(entries)
+    }
+
+    /// Records `history` as the shard's generation history.
+    pub fn set_history(&mut self, history: &ringfeed_engine::Generations) {
+        self.generations = history
+            .entries()
+            .iter()
+            .map(|e| [u64::from(e.generation), e.first_offset])
+            .collect();
     }
 
     pub(super) fn parse(bytes: &[u8]) -> Result<Manifest, String> {
@@ -81,6 +110,9 @@ impl Manifest {
                 "the manifest of node {} shard {}, found where node {node} shard {shard}'s belongs",
                 self.node, self.shard
             ));
+        }
+        if !self.generations.is_empty() && self.history().is_none() {
+            return Err("its generation history is out of order".into());
         }
         let mut below = 0;
         for s in &self.segments {
@@ -133,10 +165,15 @@ mod tests {
         let mut misnamed = m.clone();
         misnamed.segments[0].name = "x.seg".into();
         assert!(misnamed.check(2, 1).unwrap_err().contains("disagree"));
+        let mut history = m.clone();
+        history.generations = vec![[1, 0], [2, 30]];
+        assert_eq!(history.history().unwrap().current(), 2);
+        history.generations = vec![[2, 0], [1, 30]];
+        assert!(history.check(2, 1).unwrap_err().contains("out of order"));
         let mut future = m.clone();
         future.version = 3;
         assert!(future.check(2, 1).unwrap_err().contains("version 3"));
-        let unknown = br#"{"version":2,"node":2,"shard":1,"feed_id":"ab","segments":[],"x":1}"#;
+        let unknown = br#"{"version":2,"node":2,"shard":1,"feed_id":"ab","generations":[],"segments":[],"x":1}"#;
         assert!(Manifest::parse(unknown)
             .unwrap_err()
             .contains("unknown field"));

@@ -11,11 +11,16 @@
 //! Reads: a subscriber below a shard's local log reads the bucket's
 //! segments through the engine's cold store ([`BucketReader`]).
 //!
-//! Not yet: a node rebuilt from it, bucket retention.
+//! Rebuild: a node started on an empty data dir with the same node id and
+//! store continues its feed from the bucket's manifests
+//! ([`restore_if_empty`]).
+//!
+//! Not yet: bucket retention.
 
 mod index;
 mod manifest;
 mod read;
+mod restore;
 mod upload;
 
 use std::sync::{Arc, Mutex};
@@ -26,6 +31,7 @@ use ringfeed_proto::v1;
 
 pub use manifest::{Manifest, ManifestSegment};
 pub use read::{BucketReader, ReadLimits};
+pub use restore::restore_if_empty;
 pub use upload::{spawn_uploader, Uploader};
 
 /// Most bytes of a manifest read from a bucket (a million segments' worth).

@@ -241,6 +241,7 @@ impl ShardUpload {
                 break;
             }
             manifest.segments.push(entry(file, &found, &index));
+            manifest.set_history(shared.generations());
             if let Err(e) = p.bucket.put_manifest(manifest).await {
                 // The bucket's manifest is still the one before.
                 manifest.segments.pop();

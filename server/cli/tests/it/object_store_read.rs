@@ -14,7 +14,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::cluster_nodes::{client, config_file};
-use crate::object_store_upload::{fill, manifest, serve, shard_dir, until_uploaded, SHARDS, SMALL};
+use crate::object_store_upload::{
+    fill, manifest, manifest_of, serve, shard_dir, until_uploaded, until_uploaded_of, SHARDS, SMALL,
+};
 use ringfeed_engine::segment::sealed::sealed_files;
 use ringfeed_proto::v1::{self, subscribe_request::Start};
 use ringfeed_server::client::FollowedEvent;
@@ -265,5 +267,130 @@ async fn a_corrupt_object_is_refused_never_delivered() {
         .into_inner();
     let reads = status.object_store.expect("object store status");
     assert!(reads.read_errors >= 3, "{reads:?}");
+    server.stop();
+}
+
+/// A dead disk: the data dir is gone, the node restarts on an empty one
+/// with the same node id and store. Its history comes back from the store:
+/// from the beginning every uploaded event once; a cursor taken before
+/// resumes exactly; one that covered events never uploaded is refused as
+/// truncated; new events continue the offsets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_rebuilt_from_the_store_serves_its_history() {
+    let _watchdog = ringfeed_testkit::arm();
+    let lost = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let config = config_file(lost.path(), SMALL);
+    let url = format!("file://{}", store.path().display());
+    let server = serve(lost.path(), &config, &url, &["--node-id", "3"]);
+    fill(&server.addr, 8).await;
+    until_uploaded_of(lost.path(), store.path(), 3, Duration::from_secs(20)).await;
+    let uploaded_below: Vec<u64> = (0..SHARDS)
+        .map(|s| manifest_of(store.path(), 3, s).map_or(0, |m| m.last().map_or(0, |l| l.2)))
+        .collect();
+    // Events the store never gets: in the open segments when the disk dies.
+    crate::cluster_nodes::append(&server.addr, 1, 90_000, 300, true).await;
+    let until = ringfeed_engine::clock::now_ns();
+    let (before, _) = follow(
+        &server.addr,
+        request(Start::Beginning(true), until, false),
+        usize::MAX,
+    )
+    .await;
+    let (head, early) = follow(
+        &server.addr,
+        request(Start::Beginning(true), until, false),
+        500,
+    )
+    .await;
+    let (early_cursor, late_cursor) = {
+        let (_, late) = follow(
+            &server.addr,
+            request(Start::Beginning(true), until, false),
+            usize::MAX,
+        )
+        .await;
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        early.checkpoint_bytes(&mut a);
+        late.checkpoint_bytes(&mut b);
+        (a, b)
+    };
+    server.stop();
+    drop(lost);
+
+    let empty = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let config = config_file(empty.path(), SMALL);
+    let server = serve(empty.path(), &config, &url, &["--node-id", "3"]);
+    let now = ringfeed_engine::clock::now_ns();
+    let (restored, _) = follow(
+        &server.addr,
+        request(Start::Beginning(true), now, false),
+        usize::MAX,
+    )
+    .await;
+    let expected: Vec<_> = before
+        .iter()
+        .filter(|e| e.offset < uploaded_below[e.shard as usize])
+        .map(|e| (e.shard, e.offset, e.event.to_vec()))
+        .collect();
+    assert!(expected.len() >= 2000, "{} uploaded", expected.len());
+    assert_eq!(
+        restored
+            .iter()
+            .map(|e| (e.shard, e.offset, e.event.to_vec()))
+            .collect::<Vec<_>>(),
+        expected,
+        "from the beginning: every uploaded event, once, nothing else"
+    );
+
+    // A cursor inside the uploaded history resumes exactly.
+    let (rest, _) = follow(
+        &server.addr,
+        request(Start::Cursor(early_cursor.into()), now, false),
+        usize::MAX,
+    )
+    .await;
+    let mut joined: Vec<_> = head
+        .iter()
+        .chain(&rest)
+        .map(|e| (e.shard, e.offset))
+        .collect();
+    joined.sort();
+    let mut all: Vec<_> = expected.iter().map(|e| (e.0, e.1)).collect();
+    all.sort();
+    assert_eq!(joined, all, "the early cursor resumes exactly");
+
+    // One that covered events the store never got is refused as truncated.
+    let refused = client(&server.addr)
+        .await
+        .subscribe(request(Start::Cursor(late_cursor.into()), 0, false))
+        .await
+        .err()
+        .expect("a cursor past the stored history is refused at once");
+    assert_eq!(
+        refused.code(),
+        ringfeed_proto::tonic::Code::FailedPrecondition,
+        "{refused}"
+    );
+    assert!(refused.message().contains("truncated"), "{refused}");
+
+    // New events continue the offsets, after the stored history.
+    crate::cluster_nodes::append(&server.addr, 2, 0, 200, true).await;
+    let now = ringfeed_engine::clock::now_ns();
+    let (after, _) = follow(
+        &server.addr,
+        request(Start::Beginning(true), now, false),
+        usize::MAX,
+    )
+    .await;
+    assert_eq!(after.len(), expected.len() + 200);
+    for (shard, events) in per_shard(&after) {
+        for (i, (offset, ..)) in events.iter().enumerate() {
+            assert_eq!(
+                *offset, i as u64,
+                "shard {shard}: dense from 0 across the rebuild"
+            );
+        }
+    }
     server.stop();
 }

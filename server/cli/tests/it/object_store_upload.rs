@@ -31,8 +31,17 @@ pub(crate) fn shard_dir(data: &Path, shard: u32) -> PathBuf {
 /// The manifest of `shard` in the store at `store`, if there is one:
 /// (name, first offset, next offset, bytes, crc32c) per segment.
 pub(crate) fn manifest(store: &Path, shard: u32) -> Option<Vec<(String, u64, u64, u64, u32)>> {
+    manifest_of(store, 0, shard)
+}
+
+/// [`manifest`] of node `node`.
+pub(crate) fn manifest_of(
+    store: &Path,
+    node: u32,
+    shard: u32,
+) -> Option<Vec<(String, u64, u64, u64, u32)>> {
     let path = store
-        .join("node-0")
+        .join(format!("node-{node}"))
         .join(format!("shard-{shard:03}"))
         .join("manifest.json");
     let text = std::fs::read(&path).ok()?;
@@ -69,11 +78,16 @@ fn object(store: &Path, shard: u32, name: &str) -> Vec<u8> {
 /// Waits (at most `within`) until every shard's manifest names every
 /// segment sealed locally now.
 pub(crate) async fn until_uploaded(data: &Path, store: &Path, within: Duration) {
+    until_uploaded_of(data, store, 0, within).await
+}
+
+/// [`until_uploaded`] for node `node`.
+pub(crate) async fn until_uploaded_of(data: &Path, store: &Path, node: u32, within: Duration) {
     let deadline = Instant::now() + within;
     loop {
         let done = (0..SHARDS).all(|shard| {
             let sealed = sealed_files(&shard_dir(data, shard)).unwrap();
-            let uploaded_below = manifest(store, shard)
+            let uploaded_below = manifest_of(store, node, shard)
                 .and_then(|m| m.last().map(|s| s.2))
                 .unwrap_or(0);
             sealed
@@ -86,7 +100,9 @@ pub(crate) async fn until_uploaded(data: &Path, store: &Path, within: Duration) 
         assert!(
             Instant::now() < deadline,
             "sealed segments not uploaded within {within:?}: {:?}",
-            (0..SHARDS).map(|s| manifest(store, s)).collect::<Vec<_>>()
+            (0..SHARDS)
+                .map(|s| manifest_of(store, node, s))
+                .collect::<Vec<_>>()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -303,10 +319,11 @@ async fn retention_keeps_what_the_store_lacks_and_uploads_resume() {
     server.stop();
 }
 
-/// Another data dir with the same store and node id (a disk replaced, no
-/// rebuild yet) uploads nothing over the first one's segments: its shards'
-/// manifests name the other feed, so it says so and leaves them, and its
-/// own retention keeps every segment.
+/// Another data dir holding a feed of its own, with the same store and
+/// node id (an empty one is rebuilt from the store instead, see
+/// object_store_read.rs), uploads nothing over the first one's segments:
+/// its shards' manifests name the other feed, so it says so and leaves
+/// them, and its own retention keeps every segment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_data_dir_never_overwrites_the_store() {
     let _watchdog = ringfeed_testkit::arm();
@@ -321,6 +338,8 @@ async fn another_data_dir_never_overwrites_the_store() {
     let manifests: Vec<_> = (0..SHARDS).map(|s| manifest(store.path(), s)).collect();
 
     let second = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // Its own feed first, made without the store.
+    Server::start_with(second.path(), SHARDS, &["--config", &config]).stop();
     let server = serve(second.path(), &config, &url, &[]);
     fill(&server.addr, 12).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
