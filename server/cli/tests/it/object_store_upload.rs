@@ -360,7 +360,9 @@ async fn another_data_dir_never_overwrites_the_store() {
 /// The same against a real S3 server, SeaweedFS's gateway, with the
 /// gateway SIGKILLed while segments wait: the uploads resume once it is
 /// back, nothing in the bucket is half a segment, and every object the
-/// manifests name is its file's bytes.
+/// manifests name is its file's bytes. Then a catch-up from the bucket
+/// that meets the gateway SIGKILLed (its fetches fail and are retried)
+/// and goes on once it is restarted: every event once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sealed_segments_reach_seaweedfs_s3_through_a_gateway_crash() {
     use ringfeed_server::bucket::Bucket;
@@ -449,6 +451,63 @@ async fn sealed_segments_reach_seaweedfs_s3_through_a_gateway_crash() {
                 assert_eq!(&file[..object.len()], &object[..], "{}", s.name);
             }
         }
+    }
+
+    // A catch-up from the bucket (retention removed the first segments
+    // locally) that meets the gateway SIGKILLed, then restarted: every
+    // event once, offsets dense from 0.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while (0..SHARDS).any(|s| {
+        sealed_files(&shard_dir(data.path(), s))
+            .unwrap()
+            .first()
+            .is_none_or(|f| f.first_offset == 0)
+    }) {
+        assert!(Instant::now() < deadline, "retention removed nothing");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let until = ringfeed_engine::clock::now_ns();
+    let request = ringfeed_proto::v1::SubscribeRequest {
+        start: Some(ringfeed_proto::v1::subscribe_request::Start::Beginning(
+            true,
+        )),
+        until_ns: until,
+        ..Default::default()
+    };
+    // The gateway dies as the catch-up starts: its fetches fail (and are
+    // retried) until the gateway is back.
+    weed.kill_s3();
+    let addr = server.addr.clone();
+    let catch_up = tokio::spawn(async move {
+        crate::common::follow(&addr, request, usize::MAX, Duration::from_secs(40)).await
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = crate::cluster_nodes::client(&server.addr)
+            .await
+            .status(ringfeed_proto::v1::StatusRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        let reads = status.object_store.expect("object store status");
+        if reads.read_errors > 0 {
+            assert!(!reads.read_error.is_empty(), "{reads:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no fetch failed: {reads:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    weed.restart_s3();
+    let (got, _) = catch_up.await.unwrap();
+    assert_eq!(got.len(), 12 * 500, "every event of the catch-up");
+    let mut next = [0u64; SHARDS as usize];
+    for e in &got {
+        assert_eq!(
+            e.offset, next[e.shard as usize],
+            "shard {}: once, in order",
+            e.shard
+        );
+        next[e.shard as usize] += 1;
     }
     server.stop();
 }
