@@ -263,6 +263,15 @@ impl StatusBoard {
                 store.uploaded_below = (0..self.engine.shard_count())
                     .map(|id| self.engine.shard(id).uploaded_below())
                     .collect();
+                store.held_from = (0..self.engine.shard_count())
+                    .map(|id| {
+                        let shard = self.engine.shard(id);
+                        shard
+                            .cold()
+                            .and_then(|c| c.held(id))
+                            .map_or(shard.uploaded_below(), |held| held.start)
+                    })
+                    .collect();
                 store
             }),
         }

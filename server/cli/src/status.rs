@@ -280,9 +280,23 @@ fn object_store_lines(store: &ringfeed_proto::v1::ObjectStoreStatus) -> String {
         .uploaded_below
         .iter()
         .enumerate()
-        .map(|(shard, below)| format!("shard {shard} below {below}"))
+        .map(|(shard, below)| match store.held_from.get(shard) {
+            Some(from) if from < below => format!("shard {shard} {from}..{below}"),
+            _ => format!("shard {shard} below {below}"),
+        })
         .collect();
     text.push_str(&format!("  in the store: {}\n", below.join(", ")));
+    text.push_str(&format!(
+        "  read for subscribers below the local log: {} bytes fetched, {} cache hit(s), \
+         {} miss(es), {} bytes cached\n",
+        store.bytes_fetched, store.cache_hits, store.cache_misses, store.cache_bytes
+    ));
+    if !store.read_error.is_empty() {
+        text.push_str(&format!(
+            "  {} failed read(s) since start (retried); the last: {}\n",
+            store.read_errors, store.read_error
+        ));
+    }
     if !store.error.is_empty() {
         text.push_str(&format!(
             "  the last upload pass failed ({} failed pass(es) since start, retried with backoff): {}\n",

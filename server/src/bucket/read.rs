@@ -308,6 +308,8 @@ impl BucketReader {
                     st.lru.insert(tick, key);
                 }
                 self.metrics.set_bucket_cache_bytes(st.cached_bytes);
+                let cached = st.cached_bytes;
+                self.status.update(|s| s.cache_bytes = cached);
             }
         }
     }

@@ -239,7 +239,10 @@ function drawObjectStore(status) {
     int(store.segmentsUploaded) + " segment(s), " + fmtBytes(num(store.bytesUploaded)) +
     " uploaded since start; " + waiting + " sealed segment(s) waiting" +
     (waiting > 0 ? ", the oldest sealed " + fmtSeconds(num(store.lagSeconds)) + " ago" : "") +
-    ". In the store: " + (below.join(", ") || "-") + ".";
+    ". In the store: " + (below.join(", ") || "-") + ". Read for subscribers below the local log: " +
+    fmtBytes(num(store.bytesFetched)) + " fetched, " + int(store.cacheHits) + " cache hit(s), " +
+    int(store.cacheMisses) + " miss(es), " + fmtBytes(num(store.cacheBytes)) + " cached" +
+    (store.readError ? "; " + int(store.readErrors) + " failed read(s), the last: " + store.readError : "") + ".";
   const error = $("object-store-error");
   error.hidden = !store.error;
   error.textContent = store.error ? "last upload pass failed (" + int(store.errors) + " since start): " + store.error : "";

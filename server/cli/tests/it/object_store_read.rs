@@ -117,6 +117,18 @@ async fn subscribers_below_the_local_log_read_the_bucket_exactly_once() {
         "the bucket was read: {reads:?}"
     );
 
+    let shown = std::process::Command::new(env!("CARGO_BIN_EXE_ringfeed"))
+        .args(["status", "--server", &server.addr])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8(shown.stdout).unwrap();
+    assert!(
+        shown.contains("in the store: shard 0 0..")
+            && shown.contains("read for subscribers below the local log: ")
+            && !shown.contains("log: 0 bytes fetched"),
+        "{shown}"
+    );
+
     // Chunk mode: the same events per shard.
     let (chunked, _) = follow(
         &server.addr,
