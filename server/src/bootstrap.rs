@@ -327,6 +327,7 @@ pub fn serve(config: ServerConfig) -> Result<()> {
                 metrics: service_metrics.clone(),
                 state,
                 reader,
+                retention: config.object_store_retention,
             };
             crate::bucket::spawn_uploader(uploader, stop_rx.clone());
         }

@@ -102,6 +102,14 @@ pub struct FileConfig {
     pub object_store: Option<String>,
     /// Upload a sealed segment once it is this old (default 0: at once).
     pub object_store_upload_after_secs: Option<u64>,
+    /// Bucket retention, apart from the local one: a shard's segments in the
+    /// object store are removed, oldest first, once their newest event is
+    /// older than this (default: kept for ever).
+    pub object_store_retention_max_age_secs: Option<u64>,
+    /// Bucket retention: the oldest segments are removed while a shard's
+    /// segments in the store hold more than this many bytes (default: no
+    /// limit).
+    pub object_store_retention_max_bytes: Option<u64>,
     /// Reads below the local log: bytes of chunks cached and being fetched
     /// together (default 256 MiB).
     pub object_store_cache_bytes: Option<u64>,
@@ -199,6 +207,9 @@ pub struct ServerConfig {
     /// See [`FileConfig::object_store_cache_bytes`] and
     /// [`FileConfig::object_store_fetches`].
     pub object_store_reads: crate::bucket::ReadLimits,
+    /// See [`FileConfig::object_store_retention_max_age_secs`] and
+    /// [`FileConfig::object_store_retention_max_bytes`].
+    pub object_store_retention: crate::bucket::BucketRetention,
 }
 
 impl FileConfig {
@@ -402,9 +413,22 @@ impl FileConfig {
                 n => n.unwrap_or(4),
             },
         };
+        let object_store_retention = crate::bucket::BucketRetention {
+            max_age: self
+                .object_store_retention_max_age_secs
+                .map(Duration::from_secs),
+            max_bytes: self.object_store_retention_max_bytes,
+        };
+        if object_store.is_none()
+            && (object_store_retention.max_age.is_some()
+                || object_store_retention.max_bytes.is_some())
+        {
+            bail!("object_store_retention_*: given without object_store");
+        }
         Ok(ServerConfig {
             object_store,
             object_store_reads,
+            object_store_retention,
             object_store_upload_after: Duration::from_secs(
                 self.object_store_upload_after_secs.unwrap_or(0),
             ),

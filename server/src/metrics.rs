@@ -61,6 +61,7 @@ pub struct ServerMetrics {
     bucket_upload_lag_segments: Gauge,
     bucket_upload_lag_seconds: Gauge,
     bucket_fetches: Counter,
+    bucket_segments_expired: Counter,
     bucket_bytes_fetched: Counter,
     bucket_read_errors: Counter,
     bucket_cache_hits: Counter,
@@ -101,6 +102,7 @@ impl Default for ServerMetrics {
             bucket_upload_lag_segments: Gauge::default(),
             bucket_upload_lag_seconds: Gauge::default(),
             bucket_fetches: Counter::default(),
+            bucket_segments_expired: Counter::default(),
             bucket_bytes_fetched: Counter::default(),
             bucket_read_errors: Counter::default(),
             bucket_cache_hits: Counter::default(),
@@ -193,6 +195,11 @@ impl ServerMetrics {
     pub fn set_bucket_upload_lag(&self, segments: u64, oldest_seconds: u64) {
         self.bucket_upload_lag_segments.set(segments as i64);
         self.bucket_upload_lag_seconds.set(oldest_seconds as i64);
+    }
+
+    /// Bucket retention removed a segment from the bucket.
+    pub fn bucket_segment_expired(&self) {
+        self.bucket_segments_expired.inc();
     }
 
     /// A fetch from the bucket (a chunk index or a piece of a segment) got
@@ -355,6 +362,11 @@ impl ServerMetrics {
             "object_store_upload_lag_seconds",
             "How long ago the oldest sealed segment not in the object store yet was sealed",
             self.bucket_upload_lag_seconds.clone(),
+        );
+        r.register(
+            "object_store_segments_expired",
+            "Segments bucket retention removed from the object store",
+            self.bucket_segments_expired.clone(),
         );
         r.register(
             "object_store_fetches",

@@ -15,12 +15,14 @@
 //! store continues its feed from the bucket's manifests
 //! ([`restore_if_empty`]).
 //!
-//! Not yet: bucket retention.
+//! Bucket retention ([`BucketRetention`]): the uploader drops a shard's
+//! oldest segments from its manifest, then deletes their objects.
 
 mod index;
 mod manifest;
 mod read;
 mod restore;
+mod retention;
 mod upload;
 
 use std::sync::{Arc, Mutex};
@@ -32,6 +34,7 @@ use ringfeed_proto::v1;
 pub use manifest::{Manifest, ManifestSegment};
 pub use read::{BucketReader, ReadLimits};
 pub use restore::restore_if_empty;
+pub use retention::BucketRetention;
 pub use upload::{spawn_uploader, Uploader};
 
 /// Most bytes of a manifest read from a bucket (a million segments' worth).
@@ -230,6 +233,16 @@ impl Bucket {
             .await
             .map(|_| ())
             .map_err(|e| format!("writing {path}: {e}"))
+    }
+
+    /// Deletes the object `name` of shard `shard` of node `node` (one
+    /// already gone is not an error).
+    async fn delete(&self, node: u32, shard: u32, name: &str) -> Result<(), String> {
+        let path = self.shard_dir(node, shard).child(name);
+        match self.store.delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(format!("deleting {path}: {e}")),
+        }
     }
 
     /// Replaces the manifest of its shard (a single PUT: readers see the old

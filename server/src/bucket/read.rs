@@ -200,12 +200,16 @@ impl BucketReader {
                 .bucket
                 .shard_dir(self.node, job.shard())
                 .child(object.as_str());
-            let got = self
-                .bucket
-                .store
-                .get_range(&path, range.clone())
-                .await
-                .map_err(|e| format!("reading {path} bytes {range:?}: {e}"));
+            let got = match self.bucket.store.get_range(&path, range.clone()).await {
+                // Removed by bucket retention (the manifest no longer names
+                // it: the reader is told so when it asks again), or lost.
+                Err(object_store::Error::NotFound { .. }) => {
+                    let e = format!("{path} is not in the store");
+                    self.read_failed(&e);
+                    break Err(e);
+                }
+                got => got.map_err(|e| format!("reading {path} bytes {range:?}: {e}")),
+            };
             let got = match got {
                 Ok(got) => {
                     self.metrics.bucket_fetched(got.len() as u64);

@@ -43,6 +43,8 @@ pub struct Uploader {
     pub state: Arc<UploadState>,
     /// Told every manifest read or written, for readers below the local log.
     pub reader: Arc<super::BucketReader>,
+    /// What of the bucket's history goes.
+    pub retention: super::BucketRetention,
 }
 
 /// Uploads the sealed segments of every shard to the bucket, until
@@ -60,6 +62,7 @@ pub fn spawn_uploader(
         metrics,
         state,
         reader,
+        retention,
     } = uploader;
     tokio::spawn(async move {
         let feed_id = format!("{:016x}", engine.feed_id());
@@ -84,6 +87,7 @@ pub fn spawn_uploader(
                     metrics: &metrics,
                     state: &state,
                     reader: &reader,
+                    retention,
                 };
                 if let Err(e) = s.pass(&pass, &mut lag).await {
                     metrics.bucket_upload_failed();
@@ -126,6 +130,7 @@ struct Pass<'a> {
     metrics: &'a ServerMetrics,
     state: &'a UploadState,
     reader: &'a super::BucketReader,
+    retention: super::BucketRetention,
 }
 
 /// Sealed segments not in the bucket yet, over all shards.
@@ -259,7 +264,40 @@ impl ShardUpload {
             done += 1;
         }
         lag.add(&pending[done..]);
-        result
+        result?;
+        self.expire(p).await
+    }
+
+    /// Bucket retention: drops the shard's expired segments from its
+    /// manifest (one PUT), then deletes their objects. A crash in between
+    /// leaves objects no manifest names, never a name without its object.
+    async fn expire(&mut self, p: &Pass<'_>) -> Result<(), String> {
+        let manifest = self.manifest.as_mut().expect("read by the pass");
+        let gone = p
+            .retention
+            .expired(&manifest.segments, ringfeed_engine::clock::now_ns());
+        if gone == 0 {
+            return Ok(());
+        }
+        let mut kept = manifest.clone();
+        let removed: Vec<ManifestSegment> = kept.segments.drain(..gone).collect();
+        p.bucket.put_manifest(&kept).await?;
+        *manifest = kept;
+        p.reader.set_manifest(self.shard, manifest);
+        for s in &removed {
+            p.bucket.delete(p.node, self.shard, &s.name).await?;
+            p.bucket
+                .delete(p.node, self.shard, &index::index_name(&s.name))
+                .await?;
+            p.metrics.bucket_segment_expired();
+        }
+        tracing::info!(
+            shard = self.shard,
+            segments = gone,
+            below = manifest.segments.first().map_or(0, |s| s.first_offset),
+            "bucket retention removed the oldest segments"
+        );
+        Ok(())
     }
 }
 

@@ -406,3 +406,83 @@ async fn a_node_rebuilt_from_the_store_serves_its_history() {
     }
     server.stop();
 }
+
+/// Bucket retention: the store keeps a shard's newest segments within
+/// `object_store_retention_max_bytes`; from the beginning a subscriber
+/// starts at the oldest the store still holds, and a cursor below it is
+/// refused with OUT_OF_RANGE naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bucket_retention_moves_the_oldest_offset() {
+    let _watchdog = ringfeed_testkit::arm();
+    let data = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let config = config_file(
+        data.path(),
+        &format!("{SMALL}object_store_retention_max_bytes = 200000\n"),
+    );
+    let url = format!("file://{}", store.path().display());
+    let server = serve(data.path(), &config, &url, &[]);
+    fill(&server.addr, ROUNDS).await;
+    let until = ringfeed_engine::clock::now_ns();
+    until_uploaded(data.path(), store.path(), Duration::from_secs(20)).await;
+    until_first_segments_removed(data.path(), Duration::from_secs(20)).await;
+    // Until the store's manifests start past offset 0 and its objects went.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let oldest: Vec<u64> = loop {
+        let firsts: Vec<u64> = (0..SHARDS)
+            .map(|s| manifest(store.path(), s).unwrap()[0].1)
+            .collect();
+        if firsts.iter().all(|&f| f > 0) {
+            break firsts;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "bucket retention removed nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for shard in 0..SHARDS {
+        let kept = manifest(store.path(), shard).unwrap();
+        let bytes: u64 = kept.iter().map(|s| s.3).sum();
+        assert!(
+            kept.len() == 1 || bytes <= 200_000,
+            "shard {shard}: {bytes} bytes kept"
+        );
+        let dir = store.path().join(format!("node-0/shard-{shard:03}"));
+        let first = ringfeed_engine::segment::segment_name(0);
+        assert!(!dir.join(&first).exists(), "shard {shard}: {first} deleted");
+    }
+
+    let (events, _) = follow(
+        &server.addr,
+        request(Start::Beginning(true), until, false),
+        usize::MAX,
+    )
+    .await;
+    for (shard, events) in per_shard(&events) {
+        let from = oldest[shard as usize];
+        assert!(
+            events[0].0 >= from,
+            "shard {shard} starts at the store's oldest ({from}), not at {}",
+            events[0].0
+        );
+        for (i, (offset, ..)) in events.iter().enumerate() {
+            assert_eq!(*offset, events[0].0 + i as u64, "shard {shard}: dense");
+        }
+    }
+    let zero = ringfeed_engine::Cursor::new(vec![0, 1]);
+    let mut bytes = Vec::new();
+    zero.write_bytes(&mut bytes);
+    let refused = client(&server.addr)
+        .await
+        .subscribe(request(Start::Cursor(bytes.into()), until, false))
+        .await
+        .map(|_| ())
+        .expect_err("below the store's oldest");
+    assert_eq!(
+        refused.code(),
+        ringfeed_proto::tonic::Code::OutOfRange,
+        "{refused}"
+    );
+    server.stop();
+}
