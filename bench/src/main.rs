@@ -15,6 +15,7 @@
 //!   and with a `ringfeed tune profile --write` file, alternating; medians.
 #![forbid(unsafe_code)]
 
+mod bucket;
 mod catchup;
 mod ceiling;
 mod cli;
@@ -189,6 +190,10 @@ enum Command {
     /// catch-up events/s, CPU per event (node 1 and all nodes) and live
     /// latency p50/p99, side by side with a single node read in node scope.
     Cluster(cluster::Args),
+    /// A catch-up from the beginning read from the object store against the
+    /// same from the local log (issue 40), 1 and K subscribers at once:
+    /// events/s, server CPU per event, peak RSS, bytes fetched.
+    BucketCatchup(bucket::Args),
     /// What TLS and tokens cost: a plain server and one with TLS and a token file,
     /// interleaved passes of appends and of a catch-up from the beginning (events/s),
     /// medians and the ratio.
@@ -484,6 +489,7 @@ fn main() -> Result<()> {
             flush_interval_ms,
         }),
         Command::Cluster(args) => cluster::run(&args),
+        Command::BucketCatchup(args) => bucket::run(&args),
         Command::Security(args) => security::run(&args),
         Command::ShardWakeups {
             dir,
