@@ -165,10 +165,11 @@ async fn measure(args: &Args, dir: &Path, store: &str) -> Result<()> {
     );
     let until_ns = now_ns();
 
-    let mut rows: Vec<(String, Vec<Sample>)> = ["L local, 1", "B store, 1", "L local, K", "B store, K"]
-        .iter()
-        .map(|l| (l.replace('K', &args.subscribers.to_string()), Vec::new()))
-        .collect();
+    let mut rows: Vec<(String, Vec<Sample>)> =
+        ["L local, 1", "B store, 1", "L local, K", "B store, K"]
+            .iter()
+            .map(|l| (l.replace('K', &args.subscribers.to_string()), Vec::new()))
+            .collect();
     for pass in 0..args.passes {
         for (row, (server, k)) in [
             (&local, 1),
@@ -301,8 +302,7 @@ async fn catch_up(server: &Server, k: usize, events: u64, until_ns: i64) -> Resu
         eps: delivered / elapsed,
         cpu_us: (server.process.cpu_seconds() - cpu_before) * 1e6 / delivered,
         peak_mib: server.process.memory("VmHWM") as f64 / f64::from(1 << 20),
-        fetched_mib: (fetched(&server.addr).await? - fetched_before) as f64
-            / f64::from(1 << 20),
+        fetched_mib: (fetched(&server.addr).await? - fetched_before) as f64 / f64::from(1 << 20),
     })
 }
 
@@ -334,7 +334,11 @@ async fn read_all(addr: &str, until_ns: i64) -> Result<u64> {
                 next.resize(shard + 1, 0);
             }
             if e.offset != next[shard] {
-                bail!("shard {shard}: offset {} where {} was next", e.offset, next[shard]);
+                bail!(
+                    "shard {shard}: offset {} where {} was next",
+                    e.offset,
+                    next[shard]
+                );
             }
             next[shard] += 1;
             got += 1;

@@ -60,18 +60,34 @@ pub async fn bucket(url: String) -> Result<()> {
                 .size(m.node, m.shard, &s.name)
                 .await
                 .map_err(|e| anyhow::anyhow!(e))?;
-            let state = match size {
-                Some(size) if size == s.bytes => String::new(),
-                Some(size) => {
+            let index = ringfeed_server::bucket::index_name(&s.name);
+            let index_size = bucket
+                .size(m.node, m.shard, &index)
+                .await
+                .map_err(|e| anyhow::anyhow!(e))?;
+            let state = match (size, index_size) {
+                (Some(size), _) if size != s.bytes => {
                     problems += 1;
                     format!(
                         " -- the object has {size} bytes, the manifest says {}",
                         s.bytes
                     )
                 }
-                None => {
+                (None, _) => {
                     problems += 1;
                     " -- MISSING from the bucket".to_owned()
+                }
+                (_, Some(size)) if size == s.index_bytes => String::new(),
+                (_, Some(size)) => {
+                    problems += 1;
+                    format!(
+                        " -- its chunk index {index} has {size} bytes, the manifest says {}",
+                        s.index_bytes
+                    )
+                }
+                (_, None) => {
+                    problems += 1;
+                    format!(" -- its chunk index {index} is MISSING from the bucket")
                 }
             };
             println!(

@@ -31,6 +31,7 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 use ringfeed_proto::v1;
 
+pub use index::index_name;
 pub use manifest::{Manifest, ManifestSegment};
 pub use read::{BucketReader, ReadLimits};
 pub use restore::restore_if_empty;
