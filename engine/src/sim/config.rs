@@ -28,10 +28,16 @@ pub enum Fault {
     /// segment fails with ENOSPC; appends must be refused, nothing taken
     /// lost, and the shard must go on by itself once space returns.
     DiskFull,
+    /// The shards have an object store (in half the seeds that allow it):
+    /// sealed segments are uploaded now and then, some uploads are lost
+    /// before the manifest names them, local retention keeps what the store
+    /// lacks, and readers below the local log fetch from it, slowly, with
+    /// fetches that fail and start over and a cache that drops chunks.
+    Bucket,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 10] = [
+    pub const ALL: [Fault; 11] = [
         Fault::Crash,
         Fault::PowerLoss,
         Fault::WriteError,
@@ -42,6 +48,7 @@ impl Fault {
         Fault::StalledSync,
         Fault::Cancel,
         Fault::DiskFull,
+        Fault::Bucket,
     ];
 
     pub fn name(self) -> &'static str {
@@ -56,6 +63,7 @@ impl Fault {
             Fault::StalledSync => "stalled-sync",
             Fault::Cancel => "cancel",
             Fault::DiskFull => "disk-full",
+            Fault::Bucket => "bucket",
         }
     }
 

@@ -111,13 +111,18 @@ impl World {
         let policy = RetentionPolicy {
             max_age: None,
             max_bytes: Some(64 << 10),
-            keep_until_uploaded: false,
+            keep_until_uploaded: self.bucket.is_some(),
         };
         let node = &mut self.nodes[shard];
         if node.core.is_latched() {
             return Ok(());
         }
-        let Ok(outcome) = block_on(node.log.apply_retention(policy, self.clock_ns, u64::MAX))
+        // As the flusher: with a store, nothing it lacks goes.
+        let keep_from = match self.bucket {
+            Some(_) => node.core.shared().uploaded_below(),
+            None => u64::MAX,
+        };
+        let Ok(outcome) = block_on(node.log.apply_retention(policy, self.clock_ns, keep_from))
         else {
             self.note(format!("retention shard {shard}: failed"));
             return Ok(());

@@ -51,6 +51,7 @@
 //! 2.10 and the glommio runtime's part of 2.13 are checked elsewhere:
 //! `ringfeed_server::sim` and `engine/tests/it/executor_never_parks_with_work.rs`.
 
+mod bucket;
 mod config;
 mod faults;
 mod flush;
@@ -193,6 +194,9 @@ impl Sim {
             writes_beside_sync: world.writes_beside_sync,
             disk_full_refusals: world.disk_full_refusals,
             rounds_refused: world.rounds_refused,
+            bucket_fetches: world.bucket.as_ref().map_or(0, |b| b.counts().0),
+            bucket_fetch_failures: world.bucket.as_ref().map_or(0, |b| b.counts().1),
+            uploads_lost: world.uploads_lost,
             digest: world.digest.finish(),
         }
     }
@@ -312,6 +316,10 @@ struct World {
     rounds_refused: u64,
     /// Per shard: events below this were removed by retention.
     retained: Vec<u64>,
+    /// The object store, in seeds that have one.
+    bucket: Option<Arc<bucket::SimBucket>>,
+    /// Uploads lost before their manifest named them.
+    uploads_lost: u64,
     retention_skips: u64,
     producers: Vec<Producer>,
     next_event: u64,

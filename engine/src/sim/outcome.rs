@@ -23,6 +23,12 @@ pub struct SimOutcome {
     pub disk_full_refusals: u64,
     /// Rounds handed back to the ring because the next segment did not fit.
     pub rounds_refused: u64,
+    /// Chunks fetched from the object store for readers below the local
+    /// log, fetches that failed and started over, and uploads lost before
+    /// their manifest named them (all 0 in a seed without a store).
+    pub bucket_fetches: u64,
+    pub bucket_fetch_failures: u64,
+    pub uploads_lost: u64,
     /// A hash of every step's outcome: the same seed gives the same digest.
     pub digest: u64,
 }

@@ -371,6 +371,11 @@ impl World {
     /// offset, below the shard's oldest retained one.
     fn below_retention_holds(&self, i: usize, shard: u32, offset: u64, retained_from: u64) -> bool {
         let s = shard as usize;
+        // With an object store nothing retention removed is out of range:
+        // the store holds it (2.7 with a cold store).
+        if self.bucket.is_some() {
+            return false;
+        }
         let now = self.nodes[s]
             .core
             .shared()
@@ -426,10 +431,19 @@ impl World {
                     self.skip_to(i, cursor, shard, retained_from);
                 }
                 Ok(opened) if self.subs[i].cursor.is_none() => {
-                    // From the beginning: at each shard's oldest retained event.
+                    // From the beginning: at each shard's oldest retained
+                    // event, in the object store if it holds older ones.
                     let from = opened.cursor();
                     for (s, node) in self.nodes.iter().enumerate() {
-                        let retained = node.core.shared().watermarks.snapshot().retained_from;
+                        let local = node.core.shared().watermarks.snapshot().retained_from;
+                        let retained = match self
+                            .bucket
+                            .as_ref()
+                            .and_then(|b| crate::subscribe::ColdStore::held(&**b, s as u32))
+                        {
+                            Some(held) if held.start < local && held.end >= local => held.start,
+                            _ => local,
+                        };
                         if from.offsets()[s] != retained {
                             return Err((
                                 "2.7 a subscription from the beginning starts at the oldest retained event",

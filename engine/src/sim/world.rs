@@ -83,6 +83,8 @@ impl World {
             disk_full_refusals: 0,
             rounds_refused: 0,
             retained: vec![0; shards as usize],
+            bucket: None,
+            uploads_lost: 0,
             retention_skips: 0,
             producers: (1..=4)
                 .map(|id| Producer {
@@ -101,6 +103,10 @@ impl World {
             duplicates: 0,
             restarts: 0,
         };
+        if config.faults.contains(&Fault::Bucket) && world.rng.below(2) == 0 {
+            world.bucket = Some(super::bucket::SimBucket::new(seed, shards));
+            world.note("an object store under the shards".into());
+        }
         world.open_all().expect("an empty log opens");
         world
     }
@@ -135,6 +141,11 @@ impl World {
                 crate::storage::Storage::reader(&storage),
                 log.generations().clone(),
             );
+            if let Some(bucket) = &self.bucket {
+                // As the uploader does when it reads the manifest.
+                shared.set_cold(bucket.clone());
+                shared.set_uploaded_below(bucket.uploaded_below(shard));
+            }
             let (core, _heads) = ShardCore::over_opened_log(shared, self.limits, &mut log);
             self.nodes.push(Node {
                 storage,
@@ -156,6 +167,9 @@ impl World {
                     self.note(format!("shard {shard}: space freed"));
                 }
             }
+        }
+        if self.bucket.is_some() && self.rng.chance(50) {
+            self.upload()?;
         }
         let roll = self.rng.below(1000);
         match roll {
@@ -186,6 +200,60 @@ impl World {
             _ => self.fault()?,
         }
         self.check_shards()
+    }
+
+    /// Uploads a random shard's oldest sealed segment the store lacks, as
+    /// the server's uploader does; a quarter of them are lost before the
+    /// manifest names them.
+    fn upload(&mut self) -> Result<(), Broken> {
+        let bucket = self.bucket.clone().expect("called with a store");
+        let shard = self.rng.below(u64::from(self.shards)) as usize;
+        let node = &self.nodes[shard];
+        let below = bucket.uploaded_below(shard as u32);
+        let names = node.log.segment_names();
+        // Every segment but the newest is sealed (synced in full).
+        let sealed = names.len().saturating_sub(1);
+        let firsts: Vec<u64> = names
+            .iter()
+            .map(|n| crate::segment::parse_segment_name(n).expect("segment names"))
+            .collect();
+        let Some(i) = (0..sealed).find(|&i| firsts[i] >= below) else {
+            return Ok(());
+        };
+        let (first, next) = (firsts[i], firsts[i + 1]);
+        if first != below {
+            // Retention removed a segment the store never had: 2.7 broken.
+            return Err((
+                "2.7 with an object store, retention keeps what the store lacks",
+                format!(
+                    "shard {shard}: the store ends at {below}, the local log starts at {first}"
+                ),
+            ));
+        }
+        if self.rng.chance(250) {
+            self.uploads_lost += 1;
+            self.note(format!(
+                "upload shard {shard} {first}..{next}: lost before the manifest"
+            ));
+            return Ok(());
+        }
+        let image = node.core.shared().files().map(&names[i]).map_err(|e| {
+            (
+                "2.9 a sealed segment reads back",
+                format!("shard {shard}: {e}"),
+            )
+        })?;
+        bucket
+            .upload(shard as u32, first, next, &image)
+            .map_err(|e| {
+                (
+                    "2.9 a sealed segment reads back whole",
+                    format!("shard {shard} {first}..{next}: {e}"),
+                )
+            })?;
+        node.core.shared().set_uploaded_below(next);
+        self.note(format!("upload shard {shard} {first}..{next}"));
+        Ok(())
     }
 
     /// The flush interval on a random shard, and every shard answers the
@@ -222,6 +290,9 @@ impl World {
             storage.set_faults(Faults::default());
         }
         self.stalled.iter_mut().for_each(|s| *s = 0);
+        if let Some(bucket) = &self.bucket {
+            bucket.calm();
+        }
         for (shard, full) in self.disk_full.iter_mut().enumerate() {
             *full = 0;
             self.storages[shard].fill_disk(false);

@@ -23,6 +23,7 @@ fn every_invariant_holds_under_every_fault() {
     let config = config(Fault::ALL.to_vec());
     let (mut restarts, mut durable, mut delivered, mut skips, mut behind) = (0, 0, 0, 0, 0);
     let (mut beside_sync, mut disk_full, mut rounds_refused) = (0, 0, 0);
+    let (mut fetches, mut fetch_failures, mut uploads_lost) = (0, 0, 0);
     for seed in 0..SEEDS {
         match sim::run(seed, &config) {
             Ok(outcome) => {
@@ -34,6 +35,9 @@ fn every_invariant_holds_under_every_fault() {
                 beside_sync += outcome.writes_beside_sync;
                 disk_full += outcome.disk_full_refusals;
                 rounds_refused += outcome.rounds_refused;
+                fetches += outcome.bucket_fetches;
+                fetch_failures += outcome.bucket_fetch_failures;
+                uploads_lost += outcome.uploads_lost;
             }
             Err(failure) => panic!(
                 "{failure}\nreplay: ringfeed-bench simulate --seed {seed} --steps {STEPS} --faults all\nlast steps:\n{}",
@@ -72,6 +76,14 @@ fn every_invariant_holds_under_every_fault() {
         rounds_refused > 0,
         "no round was ever refused for a full disk"
     );
+    // The object store (half the seeds): subscribers below the local log
+    // read it, through failed fetches, and lost uploads were kept locally.
+    assert!(
+        fetches > SEEDS * 10,
+        "only {fetches} chunks fetched from the store"
+    );
+    assert!(fetch_failures > 0, "no fetch from the store ever failed");
+    assert!(uploads_lost > 0, "no upload was ever lost");
 }
 
 /// Without restarts (and the I/O failures that lead to them) a shard lives

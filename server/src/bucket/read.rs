@@ -97,6 +97,9 @@ struct State {
     /// Bytes of pieces being fetched.
     reserved: u64,
     in_flight: HashSet<Fetch>,
+    /// Every chunk a piece in flight holds, by (shard, first offset): a
+    /// reader asking for one waits for that piece, fetching nothing more.
+    coming: HashSet<(u32, u64)>,
     /// Fetches that gave up, told to the next reader that asks.
     failed: HashMap<Fetch, String>,
 }
@@ -174,6 +177,10 @@ impl BucketReader {
             return ColdChunk::Failed("the server is stopping".into());
         };
         if st.in_flight.insert(fetch) {
+            if let Job::Piece { chunks, .. } = &job {
+                st.coming
+                    .extend(chunks.iter().map(|c| (job.shard(), c.first_offset)));
+            }
             let shard = shard.clone();
             self.runtime.spawn(async move {
                 let outcome = this.run(&job).await;
@@ -286,6 +293,11 @@ impl BucketReader {
     fn finish(&self, fetch: Fetch, job: &Job, outcome: Result<Got, String>) {
         let mut st = self.lock();
         st.in_flight.remove(&fetch);
+        if let Job::Piece { chunks, .. } = job {
+            for c in chunks {
+                st.coming.remove(&(job.shard(), c.first_offset));
+            }
+        }
         match outcome {
             Err(reason) => {
                 st.failed.insert(fetch, reason);
@@ -486,21 +498,29 @@ impl ColdStore for BucketReader {
             self.status.update(|s| s.cache_hits += 1);
             return ready;
         }
-        // The chunk and those after it, up to a piece (at least the one).
+        let fetch = Fetch::Piece(id, entry.first_offset);
+        if st.coming.contains(&(id, entry.first_offset)) && !st.failed.contains_key(&fetch) {
+            // In a piece being fetched (for this reader or another).
+            return ColdChunk::Pending;
+        }
+        // The chunk and those after it, up to a piece (at least the one),
+        // stopping before one that is cached or coming already.
         let mut bytes = 0;
         let piece: Vec<ChunkEntry> = index[at..]
             .iter()
-            .take_while(|c| {
+            .enumerate()
+            .take_while(|&(i, c)| {
                 bytes += u64::from(c.disk_len);
-                bytes == u64::from(c.disk_len) || bytes <= PIECE_BYTES
+                let first = i == 0;
+                first
+                    || (bytes <= PIECE_BYTES
+                        && !st.chunks.contains_key(&(id, c.first_offset))
+                        && !st.coming.contains(&(id, c.first_offset)))
             })
-            .copied()
+            .map(|(_, c)| *c)
             .collect();
-        let fetch = Fetch::Piece(id, entry.first_offset);
-        if !st.in_flight.contains(&fetch) {
-            self.metrics.bucket_cache_miss();
-            self.status.update(|s| s.cache_misses += 1);
-        }
+        self.metrics.bucket_cache_miss();
+        self.status.update(|s| s.cache_misses += 1);
         let job = Job::Piece {
             shard: id,
             segment: segment.clone(),
