@@ -9,7 +9,9 @@
 //! with local retention removing every uploaded segment, so all but its
 //! open segment is read from the store, with a `--cache-mib` cache. Passes
 //! alternate L and B, one subscriber and K at once; each subscriber checks
-//! it got every event once, offsets dense. Figures per row (medians of
+//! it got every event once, offsets dense. Each row starts its server
+//! anew, so B's cache is cold and every row reads the store (the store's
+//! files and L's segments may be in the page cache alike). Figures per row (medians of
 //! passes): events/s delivered (all subscribers together), the server's
 //! CPU µs per event delivered, its peak RSS during the pass, and the bytes
 //! it fetched from the store.
@@ -49,8 +51,8 @@ pub struct Args {
     /// environment); default a file:// store under --dir.
     #[arg(long)]
     pub store: Option<String>,
-    /// Server B's object_store_cache_bytes, in MiB.
-    #[arg(long, default_value_t = 64)]
+    /// Server B's object_store_cache_bytes, in MiB (the server's default).
+    #[arg(long, default_value_t = 256)]
     pub cache_mib: u64,
     /// Segment size in MiB.
     #[arg(long, default_value_t = 16)]
@@ -58,8 +60,26 @@ pub struct Args {
 }
 
 struct Server {
-    process: Process,
+    /// `None` only while it restarts.
+    process: Option<Process>,
     addr: String,
+    dir: PathBuf,
+    config: String,
+    shards: u32,
+}
+
+impl Server {
+    /// Stops the server and starts it again on its data dir.
+    fn restart(&mut self) -> Result<()> {
+        // Stopped (dropped) first: the data dir is one process's.
+        self.process = None;
+        *self = start(&self.dir, self.shards, &self.config)?;
+        Ok(())
+    }
+
+    fn process(&self) -> &Process {
+        self.process.as_ref().expect("running")
+    }
 }
 
 #[derive(Default)]
@@ -140,8 +160,8 @@ async fn measure(args: &Args, dir: &Path, store: &str) -> Result<()> {
     drop(loader);
     copy_dir(&local_dir, &bucket_dir)?;
 
-    let local = start(&local_dir, args.shards, &local_config)?;
-    let bucket = start(&bucket_dir, args.shards, &bucket_config)?;
+    let mut local = start(&local_dir, args.shards, &local_config)?;
+    let mut bucket = start(&bucket_dir, args.shards, &bucket_config)?;
     // B's local log keeps only what the store does not hold.
     let status = until(&bucket.addr, "local retention on B", |s| {
         let below = s
@@ -171,15 +191,17 @@ async fn measure(args: &Args, dir: &Path, store: &str) -> Result<()> {
             .map(|l| (l.replace('K', &args.subscribers.to_string()), Vec::new()))
             .collect();
     for pass in 0..args.passes {
-        for (row, (server, k)) in [
-            (&local, 1),
-            (&bucket, 1),
-            (&local, args.subscribers),
-            (&bucket, args.subscribers),
+        for (row, (on_bucket, k)) in [
+            (false, 1),
+            (true, 1),
+            (false, args.subscribers),
+            (true, args.subscribers),
         ]
         .into_iter()
         .enumerate()
         {
+            let server = if on_bucket { &mut bucket } else { &mut local };
+            server.restart()?;
             let sample = catch_up(server, k, args.events, until_ns).await?;
             eprintln!(
                 "pass {pass}: {}: {:.0} ev/s, {:.2} CPU µs/ev, peak {:.0} MiB, {:.1} MiB fetched",
@@ -209,7 +231,13 @@ async fn measure(args: &Args, dir: &Path, store: &str) -> Result<()> {
 
 fn start(dir: &Path, shards: u32, config: &str) -> Result<Server> {
     let (process, addr) = spawn_server_with(dir, shards, &["--config", config])?;
-    Ok(Server { process, addr })
+    Ok(Server {
+        process: Some(process),
+        addr,
+        dir: dir.to_path_buf(),
+        config: config.to_owned(),
+        shards,
+    })
 }
 
 fn copy_dir(from: &Path, to: &Path) -> Result<()> {
@@ -282,8 +310,8 @@ async fn fetched(addr: &str) -> Result<u64> {
 /// `k` subscribers from the beginning to `until_ns` at once.
 async fn catch_up(server: &Server, k: usize, events: u64, until_ns: i64) -> Result<Sample> {
     let fetched_before = fetched(&server.addr).await?;
-    server.process.reset_peak();
-    let cpu_before = server.process.cpu_seconds();
+    server.process().reset_peak();
+    let cpu_before = server.process().cpu_seconds();
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..k {
@@ -300,8 +328,8 @@ async fn catch_up(server: &Server, k: usize, events: u64, until_ns: i64) -> Resu
     let delivered = (events * k as u64) as f64;
     Ok(Sample {
         eps: delivered / elapsed,
-        cpu_us: (server.process.cpu_seconds() - cpu_before) * 1e6 / delivered,
-        peak_mib: server.process.memory("VmHWM") as f64 / f64::from(1 << 20),
+        cpu_us: (server.process().cpu_seconds() - cpu_before) * 1e6 / delivered,
+        peak_mib: server.process().memory("VmHWM") as f64 / f64::from(1 << 20),
         fetched_mib: (fetched(&server.addr).await? - fetched_before) as f64 / f64::from(1 << 20),
     })
 }
