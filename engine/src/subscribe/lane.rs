@@ -78,20 +78,13 @@ impl Lane {
                 (h.len, h.offset, h.ts, filter.matches(&h))
             };
             if offset != self.next {
-                return Err(SubscribeError::Corrupt {
-                    shard: self.shard().id,
-                    segment: String::new(),
-                    position: self.at as u64,
-                    reason: format!("expected offset {}, found {offset}", self.next),
-                });
+                return Err(self.not_next(offset));
             }
             if matched {
                 self.head = Some(Head { ts, offset, len });
                 return Ok(true);
             }
-            self.at += len;
-            self.next += 1;
-            self.seen_ts = self.seen_ts.max(ts);
+            self.pass_over(len, ts);
         }
     }
 
@@ -159,28 +152,43 @@ impl Lane {
     /// Consumes the run's records stamped before `skip_before`. Returns
     /// whether it consumed the whole run (read on).
     fn skip_early(&mut self) -> Result<bool, SubscribeError> {
-        let shard = self.shard().id;
         while self.at < self.run.len() {
-            let bad = |source| SubscribeError::Record { shard, source };
-            let (len, offset, ts) = record::peek_position(&self.run[self.at..]).map_err(bad)?;
+            let (len, ts) = self.peek_next()?;
             if ts >= self.skip_before {
                 self.skip_before = i64::MIN;
                 return Ok(false);
             }
-            if offset != self.next {
-                return Err(SubscribeError::Corrupt {
-                    shard,
-                    segment: String::new(),
-                    position: self.at as u64,
-                    reason: format!("expected offset {}, found {offset}", self.next),
-                });
-            }
-            self.at += len;
-            self.next += 1;
-            self.seen_ts = self.seen_ts.max(ts);
-            self.run_whole = None;
+            self.pass_over(len, ts);
         }
         Ok(true)
+    }
+
+    /// The record at `at`: its length and stamp, checked to hold `next`.
+    fn peek_next(&self) -> Result<(usize, i64), SubscribeError> {
+        let shard = self.shard().id;
+        let bad = |source| SubscribeError::Record { shard, source };
+        let (len, offset, ts) = record::peek_position(&self.run[self.at..]).map_err(bad)?;
+        if offset != self.next {
+            return Err(self.not_next(offset));
+        }
+        Ok((len, ts))
+    }
+
+    /// The error for a record at `at` that holds `offset`, not `next`.
+    fn not_next(&self, offset: u64) -> SubscribeError {
+        SubscribeError::Corrupt {
+            shard: self.shard().id,
+            segment: String::new(),
+            position: self.at as u64,
+            reason: format!("expected offset {}, found {offset}", self.next),
+        }
+    }
+
+    /// Consumes the record at `at` (`len` bytes, stamped `ts`) undelivered.
+    fn pass_over(&mut self, len: usize, ts: i64) {
+        self.at += len;
+        self.next += 1;
+        self.seen_ts = self.seen_ts.max(ts);
     }
 
     /// Consumes every record before `next` without delivering it (see
@@ -198,19 +206,8 @@ impl Lane {
                     reason: format!("record {} to skip over is not available", self.next),
                 });
             }
-            let bad = |source| SubscribeError::Record { shard, source };
-            let (len, offset, ts) = record::peek_position(&self.run[self.at..]).map_err(bad)?;
-            if offset != self.next {
-                return Err(SubscribeError::Corrupt {
-                    shard,
-                    segment: String::new(),
-                    position: self.at as u64,
-                    reason: format!("expected offset {}, found {offset}", self.next),
-                });
-            }
-            self.at += len;
-            self.next += 1;
-            self.seen_ts = self.seen_ts.max(ts);
+            let (len, ts) = self.peek_next()?;
+            self.pass_over(len, ts);
         }
         self.seen_ts = self.seen_ts.max(seen_ts);
         Ok(())

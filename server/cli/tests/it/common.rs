@@ -337,3 +337,17 @@ pub async fn follow(
     }
     (got, follower)
 }
+
+/// Per shard, its events in order as (offset, stamp, event bytes).
+pub fn per_shard(
+    events: &[ringfeed_server::client::FollowedEvent],
+) -> std::collections::BTreeMap<u32, Vec<(u64, i64, Vec<u8>)>> {
+    let mut shards: std::collections::BTreeMap<u32, Vec<_>> = Default::default();
+    for e in events {
+        shards
+            .entry(e.shard)
+            .or_default()
+            .push((e.offset, e.ts_ns, e.event.to_vec()));
+    }
+    shards
+}

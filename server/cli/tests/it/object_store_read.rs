@@ -9,11 +9,11 @@
 //! - A segment object with a flipped byte is refused (fetched again, then
 //!   the stream ends with DATA_LOSS), never delivered.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::cluster_nodes::{client, config_file};
+use crate::common::per_shard;
 use crate::object_store_upload::{
     fill, manifest, manifest_of, serve, shard_dir, until_uploaded, until_uploaded_of, SHARDS, SMALL,
 };
@@ -47,6 +47,35 @@ async fn until_first_segments_removed(data: &Path, within: Duration) {
     }
 }
 
+/// A server (small segments, local retention keeping two a shard, `more`
+/// config) over a fresh data dir with a fresh `file://` store, filled with
+/// `rounds` × 500 events until the store holds every sealed segment and
+/// local retention removed each shard's first; the time after the appends.
+struct Filled {
+    data: tempfile::TempDir,
+    store: tempfile::TempDir,
+    server: crate::serve_binary::Server,
+    until: i64,
+}
+
+async fn filled(rounds: usize, more: &str) -> Filled {
+    let data = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let config = config_file(data.path(), &format!("{SMALL}{more}"));
+    let url = format!("file://{}", store.path().display());
+    let server = serve(data.path(), &config, &url, &[]);
+    fill(&server.addr, rounds).await;
+    let until = ringfeed_engine::clock::now_ns();
+    until_uploaded(data.path(), store.path(), Duration::from_secs(20)).await;
+    until_first_segments_removed(data.path(), Duration::from_secs(20)).await;
+    Filled {
+        data,
+        store,
+        server,
+        until,
+    }
+}
+
 fn request(start: Start, until_ns: i64, chunk_mode: bool) -> v1::SubscribeRequest {
     v1::SubscribeRequest {
         start: Some(start),
@@ -57,6 +86,11 @@ fn request(start: Start, until_ns: i64, chunk_mode: bool) -> v1::SubscribeReques
     }
 }
 
+/// Everything `request` delivers, to its `until_ns`.
+async fn follow_all(addr: &str, request: v1::SubscribeRequest) -> Vec<FollowedEvent> {
+    follow(addr, request, usize::MAX).await.0
+}
+
 async fn follow(
     addr: &str,
     request: v1::SubscribeRequest,
@@ -65,39 +99,19 @@ async fn follow(
     crate::common::follow(addr, request, most, Duration::from_secs(30)).await
 }
 
-/// Per shard, the events' offsets and bytes in order.
-fn per_shard(events: &[FollowedEvent]) -> BTreeMap<u32, Vec<(u64, i64, Vec<u8>)>> {
-    let mut shards: BTreeMap<u32, Vec<_>> = BTreeMap::new();
-    for e in events {
-        shards
-            .entry(e.shard)
-            .or_default()
-            .push((e.offset, e.ts_ns, e.event.to_vec()));
-    }
-    shards
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribers_below_the_local_log_read_the_bucket_exactly_once() {
     let _watchdog = ringfeed_testkit::arm();
-    let data = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let store = tempfile::tempdir().unwrap();
-    let config = config_file(data.path(), SMALL);
-    let url = format!("file://{}", store.path().display());
-    let server = serve(data.path(), &config, &url, &[]);
-    fill(&server.addr, ROUNDS).await;
-    let until = ringfeed_engine::clock::now_ns();
-    until_uploaded(data.path(), store.path(), Duration::from_secs(20)).await;
-    until_first_segments_removed(data.path(), Duration::from_secs(20)).await;
+    let Filled {
+        data: _data,
+        store: _store,
+        server,
+        until,
+    } = filled(ROUNDS, "").await;
     let total = ROUNDS * 500;
 
     // From the beginning: everything, once, dense from offset 0.
-    let (all, _) = follow(
-        &server.addr,
-        request(Start::Beginning(true), until, false),
-        usize::MAX,
-    )
-    .await;
+    let all = follow_all(&server.addr, request(Start::Beginning(true), until, false)).await;
     assert_eq!(all.len(), total, "every event from the beginning");
     let shards = per_shard(&all);
     for (shard, events) in &shards {
@@ -130,12 +144,7 @@ async fn subscribers_below_the_local_log_read_the_bucket_exactly_once() {
     );
 
     // Chunk mode: the same events per shard.
-    let (chunked, _) = follow(
-        &server.addr,
-        request(Start::Beginning(true), until, true),
-        usize::MAX,
-    )
-    .await;
+    let chunked = follow_all(&server.addr, request(Start::Beginning(true), until, true)).await;
     assert_eq!(per_shard(&chunked), shards, "chunk mode delivers the same");
 
     // A filter: exactly the matching ones.
@@ -160,12 +169,7 @@ async fn subscribers_below_the_local_log_read_the_bucket_exactly_once() {
     // From a time inside the bucket's part: exactly the events stamped at
     // or after it.
     let since = all[total / 10].ts_ns;
-    let (from_time, _) = follow(
-        &server.addr,
-        request(Start::SinceNs(since), until, false),
-        usize::MAX,
-    )
-    .await;
+    let from_time = follow_all(&server.addr, request(Start::SinceNs(since), until, false)).await;
     let expected: Vec<_> = all
         .iter()
         .filter(|e| e.ts_ns >= since)
@@ -179,12 +183,8 @@ async fn subscribers_below_the_local_log_read_the_bucket_exactly_once() {
         expected,
         "from a time below the local log"
     );
-    let (chunked_from_time, _) = follow(
-        &server.addr,
-        request(Start::SinceNs(since), until, true),
-        usize::MAX,
-    )
-    .await;
+    let chunked_from_time =
+        follow_all(&server.addr, request(Start::SinceNs(since), until, true)).await;
     assert!(
         chunked_from_time.iter().all(|e| e.ts_ns >= since),
         "chunk mode from a time ships nothing before it"
@@ -201,10 +201,9 @@ async fn subscribers_below_the_local_log_read_the_bucket_exactly_once() {
     let mut cursor = Vec::new();
     follower.checkpoint_bytes(&mut cursor);
     drop(follower);
-    let (rest, _) = follow(
+    let rest = follow_all(
         &server.addr,
         request(Start::Cursor(cursor.into()), until, false),
-        usize::MAX,
     )
     .await;
     let mut joined: Vec<_> = head
@@ -222,15 +221,12 @@ async fn subscribers_below_the_local_log_read_the_bucket_exactly_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_object_is_refused_never_delivered() {
     let _watchdog = ringfeed_testkit::arm();
-    let data = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let store = tempfile::tempdir().unwrap();
-    let config = config_file(data.path(), SMALL);
-    let url = format!("file://{}", store.path().display());
-    let server = serve(data.path(), &config, &url, &[]);
-    fill(&server.addr, 10).await;
-    let until = ringfeed_engine::clock::now_ns();
-    until_uploaded(data.path(), store.path(), Duration::from_secs(20)).await;
-    until_first_segments_removed(data.path(), Duration::from_secs(20)).await;
+    let Filled {
+        data: _data,
+        store,
+        server,
+        until,
+    } = filled(10, "").await;
 
     // A byte of the first record of shard 0's first segment flipped.
     let (name, ..) = manifest(store.path(), 0).unwrap().remove(0);
@@ -303,12 +299,7 @@ async fn a_node_rebuilt_from_the_store_serves_its_history() {
     // Events the store never gets: in the open segments when the disk dies.
     crate::cluster_nodes::append(&server.addr, 1, 90_000, 300, true).await;
     let until = ringfeed_engine::clock::now_ns();
-    let (before, _) = follow(
-        &server.addr,
-        request(Start::Beginning(true), until, false),
-        usize::MAX,
-    )
-    .await;
+    let before = follow_all(&server.addr, request(Start::Beginning(true), until, false)).await;
     let (head, early) = follow(
         &server.addr,
         request(Start::Beginning(true), until, false),
@@ -334,12 +325,7 @@ async fn a_node_rebuilt_from_the_store_serves_its_history() {
     let config = config_file(empty.path(), SMALL);
     let server = serve(empty.path(), &config, &url, &["--node-id", "3"]);
     let now = ringfeed_engine::clock::now_ns();
-    let (restored, _) = follow(
-        &server.addr,
-        request(Start::Beginning(true), now, false),
-        usize::MAX,
-    )
-    .await;
+    let restored = follow_all(&server.addr, request(Start::Beginning(true), now, false)).await;
     let expected: Vec<_> = before
         .iter()
         .filter(|e| e.offset < uploaded_below[e.shard as usize])
@@ -356,10 +342,9 @@ async fn a_node_rebuilt_from_the_store_serves_its_history() {
     );
 
     // A cursor inside the uploaded history resumes exactly.
-    let (rest, _) = follow(
+    let rest = follow_all(
         &server.addr,
         request(Start::Cursor(early_cursor.into()), now, false),
-        usize::MAX,
     )
     .await;
     let mut joined: Vec<_> = head
@@ -389,12 +374,7 @@ async fn a_node_rebuilt_from_the_store_serves_its_history() {
     // New events continue the offsets, after the stored history.
     crate::cluster_nodes::append(&server.addr, 2, 0, 200, true).await;
     let now = ringfeed_engine::clock::now_ns();
-    let (after, _) = follow(
-        &server.addr,
-        request(Start::Beginning(true), now, false),
-        usize::MAX,
-    )
-    .await;
+    let after = follow_all(&server.addr, request(Start::Beginning(true), now, false)).await;
     assert_eq!(after.len(), expected.len() + 200);
     for (shard, events) in per_shard(&after) {
         for (i, (offset, ..)) in events.iter().enumerate() {
@@ -414,18 +394,12 @@ async fn a_node_rebuilt_from_the_store_serves_its_history() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bucket_retention_moves_the_oldest_offset() {
     let _watchdog = ringfeed_testkit::arm();
-    let data = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let store = tempfile::tempdir().unwrap();
-    let config = config_file(
-        data.path(),
-        &format!("{SMALL}object_store_retention_max_bytes = 200000\n"),
-    );
-    let url = format!("file://{}", store.path().display());
-    let server = serve(data.path(), &config, &url, &[]);
-    fill(&server.addr, ROUNDS).await;
-    let until = ringfeed_engine::clock::now_ns();
-    until_uploaded(data.path(), store.path(), Duration::from_secs(20)).await;
-    until_first_segments_removed(data.path(), Duration::from_secs(20)).await;
+    let Filled {
+        data: _data,
+        store,
+        server,
+        until,
+    } = filled(ROUNDS, "object_store_retention_max_bytes = 200000\n").await;
     // Until the store's manifests start past offset 0 and its objects went.
     let deadline = Instant::now() + Duration::from_secs(20);
     let oldest: Vec<u64> = loop {
@@ -453,12 +427,7 @@ async fn bucket_retention_moves_the_oldest_offset() {
         assert!(!dir.join(&first).exists(), "shard {shard}: {first} deleted");
     }
 
-    let (events, _) = follow(
-        &server.addr,
-        request(Start::Beginning(true), until, false),
-        usize::MAX,
-    )
-    .await;
+    let events = follow_all(&server.addr, request(Start::Beginning(true), until, false)).await;
     for (shard, events) in per_shard(&events) {
         let from = oldest[shard as usize];
         assert!(

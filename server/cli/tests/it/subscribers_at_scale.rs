@@ -3,7 +3,6 @@
 //! subscriber, admission control for backlog readers, and the response
 //! budget that ring readers share too.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::common::{assert_given_back, create, dma_engine, final_status, request, TestServer};
@@ -72,17 +71,6 @@ async fn follow_all(
     request: v1::SubscribeRequest,
 ) -> (Vec<FollowedEvent>, Follower) {
     crate::common::follow(addr.as_ref(), request, usize::MAX, WAIT).await
-}
-
-fn per_shard(events: &[FollowedEvent]) -> BTreeMap<u32, Vec<(u64, i64, Vec<u8>)>> {
-    let mut shards: BTreeMap<u32, Vec<_>> = BTreeMap::new();
-    for e in events {
-        shards
-            .entry(e.shard)
-            .or_default()
-            .push((e.offset, e.ts_ns, e.event.to_vec()));
-    }
-    shards
 }
 
 async fn next_item(
@@ -291,7 +279,7 @@ async fn chunk_mode_delivers_what_event_mode_delivers() {
                 "{start:?} {prefix:?} {excludes:?}"
             );
             assert!(
-                per_shard(&events) == per_shard(&chunks),
+                crate::common::per_shard(&events) == crate::common::per_shard(&chunks),
                 "chunk mode differs from event mode for {start:?} {prefix:?} {excludes:?}"
             );
         }
