@@ -65,6 +65,8 @@ pub(crate) fn subscribe_status(e: SubscribeError) -> Status {
         SubscribeError::Corrupt { .. }
         | SubscribeError::Io { .. }
         | SubscribeError::Record { .. } => Status::data_loss(e.to_string()),
-        SubscribeError::Latched { .. } => Status::unavailable(e.to_string()),
+        SubscribeError::Latched { .. } | SubscribeError::ColdUnavailable { .. } => {
+            Status::unavailable(e.to_string())
+        }
     }
 }

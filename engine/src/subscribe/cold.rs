@@ -27,8 +27,11 @@ pub enum ColdChunk {
     /// The store does not hold it (below what it retains).
     NotHeld,
     /// It cannot be read: a chunk that fails its checks however often it is
-    /// fetched, or a store that has not answered for long. Never delivered.
+    /// fetched. Never delivered.
     Failed(String),
+    /// The store has not answered for long: the subscription ends, to be
+    /// resumed from its cursor later.
+    Unavailable(String),
 }
 
 /// History of a node's shards below their local logs.

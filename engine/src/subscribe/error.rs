@@ -51,6 +51,11 @@ pub enum SubscribeError {
     #[error("shard {shard}: reading segments: {reason}")]
     Io { shard: u32, reason: String },
     #[error(
+        "shard {shard}: the object store holding its events below the local log cannot be \
+         read ({reason}); resume from the cursor once it is back"
+    )]
+    ColdUnavailable { shard: u32, reason: String },
+    #[error(
         "shard {shard} stopped after an I/O failure ({cause}): its events from offset \
          {durable_end} on are not durable and may never be, so a durable-only subscription \
          cannot continue past them until the server is restarted (then resume from the cursor)"

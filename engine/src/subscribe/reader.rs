@@ -182,6 +182,10 @@ impl ShardReader {
             ColdChunk::Pending => Ok(None),
             ColdChunk::NotHeld => Err(self.below_retention(next)),
             ColdChunk::Failed(reason) => Err(corrupt(reason)),
+            ColdChunk::Unavailable(reason) => Err(SubscribeError::ColdUnavailable {
+                shard: self.shard.id,
+                reason,
+            }),
         }
     }
 

@@ -101,7 +101,7 @@ struct State {
     /// reader asking for one waits for that piece, fetching nothing more.
     coming: HashSet<(u32, u64)>,
     /// Fetches that gave up, told to the next reader that asks.
-    failed: HashMap<Fetch, String>,
+    failed: HashMap<Fetch, Failure>,
 }
 
 impl BucketReader {
@@ -170,8 +170,10 @@ impl BucketReader {
     /// Starts `fetch` unless it runs already; tells a failure it ended in
     /// once, and fetches again on the next ask.
     fn start(&self, st: &mut State, fetch: Fetch, shard: &Arc<ShardShared>, job: Job) -> ColdChunk {
-        if let Some(reason) = st.failed.remove(&fetch) {
-            return ColdChunk::Failed(reason);
+        match st.failed.remove(&fetch) {
+            Some(Failure::Refused(reason)) => return ColdChunk::Failed(reason),
+            Some(Failure::Unreachable(reason)) => return ColdChunk::Unavailable(reason),
+            None => {}
         }
         let Some(this) = self.me.upgrade() else {
             return ColdChunk::Failed("the server is stopping".into());
@@ -194,8 +196,12 @@ impl BucketReader {
 
     /// Fetches, verifies and retries: the chunks (or index) it got, or why
     /// it gave up.
-    async fn run(&self, job: &Job) -> Result<Got, String> {
-        let _permit = self.fetches.acquire().await.map_err(|e| e.to_string())?;
+    async fn run(&self, job: &Job) -> Result<Got, Failure> {
+        let _permit = self
+            .fetches
+            .acquire()
+            .await
+            .map_err(|e| Failure::Unreachable(e.to_string()))?;
         let bytes = job.bytes();
         self.reserve(bytes).await;
         let deadline = Instant::now() + UNREACHABLE_FOR;
@@ -213,7 +219,7 @@ impl BucketReader {
                 Err(object_store::Error::NotFound { .. }) => {
                     let e = format!("{path} is not in the store");
                     self.read_failed(&e);
-                    break Err(e);
+                    break Err(Failure::Refused(e));
                 }
                 got => got.map_err(|e| format!("reading {path} bytes {range:?}: {e}")),
             };
@@ -231,7 +237,7 @@ impl BucketReader {
                 }
                 Err(e) => {
                     self.read_failed(&e);
-                    break Err(format!("the object store cannot be read: {e}"));
+                    break Err(Failure::Unreachable(e));
                 }
             };
             match job.verify(got) {
@@ -241,7 +247,9 @@ impl BucketReader {
                     let e = format!("{path} bytes {range:?}: {e}");
                     self.read_failed(&e);
                     if corrupt >= CORRUPT_TRIES {
-                        break Err(format!("refused {corrupt} times, it is not delivered: {e}"));
+                        break Err(Failure::Refused(format!(
+                            "refused {corrupt} times, it is not delivered: {e}"
+                        )));
                     }
                 }
             }
@@ -290,7 +298,7 @@ impl BucketReader {
         }
     }
 
-    fn finish(&self, fetch: Fetch, job: &Job, outcome: Result<Got, String>) {
+    fn finish(&self, fetch: Fetch, job: &Job, outcome: Result<Got, Failure>) {
         let mut st = self.lock();
         st.in_flight.remove(&fetch);
         if let Job::Piece { chunks, .. } = job {
@@ -343,6 +351,14 @@ enum Job {
         /// The chunks to fetch, consecutive in the object.
         chunks: Vec<ChunkEntry>,
     },
+}
+
+/// Why a fetch gave up.
+enum Failure {
+    /// What the store holds fails its checks, or is not there.
+    Refused(String),
+    /// The store did not answer for [`UNREACHABLE_FOR`].
+    Unreachable(String),
 }
 
 enum Got {
