@@ -59,6 +59,7 @@ pub struct ServerMetrics {
     bucket_bytes_uploaded: Counter,
     bucket_upload_errors: Counter,
     bucket_upload_lag_segments: Gauge,
+    bucket_upload_lag_bytes: Gauge,
     bucket_upload_lag_seconds: Gauge,
     bucket_fetches: Counter,
     bucket_segments_expired: Counter,
@@ -100,6 +101,7 @@ impl Default for ServerMetrics {
             bucket_bytes_uploaded: Counter::default(),
             bucket_upload_errors: Counter::default(),
             bucket_upload_lag_segments: Gauge::default(),
+            bucket_upload_lag_bytes: Gauge::default(),
             bucket_upload_lag_seconds: Gauge::default(),
             bucket_fetches: Counter::default(),
             bucket_segments_expired: Counter::default(),
@@ -191,9 +193,11 @@ impl ServerMetrics {
         self.bucket_upload_errors.inc();
     }
 
-    /// Sealed segments not in the bucket yet, and the age of the oldest.
-    pub fn set_bucket_upload_lag(&self, segments: u64, oldest_seconds: u64) {
+    /// Sealed segments not in the bucket yet, their bytes, and the age of
+    /// the oldest.
+    pub fn set_bucket_upload_lag(&self, segments: u64, bytes: u64, oldest_seconds: u64) {
         self.bucket_upload_lag_segments.set(segments as i64);
+        self.bucket_upload_lag_bytes.set(bytes as i64);
         self.bucket_upload_lag_seconds.set(oldest_seconds as i64);
     }
 
@@ -357,6 +361,11 @@ impl ServerMetrics {
             "object_store_upload_lag_segments",
             "Sealed segments not in the object store yet",
             self.bucket_upload_lag_segments.clone(),
+        );
+        r.register(
+            "object_store_upload_lag_bytes",
+            "Bytes of the sealed segments not in the object store yet",
+            self.bucket_upload_lag_bytes.clone(),
         );
         r.register(
             "object_store_upload_lag_seconds",

@@ -136,6 +136,20 @@ impl LogIndex {
         locate_ts(&self.segments, |s| s.0, |s| &s.1, ts)
     }
 
+    /// Where the chunks of the segment starting at `first` end (the bytes
+    /// it holds, its header block included), if the index holds it.
+    pub fn segment_end(&self, first: u64) -> Option<u64> {
+        let at = self.segments.binary_search_by_key(&first, |s| s.0).ok()?;
+        let (_, chunks) = &self.segments[at];
+        Some(
+            chunks
+                .last()
+                .map_or(crate::segment::SEGMENT_HEADER_BLOCK as u64, |c| {
+                    c.position + u64::from(c.disk_len)
+                }),
+        )
+    }
+
     /// Segments held (for tests and status).
     pub fn segments(&self) -> usize {
         self.segments.len()

@@ -214,6 +214,15 @@ impl ShardShared {
             .find_offset(offset)
     }
 
+    /// The bytes the segment starting at `first` holds (up to the end of
+    /// its last chunk), if the readers' index holds it.
+    pub fn segment_bytes(&self, first: u64) -> Option<u64> {
+        self.chunk_index
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .segment_end(first)
+    }
+
     /// The first durable chunk holding a record stamped at or after `ts`.
     pub fn locate_ts(&self, ts: i64) -> Option<(u64, ChunkEntry)> {
         self.chunk_index

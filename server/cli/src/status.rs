@@ -271,7 +271,10 @@ fn object_store_lines(store: &ringfeed_proto::v1::ObjectStoreStatus) -> String {
         store.bytes_uploaded,
         store.lag_segments,
         if store.lag_segments > 0 {
-            format!(", the oldest sealed {:.1} s ago", store.lag_seconds)
+            format!(
+                " ({} bytes), the oldest sealed {:.1} s ago",
+                store.lag_bytes, store.lag_seconds
+            )
         } else {
             String::new()
         }

@@ -95,9 +95,10 @@ pub fn spawn_uploader(
                     failed = Some(format!("shard {}: {e}", s.shard));
                 }
             }
-            metrics.set_bucket_upload_lag(lag.segments, lag.oldest.as_secs());
+            metrics.set_bucket_upload_lag(lag.segments, lag.bytes, lag.oldest.as_secs());
             state.update(|st| {
                 st.lag_segments = lag.segments;
+                st.lag_bytes = lag.bytes;
                 st.lag_seconds = lag.oldest.as_secs_f64();
                 st.errors += u64::from(failed.is_some());
                 st.error = failed.clone().unwrap_or_default();
@@ -137,15 +138,21 @@ struct Pass<'a> {
 #[derive(Default)]
 struct Lag {
     segments: u64,
+    /// The bytes they hold (up to their last chunks).
+    bytes: u64,
     /// How long ago the oldest of them was sealed.
     oldest: Duration,
 }
 
 impl Lag {
-    /// `waiting` (sealed segments with their ages, oldest first) are not in
-    /// the bucket.
-    fn add(&mut self, waiting: &[(SealedFile, Duration)]) {
+    /// `waiting` (sealed segments of `shard` with their ages, oldest first)
+    /// are not in the bucket.
+    fn add(&mut self, shard: &ringfeed_engine::ShardShared, waiting: &[(SealedFile, Duration)]) {
         self.segments += waiting.len() as u64;
+        self.bytes += waiting
+            .iter()
+            .filter_map(|(f, _)| shard.segment_bytes(f.first_offset))
+            .sum::<u64>();
         if let Some((_, age)) = waiting.first() {
             self.oldest = self.oldest.max(*age);
         }
@@ -176,11 +183,11 @@ impl ShardUpload {
             let unread = &files[files.partition_point(|f| f.0.first_offset < below)..];
             let manifest = match p.bucket.manifest(p.node, shard).await {
                 Err(e) => {
-                    lag.add(unread);
+                    lag.add(&shared, unread);
                     return Err(e);
                 }
                 Ok(Some(m)) if m.feed_id != p.feed_id => {
-                    lag.add(unread);
+                    lag.add(&shared, unread);
                     return Err(format!(
                         "the bucket's manifest of shard {shard} comes from another data dir \
                          (feed {}, this one's is {}): nothing of this shard is uploaded, and \
@@ -263,7 +270,7 @@ impl ShardUpload {
             tracing::debug!(shard, segment = %file.name, bytes = found.bytes, "uploaded");
             done += 1;
         }
-        lag.add(&pending[done..]);
+        lag.add(&shared, &pending[done..]);
         result?;
         self.expire(p).await
     }

@@ -238,7 +238,7 @@ function drawObjectStore(status) {
   $("object-store-text").textContent =
     int(store.segmentsUploaded) + " segment(s), " + fmtBytes(num(store.bytesUploaded)) +
     " uploaded since start; " + waiting + " sealed segment(s) waiting" +
-    (waiting > 0 ? ", the oldest sealed " + fmtSeconds(num(store.lagSeconds)) + " ago" : "") +
+    (waiting > 0 ? " (" + fmtBytes(num(store.lagBytes)) + "), the oldest sealed " + fmtSeconds(num(store.lagSeconds)) + " ago" : "") +
     ". In the store: " + (below.join(", ") || "-") + ". Read for subscribers below the local log: " +
     fmtBytes(num(store.bytesFetched)) + " fetched, " + int(store.cacheHits) + " cache hit(s), " +
     int(store.cacheMisses) + " miss(es), " + fmtBytes(num(store.cacheBytes)) + " cached" +

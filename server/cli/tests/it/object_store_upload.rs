@@ -164,6 +164,7 @@ async fn sealed_segments_reach_the_store_whole_and_named_in_its_manifest() {
     crate::metrics_endpoint::scrape_until(&at, "every upload counted", |m| {
         m.sum("ringfeed_object_store_segments_uploaded_total") == named as f64
             && m.sum("ringfeed_object_store_upload_lag_segments") == 0.0
+            && m.sum("ringfeed_object_store_upload_lag_bytes") == 0.0
             && m.sum("ringfeed_object_store_upload_errors_total") == 0.0
     });
     for shard in 0..SHARDS {
@@ -261,7 +262,9 @@ async fn retention_keeps_what_the_store_lacks_and_uploads_resume() {
     assert!(
         shown.contains(&format!("object store {url}: 0 segment(s)"))
             && shown.contains("the last upload pass failed")
-            && !shown.contains(" 0 sealed segment(s) waiting"),
+            && !shown.contains(" 0 sealed segment(s) waiting")
+            && !shown.contains("(0 bytes)")
+            && shown.contains(" bytes), the oldest sealed "),
         "{shown}"
     );
     let errors = server.stderr.lock().unwrap().join("\n");
