@@ -183,11 +183,11 @@ impl ShardUpload {
             let unread = &files[files.partition_point(|f| f.0.first_offset < below)..];
             let manifest = match p.bucket.manifest(p.node, shard).await {
                 Err(e) => {
-                    lag.add(&shared, unread);
+                    lag.add(shared, unread);
                     return Err(e);
                 }
                 Ok(Some(m)) if m.feed_id != p.feed_id => {
-                    lag.add(&shared, unread);
+                    lag.add(shared, unread);
                     return Err(format!(
                         "the bucket's manifest of shard {shard} comes from another data dir \
                          (feed {}, this one's is {}): nothing of this shard is uploaded, and \
@@ -270,7 +270,7 @@ impl ShardUpload {
             tracing::debug!(shard, segment = %file.name, bytes = found.bytes, "uploaded");
             done += 1;
         }
-        lag.add(&shared, &pending[done..]);
+        lag.add(shared, &pending[done..]);
         result?;
         self.expire(p).await
     }
