@@ -34,6 +34,8 @@ use crate::metrics::ServerMetrics;
 /// Bytes of a segment object one fetch asks for (more if its first chunk
 /// is larger).
 pub const PIECE_BYTES: u64 = 4 << 20;
+/// How far ahead of a reader pieces are fetched before it asks (two pieces).
+const READ_AHEAD: u64 = 2 * PIECE_BYTES;
 /// Fetches of a chunk that fails its checks before the reader is told.
 const CORRUPT_TRIES: u32 = 3;
 /// How long a fetch keeps retrying a store that does not answer before the
@@ -509,6 +511,7 @@ impl ColdStore for BucketReader {
             };
             st.lru.remove(&old);
             st.lru.insert(tick, (id, entry.first_offset));
+            self.read_ahead(&mut st, shard, segment, &index, at);
             drop(st);
             self.metrics.bucket_cache_hit();
             self.status.update(|s| s.cache_hits += 1);
@@ -519,29 +522,72 @@ impl ColdStore for BucketReader {
             // In a piece being fetched (for this reader or another).
             return ColdChunk::Pending;
         }
-        // The chunk and those after it, up to a piece (at least the one),
-        // stopping before one that is cached or coming already.
-        let mut bytes = 0;
-        let piece: Vec<ChunkEntry> = index[at..]
-            .iter()
-            .enumerate()
-            .take_while(|&(i, c)| {
-                bytes += u64::from(c.disk_len);
-                let first = i == 0;
-                first
-                    || (bytes <= PIECE_BYTES
-                        && !st.chunks.contains_key(&(id, c.first_offset))
-                        && !st.coming.contains(&(id, c.first_offset)))
-            })
-            .map(|(_, c)| *c)
-            .collect();
         self.metrics.bucket_cache_miss();
         self.status.update(|s| s.cache_misses += 1);
         let job = Job::Piece {
             shard: id,
             segment: segment.clone(),
-            chunks: piece,
+            chunks: piece_from(&st, id, &index, at),
         };
-        self.start(&mut st, fetch, shard, job)
+        let asked = self.start(&mut st, fetch, shard, job);
+        self.read_ahead(&mut st, shard, segment, &index, at);
+        asked
     }
+}
+
+impl BucketReader {
+    /// Keeps fetches ahead of a reader at chunk `at` of `segment`: the
+    /// first chunk within [`READ_AHEAD`] bytes after it that is neither
+    /// cached nor coming starts a piece. So a lone reader does not wait a
+    /// round trip per piece.
+    fn read_ahead(
+        &self,
+        st: &mut State,
+        shard: &Arc<ShardShared>,
+        segment: &ManifestSegment,
+        index: &[ChunkEntry],
+        at: usize,
+    ) {
+        let id = shard.id;
+        let mut bytes = 0;
+        for (i, c) in index.iter().enumerate().skip(at + 1) {
+            bytes += u64::from(c.disk_len);
+            if bytes > READ_AHEAD {
+                return;
+            }
+            let key = (id, c.first_offset);
+            if st.chunks.contains_key(&key) || st.coming.contains(&key) {
+                continue;
+            }
+            let fetch = Fetch::Piece(id, c.first_offset);
+            if st.failed.contains_key(&fetch) {
+                return;
+            }
+            let job = Job::Piece {
+                shard: id,
+                segment: segment.clone(),
+                chunks: piece_from(st, id, index, i),
+            };
+            self.start(st, fetch, shard, job);
+            return;
+        }
+    }
+}
+
+/// The chunk at `at` of `index` and those after it, up to a piece (at
+/// least the one), stopping before one that is cached or coming already.
+fn piece_from(st: &State, id: u32, index: &[ChunkEntry], at: usize) -> Vec<ChunkEntry> {
+    let mut bytes = 0;
+    index[at..]
+        .iter()
+        .enumerate()
+        .take_while(|&(i, c)| {
+            bytes += u64::from(c.disk_len);
+            i == 0
+                || (bytes <= PIECE_BYTES
+                    && !st.chunks.contains_key(&(id, c.first_offset))
+                    && !st.coming.contains(&(id, c.first_offset)))
+        })
+        .map(|(_, c)| *c)
+        .collect()
 }
