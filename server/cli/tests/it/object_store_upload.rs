@@ -567,3 +567,91 @@ async fn the_status_page_shows_the_uploads() {
     assert_eq!(shown["url"], url.as_str(), "{shown}");
     server.stop();
 }
+
+/// Credentials the store refuses (SeaweedFS's S3 gateway with identities;
+/// the key given is not one of them): on an empty data dir `serve` stops
+/// at once saying the store refused it; on a data dir holding a feed it
+/// serves, and the status says why nothing is uploaded; with the right
+/// key the same data dir uploads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_credentials_are_said_at_start_and_in_status() {
+    let _watchdog = ringfeed_testkit::arm();
+    let Some(mut weed) = crate::weed::Weed::start().await else {
+        return;
+    };
+    let identities = r#"{"identities":[
+        {"name":"anonymous","actions":["Admin","Read","Write","List","Tagging"]},
+        {"name":"ringfeed","credentials":[{"accessKey":"ringfeed-good","secretKey":"ringfeed-good-secret"}],
+         "actions":["Admin","Read","Write","List","Tagging"]}]}"#;
+    let endpoint = weed.start_s3_with("ringfeed", Some(identities)).await;
+    let env = |key: &'static str| {
+        [
+            ("AWS_ALLOW_HTTP", "true"),
+            ("AWS_ACCESS_KEY_ID", key),
+            ("AWS_SECRET_ACCESS_KEY", "ringfeed-good-secret"),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ENDPOINT_URL", endpoint.as_str()),
+        ]
+    };
+
+    // An empty data dir: serve stops, naming the refusal.
+    let empty = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_ringfeed"))
+        .envs(env("ringfeed-wrong"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--shards", "2"])
+        .arg("--data-dir")
+        .arg(empty.path().join("data"))
+        .args(["--object-store", "s3://ringfeed/feeds"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{said}");
+    assert!(
+        said.contains("the object store cannot be read") && said.contains("403"),
+        "{said}"
+    );
+
+    // A data dir holding a feed: it serves, and says why nothing goes.
+    let data = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let config = config_file(data.path(), SMALL);
+    Server::start_with(data.path(), SHARDS, &["--config", &config]).stop();
+    let flags = ["--config", &config, "--object-store", "s3://ringfeed/feeds"];
+    let server = Server::start_with_env(data.path(), SHARDS, &flags, &env("ringfeed-wrong"));
+    fill(&server.addr, 6).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let shown = status_of(&server.addr);
+        if shown.contains("the last upload pass failed") && shown.contains("403") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "status:\n{shown}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let logged = server.stderr.lock().unwrap().join("\n");
+    assert!(
+        logged.contains("reading manifests") && logged.contains("403"),
+        "{logged}"
+    );
+    server.stop();
+
+    // The right key: the same data dir uploads.
+    let server = Server::start_with_env(data.path(), SHARDS, &flags, &env("ringfeed-good"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let shown = status_of(&server.addr);
+        if shown.contains(" 0 sealed segment(s) waiting") && !shown.contains("failed") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "status:\n{shown}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    server.stop();
+}
+
+fn status_of(addr: &str) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ringfeed"))
+        .args(["status", "--server", addr])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}

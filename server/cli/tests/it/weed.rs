@@ -122,6 +122,17 @@ impl Weed {
     /// Starts SeaweedFS's S3 gateway on the filer, with anonymous access (no
     /// identities configured), and makes `bucket` in it; its endpoint URL.
     pub async fn start_s3(&mut self, bucket: &str) -> String {
+        self.start_s3_with(bucket, None).await
+    }
+
+    /// [`Weed::start_s3`] with the gateway's identities (`-config`, its JSON)
+    /// if given: they must let anonymous requests make the bucket.
+    pub async fn start_s3_with(&mut self, bucket: &str, identities: Option<&str>) -> String {
+        let config = identities.map(|json| {
+            let path = self.dir.path().join("s3-identities.json");
+            std::fs::write(&path, json).unwrap();
+            format!("-config={}", path.display())
+        });
         let ports: Vec<String> = free_ports(2)
             .iter()
             .map(|a| a.rsplit_once(':').unwrap().1.to_owned())
@@ -135,7 +146,10 @@ impl Weed {
                 "-port.iceberg=0".into(),
                 "-port.lance=0".into(),
                 format!("-filer={}", self.filer),
-            ],
+            ]
+            .into_iter()
+            .chain(config)
+            .collect(),
             None,
         ));
         self.owned.push(None);
