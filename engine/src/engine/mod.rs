@@ -106,12 +106,7 @@ impl Engine {
             .parent()
             .filter(|p| !p.as_os_str().is_empty());
         for dir in parent.into_iter().chain([config.data_dir.as_path()]) {
-            std::fs::File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|source| EngineError::Io {
-                    what: format!("syncing the directory {}", dir.display()),
-                    source,
-                })?;
+            sync_dir(dir)?;
         }
         let dir = config.data_dir.clone();
         let config = EngineConfig { node_id, ..config };
@@ -366,6 +361,16 @@ impl Drop for Engine {
     fn drop(&mut self) {
         let _ = self.stop();
     }
+}
+
+/// Makes the names in directory `dir` durable (fsync of the directory).
+pub(super) fn sync_dir(dir: &Path) -> Result<(), EngineError> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|source| EngineError::Io {
+            what: format!("syncing the directory {}", dir.display()),
+            source,
+        })
 }
 
 /// `DATA/shard-NNN`: where a shard's segments live.

@@ -18,7 +18,7 @@ use std::path::Path;
 
 use super::config::shard_config;
 use super::meta::{write_meta, META_FILE};
-use super::{shard_dir, EngineConfig, EngineError};
+use super::{shard_dir, sync_dir, EngineConfig, EngineError};
 use crate::generation::{GenerationStart, Generations, GENERATIONS_FILE};
 use crate::segment::{segment_name, SegmentHeader, SEGMENT_HEADER_BLOCK};
 
@@ -135,15 +135,6 @@ fn write_synced(path: &Path, bytes: &[u8], len: u64) -> Result<(), EngineError> 
         f.set_len(len).map_err(io("sizing"))?;
     }
     f.sync_all().map_err(io("syncing"))
-}
-
-fn sync_dir(dir: &Path) -> Result<(), EngineError> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|source| EngineError::Io {
-            what: format!("syncing the directory {}", dir.display()),
-            source,
-        })
 }
 
 #[cfg(test)]
