@@ -303,18 +303,19 @@ pub fn serve(config: ServerConfig) -> Result<()> {
                 service_metrics.clone(),
                 state.clone(),
             );
-            let feed_id = format!("{:016x}", engine.feed_id());
+            let feed_id = crate::bucket::feed_hex(engine.feed_id());
             let loading = reader.load_manifests(engine.shard_count(), &feed_id);
-            if tokio::time::timeout(Duration::from_secs(10), loading)
-                .await
-                .is_err()
-            {
-                tracing::warn!(
-                    bucket = bucket.url(),
-                    "the object store's manifests did not come in 10 s: \
-                     history below the local log is readable once the uploader reads them"
-                );
-            }
+            let manifests = match tokio::time::timeout(Duration::from_secs(10), loading).await {
+                Ok(manifests) => manifests,
+                Err(_) => {
+                    tracing::warn!(
+                        bucket = bucket.url(),
+                        "the object store's manifests did not come in 10 s: \
+                         history below the local log is readable once the uploader reads them"
+                    );
+                    Vec::new()
+                }
+            };
             for shard in 0..engine.shard_count() {
                 engine.shard(shard).set_cold(reader.clone());
             }
@@ -328,6 +329,7 @@ pub fn serve(config: ServerConfig) -> Result<()> {
                 state,
                 reader,
                 retention: config.object_store_retention,
+                manifests,
             };
             crate::bucket::spawn_uploader(uploader, stop_rx.clone());
         }

@@ -48,6 +48,16 @@ pub struct ManifestSegment {
     pub index_crc32c: u32,
 }
 
+/// A data dir's feed id as manifests name it (16 hex digits).
+pub fn feed_hex(feed_id: u64) -> String {
+    format!("{feed_id:016x}")
+}
+
+/// [`feed_hex`] read back: `None` if it is not one (or is 0, no feed).
+pub fn parse_feed_hex(text: &str) -> Option<u64> {
+    u64::from_str_radix(text, 16).ok().filter(|&id| id != 0)
+}
+
 impl Manifest {
     pub fn new(node: u32, shard: u32, feed_id: String) -> Manifest {
         Manifest {

@@ -32,7 +32,7 @@ use object_store::ObjectStore;
 use ringfeed_proto::v1;
 
 pub use index::index_name;
-pub use manifest::{Manifest, ManifestSegment};
+pub use manifest::{feed_hex, parse_feed_hex, Manifest, ManifestSegment};
 pub use read::{BucketReader, ReadLimits};
 pub use restore::restore_if_empty;
 pub use retention::BucketRetention;
@@ -252,10 +252,6 @@ impl Bucket {
         let path = self
             .shard_dir(manifest.node, manifest.shard)
             .child(manifest::MANIFEST);
-        self.store
-            .put(&path, manifest.to_json().into())
-            .await
-            .map(|_| ())
-            .map_err(|e| format!("writing {path}: {e}"))
+        self.put(&path, manifest.to_json()).await
     }
 }

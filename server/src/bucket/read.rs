@@ -106,6 +106,14 @@ struct State {
     failed: HashMap<Fetch, Failure>,
 }
 
+impl State {
+    /// Whether chunk `key` is cached or in a piece being fetched: nothing
+    /// to fetch for it.
+    fn known(&self, key: &(u32, u64)) -> bool {
+        self.chunks.contains_key(key) || self.coming.contains(key)
+    }
+}
+
 impl BucketReader {
     pub fn new(
         bucket: Arc<Bucket>,
@@ -149,24 +157,27 @@ impl BucketReader {
 
     /// Reads every shard's manifest of this data dir's feed (`feed_id`,
     /// hex), so readers find the bucket's history from the first request
-    /// on; a shard whose manifest cannot be read now is left to the
-    /// uploader (its first pass reads it again).
-    pub async fn load_manifests(&self, shards: u32, feed_id: &str) {
-        for shard in 0..shards {
+    /// on. Returns them per shard (a new one where the bucket holds none),
+    /// for the uploader to start from: `None` where the manifest is
+    /// another feed's or could not be read now (the uploader reads it
+    /// again, and says why).
+    pub async fn load_manifests(&self, shards: u32, feed_id: &str) -> Vec<Option<Manifest>> {
+        let mut loaded = vec![None; shards as usize];
+        for (shard, slot) in (0..shards).zip(&mut loaded) {
             match self.bucket.manifest(self.node, shard).await {
-                Ok(Some(m)) if m.feed_id == feed_id => self.set_manifest(shard, &m),
-                Ok(_) => {}
+                Ok(Some(m)) if m.feed_id == feed_id => {
+                    self.set_manifest(shard, &m);
+                    *slot = Some(m);
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => *slot = Some(Manifest::new(self.node, shard, feed_id.to_owned())),
                 Err(e) => {
                     tracing::warn!(bucket = self.bucket.url(), shard, "reading manifests: {e}");
-                    return;
+                    break;
                 }
             }
         }
-    }
-
-    /// Bytes of chunks in the cache now.
-    pub fn cached_bytes(&self) -> u64 {
-        self.lock().cached_bytes
+        loaded
     }
 
     /// Starts `fetch` unless it runs already; tells a failure it ended in
@@ -292,7 +303,7 @@ impl BucketReader {
                     || st.cached_bytes + st.reserved + bytes <= self.limits.cache_bytes
                 {
                     st.reserved += bytes;
-                    self.metrics.set_bucket_cache_bytes(st.cached_bytes);
+                    self.publish_cached(&st);
                     return;
                 }
             }
@@ -333,11 +344,15 @@ impl BucketReader {
                     }
                     st.lru.insert(tick, key);
                 }
-                self.metrics.set_bucket_cache_bytes(st.cached_bytes);
-                let cached = st.cached_bytes;
-                self.status.update(|s| s.cache_bytes = cached);
+                self.publish_cached(&st);
             }
         }
+    }
+
+    /// The cache's bytes, to the metrics and the status.
+    fn publish_cached(&self, st: &State) {
+        self.metrics.set_bucket_cache_bytes(st.cached_bytes);
+        self.status.update(|s| s.cache_bytes = st.cached_bytes);
     }
 }
 
@@ -414,8 +429,9 @@ impl Job {
                 index::decode(&got, segment).map(Got::Index)
             }
             Job::Piece { shard, chunks, .. } => {
-                let base = piece_range(chunks).start;
-                if got.len() as u64 != piece_range(chunks).end - base {
+                let range = piece_range(chunks);
+                let base = range.start;
+                if got.len() as u64 != range.end - base {
                     return Err(format!("{} bytes, not the range asked for", got.len()));
                 }
                 let mut out = Vec::with_capacity(chunks.len());
@@ -555,8 +571,7 @@ impl BucketReader {
             if bytes > READ_AHEAD {
                 return;
             }
-            let key = (id, c.first_offset);
-            if st.chunks.contains_key(&key) || st.coming.contains(&key) {
+            if st.known(&(id, c.first_offset)) {
                 continue;
             }
             let fetch = Fetch::Piece(id, c.first_offset);
@@ -583,10 +598,7 @@ fn piece_from(st: &State, id: u32, index: &[ChunkEntry], at: usize) -> Vec<Chunk
         .enumerate()
         .take_while(|&(i, c)| {
             bytes += u64::from(c.disk_len);
-            i == 0
-                || (bytes <= PIECE_BYTES
-                    && !st.chunks.contains_key(&(id, c.first_offset))
-                    && !st.coming.contains(&(id, c.first_offset)))
+            i == 0 || (bytes <= PIECE_BYTES && !st.known(&(id, c.first_offset)))
         })
         .map(|(_, c)| *c)
         .collect()

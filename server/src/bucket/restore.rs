@@ -57,10 +57,8 @@ pub async fn restore_if_empty(bucket: &Bucket, engine: &EngineConfig) -> Result<
     let [feed] = feeds.into_iter().collect::<Vec<_>>()[..] else {
         bail!("the object store's manifests of node {node} name several feeds");
     };
-    let feed_id = u64::from_str_radix(feed, 16)
-        .ok()
-        .filter(|&id| id != 0)
-        .with_context(|| format!("the manifests' feed id {feed:?}"))?;
+    let feed_id =
+        super::parse_feed_hex(feed).with_context(|| format!("the manifests' feed id {feed:?}"))?;
     let first = || {
         Generations::from_entries(vec![ringfeed_engine::GenerationStart {
             generation: 1,

@@ -45,6 +45,9 @@ pub struct Uploader {
     pub reader: Arc<super::BucketReader>,
     /// What of the bucket's history goes.
     pub retention: super::BucketRetention,
+    /// Per shard, its manifest as read at start
+    /// ([`super::BucketReader::load_manifests`]): `None` to read it here.
+    pub manifests: Vec<Option<Manifest>>,
 }
 
 /// Uploads the sealed segments of every shard to the bucket, until
@@ -63,13 +66,14 @@ pub fn spawn_uploader(
         state,
         reader,
         retention,
+        manifests,
     } = uploader;
     tokio::spawn(async move {
-        let feed_id = format!("{:016x}", engine.feed_id());
+        let feed_id = super::feed_hex(engine.feed_id());
         let mut shards: Vec<ShardUpload> = (0..engine.shard_count())
             .map(|shard| ShardUpload {
                 shard,
-                manifest: None,
+                manifest: manifests.get(shard as usize).cloned().flatten(),
             })
             .collect();
         let mut failures = 0u32;
